@@ -1,0 +1,39 @@
+"""The error every bad scenario input raises, and the checks that raise it."""
+
+from __future__ import annotations
+
+import math
+from typing import TypeGuard
+
+import numpy as np
+
+
+class ScenarioError(ValueError):
+    """A scenario input is invalid; the message is one line naming the field."""
+
+
+def require(ok: bool, field: str, allowed: str, got: object) -> None:
+    """Raise ``ScenarioError("<field>: must be <allowed>, got <got>")`` unless ok."""
+    if not ok:
+        raise ScenarioError(f"{field}: must be {allowed}, got {got!r}")
+
+
+def is_int(value: object) -> TypeGuard[int]:
+    """True for an integer (Python or numpy), False for bools and floats."""
+    return isinstance(value, int | np.integer) and not isinstance(value, bool)
+
+
+def is_number(value: object) -> TypeGuard[float]:
+    """True for a finite real number, False for bools."""
+    return (is_int(value) or isinstance(value, float | np.floating)) and math.isfinite(value)
+
+
+def check_rate(rate: object) -> None:
+    """Check a request rate (requests per second)."""
+    require(is_number(rate) and rate > 0, "rate", "a positive number of requests per second", rate)
+
+
+def head(values: tuple, n: int) -> np.ndarray:
+    """The first ``n`` values of a recorded trace column, as an array."""
+    require(n <= len(values), "num_requests", f"at most {len(values)} (the trace's rows)", n)
+    return np.asarray(values[:n])

@@ -1,0 +1,125 @@
+"""Request traces on disk: CSV or JSONL rows of arrival time and token counts."""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any, TypeVar
+
+from .errors import ScenarioError
+
+PIPEDECK_COLUMNS = ("arrival_s", "prompt_tokens", "output_tokens")
+AZURE_COLUMNS = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
+_DATETIME = "a datetime like 2023-11-16 18:15:46.6805900"
+_T = TypeVar("_T")
+
+
+@dataclass(frozen=True, slots=True)
+class Trace:
+    """A trace's servable rows sorted by arrival, and how many rows were skipped."""
+
+    arrival_s: tuple[float, ...]
+    prompt_tokens: tuple[int, ...]
+    output_tokens: tuple[int, ...]
+    skipped: int
+
+
+def read_trace(path: Path) -> Trace:
+    """Read a .csv or .jsonl trace with pipedeck's or the Azure LLM inference trace's columns.
+
+    pipedeck columns: arrival_s (seconds, kept as written), prompt_tokens,
+    output_tokens. Azure columns: TIMESTAMP (a datetime; arrival = seconds since
+    the earliest row), ContextTokens, GeneratedTokens. Rows with zero prompt or
+    output tokens (failed requests in the Azure traces) are skipped.
+    """
+    seconds: list[float] = []
+    stamps: list[datetime] = []
+    prompts: list[int] = []
+    outputs: list[int] = []
+    columns: tuple[str, ...] = ()
+    for where, row in _rows(path):
+        columns = columns or _columns(path, row)
+        time_col, prompt_col, output_col = columns
+        if columns == AZURE_COLUMNS:
+            stamps.append(_parse(where, row, time_col, datetime.fromisoformat, _DATETIME))
+        else:
+            seconds.append(_parse(where, row, time_col, _seconds, "seconds >= 0"))
+        prompts.append(_parse(where, row, prompt_col, _count, "an integer >= 0"))
+        outputs.append(_parse(where, row, output_col, _count, "an integer >= 0"))
+    if not prompts:
+        raise ScenarioError(f"{path}: must have at least one request row, got none")
+    if stamps:
+        origin = min(stamps)
+        seconds = [(stamp - origin).total_seconds() for stamp in stamps]
+    rows = zip(seconds, prompts, outputs, strict=True)
+    kept = sorted(((t, p, o) for t, p, o in rows if p > 0 and o > 0), key=lambda row: row[0])
+    if not kept:
+        raise ScenarioError(f"{path}: must have a row with prompt and output tokens >= 1, got none")
+    arrival_s, prompt_tokens, output_tokens = zip(*kept, strict=True)
+    return Trace(arrival_s, prompt_tokens, output_tokens, len(prompts) - len(kept))
+
+
+def _rows(path: Path) -> Iterator[tuple[str, dict[str, Any]]]:
+    """Yield ("<path>:<line>", row) for each row of a .csv or .jsonl file."""
+    with path.open(encoding="utf-8-sig", newline="") as f:
+        if path.suffix.lower() == ".csv":
+            reader = csv.DictReader(f)
+            for row in reader:
+                yield f"{path}:{reader.line_num}", row
+            return
+        for number, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                obj = json.loads(line)
+            except json.JSONDecodeError:
+                obj = None
+            if not isinstance(obj, dict):
+                got = line.strip()[:40]
+                raise ScenarioError(f"{path}:{number}: must be a JSON object, got {got!r}")
+            yield f"{path}:{number}", obj
+
+
+def _columns(path: Path, row: dict[str, Any]) -> tuple[str, ...]:
+    """The column set the first row carries, or a one-line error naming what is missing."""
+    for columns in (PIPEDECK_COLUMNS, AZURE_COLUMNS):
+        if all(c in row for c in columns):
+            return columns
+    closest = max((PIPEDECK_COLUMNS, AZURE_COLUMNS), key=lambda cols: sum(c in row for c in cols))
+    missing = ",".join(c for c in closest if c not in row)
+    raise ScenarioError(
+        f"{path}: missing column {missing}; a trace needs columns "
+        f"{','.join(PIPEDECK_COLUMNS)} or {','.join(AZURE_COLUMNS)}"
+    )
+
+
+def _parse(
+    where: str, row: dict[str, Any], column: str, parse: Callable[[str], _T], allowed: str
+) -> _T:
+    """``parse`` the row's value in ``column``, or raise a one-line error naming the line."""
+    value = row.get(column)
+    try:
+        return parse(str(value).strip())
+    except ValueError:
+        raise ScenarioError(f"{where}: {column}: must be {allowed}, got {value!r}") from None
+
+
+def _seconds(text: str) -> float:
+    """A finite number of seconds >= 0."""
+    seconds = float(text)
+    if not (math.isfinite(seconds) and seconds >= 0):
+        raise ValueError(text)
+    return seconds
+
+
+def _count(text: str) -> int:
+    """A token count: an integer >= 0."""
+    tokens = int(text)
+    if tokens < 0:
+        raise ValueError(text)
+    return tokens
