@@ -1,0 +1,140 @@
+"""Build a profile dataclass from plain data, checking types, ranges and sources."""
+
+from __future__ import annotations
+
+import dataclasses
+import typing
+from collections.abc import Mapping
+from typing import Any, TypeVar
+
+from .errors import ProfileError
+from .schema import HardwareProfile, ModelProfile
+
+P = TypeVar("P", ModelProfile, HardwareProfile)
+
+ATTENTION_KINDS = ("gqa", "mla")
+_POSITIVE = {
+    ModelProfile: (
+        "num_layers", "hidden_size", "vocab_size", "num_heads", "num_kv_heads",
+        "head_dim", "weight_bytes", "kv_bytes",
+    ),
+    HardwareProfile: (
+        "memory_gb", "memory_bandwidth_gbs", "peak_tflops", "collective_bandwidth_gbs",
+        "p2p_bandwidth_gbs",
+    ),
+}
+_FRACTIONS = (
+    "matmul_efficiency", "attention_efficiency", "memory_efficiency", "memory_utilization",
+)
+
+
+def numeric_fields(cls: type[ModelProfile] | type[HardwareProfile]) -> tuple[str, ...]:
+    """Names of the int and float fields of a profile class."""
+    hints = typing.get_type_hints(cls)
+    return tuple(f.name for f in dataclasses.fields(cls) if hints[f.name] in (int, float))
+
+
+def build_profile(cls: type[P], data: Mapping[str, Any], label: str) -> P:
+    """Return a `cls` built from `data` (fields plus a `sources` table), or raise ProfileError."""
+    hints = typing.get_type_hints(cls)
+    fields = {f.name: f for f in dataclasses.fields(cls) if f.name != "sources"}
+    values: dict[str, Any] = {}
+    for key, value in data.items():
+        if key == "sources":
+            continue
+        if key not in fields:
+            raise ProfileError(f"{label}: unknown field {key!r}; allowed: {', '.join(fields)}")
+        values[key] = _typed(label, key, hints[key], value)
+    for name, spec in fields.items():
+        if name not in values and spec.default is dataclasses.MISSING:
+            raise ProfileError(f"{label}: missing field {name!r}")
+    sources = _sources(label, data.get("sources", {}), values, numeric_fields(cls))
+    profile = cls(**values, sources=sources)
+    _check_ranges(profile, label)
+    if isinstance(profile, ModelProfile):
+        _check_model(profile, label)
+    return profile
+
+
+def _typed(label: str, key: str, kind: Any, value: Any) -> Any:
+    """Return `value` as the field's type, or raise naming the field and the type wanted."""
+    if kind is int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+        raise ProfileError(f"{label}: field {key!r} must be an integer, got {value!r}")
+    if kind is float:
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+        raise ProfileError(f"{label}: field {key!r} must be a number, got {value!r}")
+    if isinstance(value, str):
+        return value
+    raise ProfileError(f"{label}: field {key!r} must be a string, got {value!r}")
+
+
+def _sources(
+    label: str, raw: Any, values: Mapping[str, Any], numeric: tuple[str, ...]
+) -> dict[str, str]:
+    """Check the sources table: known fields, non-empty text, one per numeric field given."""
+    if not isinstance(raw, Mapping):
+        raise ProfileError(f"{label}: [sources] must be a table of field = \"where it comes from\"")
+    for key, text in raw.items():
+        if key not in numeric:
+            raise ProfileError(
+                f"{label}: [sources] names {key!r}, which is not a numeric field; "
+                f"allowed: {', '.join(numeric)}"
+            )
+        if not isinstance(text, str) or not text.strip():
+            raise ProfileError(f"{label}: [sources] entry {key!r} must be a non-empty string")
+    for key in numeric:
+        if key in values and key not in raw:
+            raise ProfileError(
+                f"{label}: field {key!r} has no entry in [sources]; every numeric field needs one"
+            )
+    return dict(raw)
+
+
+def _check_ranges(profile: ModelProfile | HardwareProfile, label: str) -> None:
+    """Numbers are non-negative, size fields positive, efficiencies within (0, 1]."""
+    cls = type(profile)
+    for key in numeric_fields(cls):
+        value = getattr(profile, key)
+        if value < 0:
+            raise ProfileError(f"{label}: field {key!r} must be >= 0, got {value}")
+    for key in _POSITIVE[cls]:
+        if getattr(profile, key) <= 0:
+            raise ProfileError(f"{label}: field {key!r} must be > 0, got {getattr(profile, key)}")
+    for key in _FRACTIONS:
+        value = getattr(profile, key, None)
+        if value is not None and not 0 < value <= 1:
+            raise ProfileError(f"{label}: field {key!r} must be in (0, 1], got {value}")
+
+
+def _check_model(model: ModelProfile, label: str) -> None:
+    """Cross-field rules of a model: attention kind, MLA ranks, experts, layer counts."""
+    if model.attention not in ATTENTION_KINDS:
+        raise ProfileError(
+            f"{label}: field 'attention' must be one of {', '.join(ATTENTION_KINDS)}, "
+            f"got {model.attention!r}"
+        )
+    if model.attention == "mla" and (model.kv_lora_rank == 0 or model.v_head_dim == 0):
+        raise ProfileError(f"{label}: attention 'mla' needs kv_lora_rank > 0 and v_head_dim > 0")
+    if model.num_experts and not 0 < model.experts_per_token <= model.num_experts:
+        raise ProfileError(
+            f"{label}: field 'experts_per_token' must be in 1..{model.num_experts}, "
+            f"got {model.experts_per_token}"
+        )
+    if model.num_experts and model.moe_intermediate_size == 0:
+        raise ProfileError(f"{label}: field 'moe_intermediate_size' must be > 0 for a MoE model")
+    dense_layers = model.first_dense_layers if model.num_experts else model.num_layers
+    if dense_layers and model.intermediate_size == 0:
+        raise ProfileError(f"{label}: field 'intermediate_size' must be > 0 for dense FFN layers")
+    for key in ("first_dense_layers", "indexer_layers"):
+        if getattr(model, key) > model.num_layers:
+            raise ProfileError(
+                f"{label}: field {key!r} must be <= num_layers ({model.num_layers}), "
+                f"got {getattr(model, key)}"
+            )
+    if model.index_topk and (model.index_n_heads == 0 or model.index_head_dim == 0):
+        raise ProfileError(
+            f"{label}: index_topk > 0 needs index_n_heads > 0 and index_head_dim > 0"
+        )

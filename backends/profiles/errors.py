@@ -1,0 +1,7 @@
+"""The one error type raised for bad profile input."""
+
+from __future__ import annotations
+
+
+class ProfileError(ValueError):
+    """A profile, name or config.json is invalid; the message is one line naming the field."""

@@ -1,0 +1,95 @@
+"""Model and hardware profile types: the numbers the cost model reads."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True, slots=True)
+class ModelProfile:
+    """Architecture of one model, as its Hugging Face config.json states it.
+
+    Attention is "gqa" (grouped-query, MHA when kv_heads == heads) or "mla"
+    (multi-head latent attention, DeepSeek style). A model with
+    ``index_topk > 0`` uses DSA sparse attention: each query attends to at
+    most ``index_topk`` keys, chosen by a lightweight indexer that still
+    scores every prefix key.
+    """
+
+    name: str
+    hf_id: str
+    num_layers: int
+    hidden_size: int
+    vocab_size: int
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    attention: str = "gqa"
+    # MLA (attention == "mla")
+    q_lora_rank: int = 0
+    kv_lora_rank: int = 0
+    qk_nope_head_dim: int = 0
+    qk_rope_head_dim: int = 0
+    v_head_dim: int = 0
+    # Feed-forward: dense layers use intermediate_size; MoE layers use
+    # num_experts routed experts (experts_per_token active) plus shared ones.
+    intermediate_size: int = 0
+    moe_intermediate_size: int = 0
+    num_experts: int = 0
+    experts_per_token: int = 0
+    num_shared_experts: int = 0
+    first_dense_layers: int = 0
+    # DSA sparse attention (0 = dense attention)
+    index_topk: int = 0
+    index_n_heads: int = 0
+    index_head_dim: int = 0
+    # Layers that run their own indexer, 0 = every layer; the others reuse
+    # the previous indexer's top-k (GLM-5.2 IndexShare: 21 of 78 layers).
+    indexer_layers: int = 0
+    # Size and deployment precision
+    total_params_b: float = 0.0
+    active_params_b: float = 0.0
+    weight_bytes: float = 2.0
+    kv_bytes: float = 2.0
+    sources: dict[str, str] = field(default_factory=dict, compare=False)
+
+    @property
+    def is_moe(self) -> bool:
+        """True when some layers route tokens to experts."""
+        return self.num_experts > 0
+
+    @property
+    def moe_layers(self) -> int:
+        """Number of MoE layers (all layers past the leading dense ones)."""
+        return self.num_layers - self.first_dense_layers if self.is_moe else 0
+
+
+@dataclass(frozen=True, slots=True)
+class HardwareProfile:
+    """One accelerator and its links, with the cost model's fitted constants.
+
+    Spec-sheet figures (memory, bandwidth, peak FLOP rate) and fitted
+    efficiencies and overheads; ``sources`` says where each number comes from.
+    """
+
+    name: str
+    memory_gb: float
+    memory_bandwidth_gbs: float
+    peak_tflops: float
+    # Achieved fraction of peak for large matmuls, and the tokens per GEMM at
+    # which a matmul reaches half of that (small matmuls run less efficiently).
+    matmul_efficiency: float
+    matmul_half_tokens: float
+    attention_efficiency: float
+    memory_efficiency: float
+    kernel_launch_us: float
+    kernels_per_layer: int
+    step_overhead_ms: float
+    sampling_ms: float
+    collective_latency_us: float
+    collective_bandwidth_gbs: float
+    p2p_latency_us: float
+    p2p_bandwidth_gbs: float
+    memory_utilization: float = 0.9
+    activation_reserve_gb: float = 2.0
+    sources: dict[str, str] = field(default_factory=dict, compare=False)
