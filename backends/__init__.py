@@ -1,0 +1,1 @@
+"""Serving backends: configs, results, profiles, policies and the simulator."""

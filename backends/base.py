@@ -1,0 +1,71 @@
+"""The one interface every backend implements, and the observer it reports to."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, NamedTuple, Protocol
+
+from .result import RequestRecord, RunResult, Span
+
+if TYPE_CHECKING:
+    from ..scenarios.scenario import Scenario
+    from .config import ServingConfig
+
+
+class Snapshot(NamedTuple):
+    """A periodic view of a run in progress."""
+
+    time_s: float
+    done: int
+    in_flight: int
+    waiting: int
+    kv_used: float  # fraction of KV capacity reserved
+
+
+class RunObserver:
+    """Receives progress as a run happens; override what you need."""
+
+    def request_done(self, record: RequestRecord) -> None:
+        """A request emitted its last token."""
+
+    def span(self, span: Span) -> None:
+        """A block of a rank's timeline was placed (its start and end are known)."""
+
+    def snapshot(self, snap: Snapshot) -> None:
+        """Periodic metrics (every `snapshot_interval_s` of run time)."""
+
+    def should_stop(self) -> bool:
+        """Return True to cancel the run; the backend then raises RunCancelled."""
+        return False
+
+
+class RunCancelled(Exception):
+    """The observer asked the run to stop."""
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    """What a backend can do."""
+
+    modes: tuple[str, ...]
+    timeline: bool  # returns per-rank spans
+    reconfigurable: bool  # can switch configs between runs without a restart
+    paced: bool  # runs in real time (live clusters) rather than as fast as it can
+
+
+class Backend(Protocol):
+    """Runs a scenario under a serving config."""
+
+    name: str
+    capabilities: Capabilities
+
+    def run(
+        self,
+        scenario: "Scenario",
+        config: "ServingConfig",
+        rate: float | None = None,
+        seed: int = 0,
+        num_requests: int | None = None,
+        observer: RunObserver | None = None,
+        timeline: bool = True,
+    ) -> RunResult: ...

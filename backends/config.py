@@ -1,0 +1,160 @@
+"""`ServingConfig`: the knobs of one serving deployment, validated before any work."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from functools import cached_property
+
+from .errors import ConfigError
+from .memory import kv_capacity_tokens, weight_bytes_per_device
+from .policies.layouts import LAYOUTS
+from .policies.modes import MODES, ModeSpec
+from .profiles import ProfileError, load_hardware, load_model
+from .profiles.schema import HardwareProfile, ModelProfile
+from .tokens import parse_tokens
+
+
+def default_layer_split(layers: int, stages: int) -> tuple[int, ...]:
+    """vLLM's split: even, remainder layers added from the second-to-last stage backwards."""
+    split = [layers // stages] * stages
+    for i in range(2, layers % stages + 2):
+        split[-i] += 1
+    return tuple(split)
+
+
+def _positive_int(name: str, value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ConfigError(f"{name}: must be a positive integer, got {value!r}")
+    return value
+
+
+@dataclass(frozen=True)
+class ServingConfig:
+    """One deployment: model, cluster shape, pipeline mode and scheduler knobs.
+
+    `layer_split` lists layer counts per virtual stage in execution order and
+    `kv_capacity` is in tokens; both are derived when left as None. Call
+    `resolve()` to validate and fill them in.
+    """
+
+    model: str = "deepseek-v3.1"
+    hardware: str = "ascend-910c"
+    tp: int = 8
+    pp: int = 2
+    mode: str = "cpp"
+    chunk: int = 8192
+    virtual_stages: int | None = None
+    layer_split: tuple[int, ...] | None = None
+    max_running: int = 256
+    kv_capacity: int | None = None
+    smooth_factor: float = 1.0
+    min_chunk: int = 4096
+
+    @cached_property
+    def model_profile(self) -> ModelProfile:
+        try:
+            return load_model(self.model)
+        except ProfileError as err:
+            raise ConfigError(str(err)) from None
+
+    @cached_property
+    def hardware_profile(self) -> HardwareProfile:
+        try:
+            return load_hardware(self.hardware)
+        except ProfileError as err:
+            raise ConfigError(str(err)) from None
+
+    @property
+    def mode_spec(self) -> ModeSpec:
+        return MODES[self.mode]
+
+    @property
+    def devices(self) -> int:
+        return self.tp * self.pp
+
+    @property
+    def stage_ranks(self) -> tuple[int, ...]:
+        """The rank each virtual stage runs on, in execution order."""
+        return LAYOUTS[self.mode_spec.layout](self.pp)
+
+    def layers_per_rank(self) -> list[int]:
+        """Layers held by each rank under the resolved split."""
+        per_rank = [0] * self.pp
+        for rank, count in zip(self.stage_ranks, self.layer_split or ()):
+            per_rank[rank] += count
+        return per_rank
+
+    def replace(self, **changes: object) -> ServingConfig:
+        """A copy with some fields changed (derived fields are re-derived on resolve)."""
+        return dataclasses.replace(self, **changes)
+
+    def resolve(self) -> ServingConfig:
+        """Validate every field and fill in the derived ones; raise ConfigError on the first bad one."""
+        if self.mode not in MODES:
+            raise ConfigError(f"mode: unknown mode {self.mode!r}; allowed: {', '.join(MODES)}")
+        spec = self.mode_spec
+        model, hw = self.model_profile, self.hardware_profile
+        tp = _positive_int("tp", self.tp)
+        pp = _positive_int("pp", self.pp)
+        if model.num_heads % tp:
+            allowed = [d for d in range(1, model.num_heads + 1) if model.num_heads % d == 0]
+            raise ConfigError(f"tp: must divide {model.name}'s {model.num_heads} attention heads; allowed: {', '.join(map(str, allowed))}")
+        if spec.layout == "foldback" and pp < 2:
+            raise ConfigError(f"pp: mode {self.mode} folds the pipeline back over the ranks and needs pp >= 2, got {pp}")
+        virtual = spec.virtual_stages if self.virtual_stages is None else self.virtual_stages
+        if virtual != spec.virtual_stages:
+            raise ConfigError(f"virtual_stages: mode {self.mode} runs {spec.virtual_stages} virtual stage(s) per rank, got {virtual}")
+        stages = pp * virtual
+        if stages > model.num_layers:
+            raise ConfigError(f"pp: {stages} stages exceed {model.name}'s {model.num_layers} layers")
+        split = self.layer_split
+        if split is None:
+            split = default_layer_split(model.num_layers, stages)
+        split = tuple(split)
+        if len(split) != stages or any(isinstance(c, bool) or not isinstance(c, int) or c < 1 for c in split):
+            raise ConfigError(f"layer_split: needs {stages} positive layer counts (pp x virtual stages), got {','.join(map(str, split))}")
+        if sum(split) != model.num_layers:
+            raise ConfigError(f"layer_split: must sum to {model.name}'s {model.num_layers} layers, got {sum(split)}")
+        chunk = parse_tokens(self.chunk, "chunk")
+        min_chunk = parse_tokens(self.min_chunk, "min_chunk")
+        if isinstance(self.smooth_factor, bool) or not isinstance(self.smooth_factor, (int, float)) or not 0 < self.smooth_factor <= 1:
+            raise ConfigError(f"smooth_factor: must be in (0, 1], got {self.smooth_factor!r}")
+        max_running = _positive_int("max_running", self.max_running)
+        resolved = dataclasses.replace(
+            self, tp=tp, pp=pp, virtual_stages=virtual, layer_split=split, chunk=chunk,
+            min_chunk=min_chunk, smooth_factor=float(self.smooth_factor), max_running=max_running,
+        )
+        resolved.__dict__.update(model_profile=model, hardware_profile=hw)
+        heaviest = max(resolved.layers_per_rank())
+        weights = weight_bytes_per_device(model, tp, heaviest) / 1e9
+        if weights > hw.memory_gb * hw.memory_utilization:
+            raise ConfigError(
+                f"tp: {model.name} needs {weights:.0f} GB of weights per device at tp={tp} pp={pp}, "
+                f"more than {hw.name}'s {hw.memory_gb * hw.memory_utilization:.0f} GB usable; use more devices"
+            )
+        if self.kv_capacity is None:
+            capacity = kv_capacity_tokens(model, hw, tp, resolved.layers_per_rank())
+            if capacity < 1:
+                raise ConfigError(f"kv_capacity: no memory left for KV cache after {weights:.0f} GB of weights per device; use more devices")
+        else:
+            capacity = parse_tokens(self.kv_capacity, "kv_capacity")
+        return dataclasses.replace(resolved, kv_capacity=capacity)
+
+    def to_dict(self) -> dict[str, object]:
+        """Plain-data view (for JSON, the store and exports)."""
+        data = dataclasses.asdict(self)
+        data["layer_split"] = list(self.layer_split) if self.layer_split is not None else None
+        return data
+
+    @classmethod
+    def from_dict(cls, data: dict[str, object]) -> ServingConfig:
+        """Inverse of `to_dict`; unknown keys are a ConfigError."""
+        names = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(data) - names)
+        if unknown:
+            raise ConfigError(f"{unknown[0]}: not a config field; allowed: {', '.join(sorted(names))}")
+        values = dict(data)
+        if values.get("layer_split") is not None:
+            values["layer_split"] = tuple(values["layer_split"])  # type: ignore[arg-type]
+        return cls(**values)  # type: ignore[arg-type]

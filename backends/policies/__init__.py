@@ -1,0 +1,1 @@
+"""Engine-agnostic pipeline policies: layouts, chunk sizing, admission, modes."""

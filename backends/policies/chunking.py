@@ -1,0 +1,87 @@
+"""Chunk-size policies: how many prompt tokens a scheduler step may take.
+
+A policy answers two questions each step: the step's token budget (shared by
+decodes and prefill chunks, like vLLM's --max-num-batched-tokens) and the
+largest chunk one request may take given how much of its prompt is already
+scheduled. Policies may learn from completed steps through `observe`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Protocol
+
+import numpy as np
+
+ALIGN = 64
+
+
+@dataclass(frozen=True, slots=True)
+class StepReport:
+    """What a completed scheduler step tells a policy that learns online."""
+
+    finished_at: float
+    latency_s: float  # from creation to completion of the micro-batch
+    prefill_tokens: int
+    decode_tokens: int
+
+
+class ChunkPolicy(Protocol):
+    """Decides the token budget of each scheduler step."""
+
+    def step_budget(self) -> int: ...
+
+    def request_chunk(self, prefix: int) -> int: ...
+
+    def observe(self, report: StepReport) -> None: ...
+
+
+class FixedChunk:
+    """A fixed per-step token budget (CPP, VPP): every chunk is `chunk` tokens."""
+
+    def __init__(self, chunk: int):
+        self.chunk = chunk
+
+    def step_budget(self) -> int:
+        return self.chunk
+
+    def request_chunk(self, prefix: int) -> int:
+        return self.chunk
+
+    def observe(self, report: StepReport) -> None:
+        pass
+
+
+def fit_quadratic(latency: Callable[[int], float], base: int) -> tuple[float, float, float]:
+    """Fit f(l) = a l^2 + b l + c to profiled latencies of chunks up to `base` tokens at prefix 0."""
+    sizes = np.linspace(base / 8, base, 8).round()
+    a, b, c = np.polyfit(sizes, [latency(int(s)) for s in sizes], 2)
+    return float(a), float(b), float(c)
+
+
+class DynamicChunk(FixedChunk):
+    """vLLM-Ascend's profiling chunk (DCPP): shrink later chunks so each costs about the same.
+
+    With f fitted at start-up, a request with L tokens already prefilled gets
+    the x solving f(L + x) - f(L) = f(base) - f(0), smoothed towards base by
+    smooth_factor, floored at min_chunk and aligned to 64 tokens.
+    """
+
+    def __init__(self, base: int, smooth_factor: float, min_chunk: int, latency: Callable[[int], float]):
+        super().__init__(base)
+        self.smooth_factor = smooth_factor
+        self.floor = max(ALIGN, -(-min_chunk // ALIGN) * ALIGN)
+        self.a, self.b, _ = fit_quadratic(latency, base)
+        self._target = self.a * base * base + self.b * base
+
+    def request_chunk(self, prefix: int) -> int:
+        a, b, base = self.a, self.b, self.chunk
+        if a > 0:
+            lin = 2 * a * prefix + b
+            x = (math.sqrt(lin * lin + 4 * a * self._target) - lin) / (2 * a)
+        else:  # no superlinear growth measured: equal-time chunks are equal-size chunks
+            x = base
+        x = base + self.smooth_factor * (x - base)
+        return max(self.floor, int(x) // ALIGN * ALIGN)

@@ -1,0 +1,121 @@
+"""`RunResult`: plain data a backend returns, the store writes and plots read."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import NamedTuple
+
+import numpy as np
+
+
+class RequestRecord(NamedTuple):
+    """One served request; times in seconds from the start of the run."""
+
+    id: int
+    arrival_s: float
+    prompt_tokens: int
+    output_tokens: int
+    first_token_s: float
+    finish_s: float
+
+    @property
+    def ttft_s(self) -> float:
+        return self.first_token_s - self.arrival_s
+
+    @property
+    def tpot_s(self) -> float:
+        """Mean time per output token after the first; 0 for one-token outputs."""
+        if self.output_tokens <= 1:
+            return 0.0
+        return (self.finish_s - self.first_token_s) / (self.output_tokens - 1)
+
+
+class Span(NamedTuple):
+    """One block of a rank's timeline: a virtual stage running a micro-batch, or a blocking transfer.
+
+    `request` and `chunk` name the micro-batch's lead prefill request and its
+    chunk index (-1 for decode-only batches); kind is prefill, decode, mixed,
+    send or recv.
+    """
+
+    rank: int
+    stage: int
+    batch: int
+    request: int
+    chunk: int
+    start: float
+    end: float
+    kind: str
+
+
+class RankTime(NamedTuple):
+    """Where one rank's makespan went; the four terms sum to the makespan."""
+
+    rank: int
+    compute: float
+    exposed_comm: float
+    bubble: float
+    idle: float  # no work anywhere in the pipeline (open-loop traffic gaps)
+
+
+def _stats(values: np.ndarray) -> dict[str, float]:
+    if values.size == 0:
+        return {"mean": 0.0, "p50": 0.0, "p90": 0.0, "p99": 0.0}
+    p50, p90, p99 = np.percentile(values, [50, 90, 99])
+    return {"mean": float(values.mean()), "p50": float(p50), "p90": float(p90), "p99": float(p99)}
+
+
+@dataclass
+class RunResult:
+    """Everything one run produced."""
+
+    config: dict[str, object]
+    scenario: str
+    backend: str
+    seed: int
+    rate: float | None
+    records: list[RequestRecord]
+    ranks: list[RankTime]
+    makespan_s: float
+    steps: int
+    chunks: int
+    stage_executions: int
+    spans: list[Span] = field(default_factory=list)
+
+    def ttfts(self) -> np.ndarray:
+        return np.fromiter((r.ttft_s for r in self.records), float, len(self.records))
+
+    def tpots(self) -> np.ndarray:
+        return np.fromiter((r.tpot_s for r in self.records), float, len(self.records))
+
+    def breakdown(self) -> dict[str, float]:
+        """Mean over ranks of compute, bubble, exposed communication and idle seconds."""
+        n = max(1, len(self.ranks))
+        return {
+            "compute": sum(r.compute for r in self.ranks) / n,
+            "bubble": sum(r.bubble for r in self.ranks) / n,
+            "exposed_comm": sum(r.exposed_comm for r in self.ranks) / n,
+            "idle": sum(r.idle for r in self.ranks) / n,
+        }
+
+    def summary(self) -> dict[str, object]:
+        """The run's metrics as one JSON-ready object."""
+        prompt = sum(r.prompt_tokens for r in self.records)
+        output = sum(r.output_tokens for r in self.records)
+        span = self.makespan_s or 1.0
+        breakdown = self.breakdown()
+        return {
+            "requests": len(self.records),
+            "ttft_s": _stats(self.ttfts()),
+            "tpot_s": _stats(self.tpots()),
+            "throughput_tok_s": (prompt + output) / span,
+            "output_throughput_tok_s": output / span,
+            "request_throughput_rps": len(self.records) / span,
+            "makespan_s": self.makespan_s,
+            "steps": self.steps,
+            "chunks": self.chunks,
+            "stage_executions": self.stage_executions,
+            "breakdown_s": breakdown,
+            "bubble_ratio": breakdown["bubble"] / span,
+            "per_rank": [r._asdict() for r in self.ranks],
+        }
