@@ -1,0 +1,65 @@
+"""The embedded simulator as a `Backend`."""
+
+from __future__ import annotations
+
+from ...scenarios.scenario import Scenario
+from ..base import Capabilities, RunObserver
+from ..config import ServingConfig
+from ..policies.modes import MODES, PolicyEnv
+from ..result import RunResult
+from .costs import BatchShape, CostModel, capped_pairs
+from .engine import Engine
+from .scheduler import SimRequest, StepScheduler
+
+
+def lone_chunk(tokens: int, prefix: int, topk: int) -> BatchShape:
+    """The shape of a micro-batch holding one prefill chunk and nothing else."""
+    pairs = tokens * prefix + tokens * (tokens + 1) / 2
+    return BatchShape(tokens, tokens, pairs, capped_pairs(prefix, tokens, topk), 0, 0, prefix, 0)
+
+
+class SimBackend:
+    """Discrete-event simulation of a pipeline-parallel serving cluster."""
+
+    name = "sim"
+    capabilities = Capabilities(modes=tuple(MODES), timeline=True, reconfigurable=True, paced=False)
+
+    def run(self, scenario: Scenario, config: ServingConfig, rate: float | None = None, seed: int = 0,
+            num_requests: int | None = None, observer: RunObserver | None = None,
+            timeline: bool = True) -> RunResult:
+        """Simulate `scenario` under `config` and return every record."""
+        config = config.resolve()
+        workload = scenario.workload(seed=seed, rate=rate, num_requests=num_requests)
+        engine = build_engine(config, timeline, observer)
+        requests = [SimRequest(r.id, r.arrival_s, r.prompt_tokens, r.output_tokens) for r in workload.requests]
+        makespan = engine.run(requests, workload.concurrency)
+        return RunResult(
+            config=config.to_dict(), scenario=scenario.name, backend=self.name, seed=seed, rate=rate,
+            records=sorted(engine.records, key=lambda r: r.id), ranks=engine.rank_times(makespan),
+            makespan_s=makespan, steps=engine.steps, chunks=engine.sched.chunks,
+            stage_executions=engine.stage_execs, spans=engine.span_list() if timeline else [],
+        )
+
+
+def build_engine(config: ServingConfig, timeline: bool = False, observer: RunObserver | None = None,
+                 cost: CostModel | None = None) -> Engine:
+    """Wire a resolved config's cost model (or the one given), policies and scheduler into an engine."""
+    spec = config.mode_spec
+    if cost is None:
+        cost = CostModel(config.model_profile, config.hardware_profile, config.tp, config.layer_split)
+    topk = config.model_profile.index_topk
+    ranks = config.stage_ranks
+    hops = sum(a != b for a, b in zip(ranks, ranks[1:]))
+
+    def chunk_latency(tokens: int) -> float:
+        busy, _ = cost.stage_costs(lone_chunk(tokens, 0, topk))
+        return sum(busy) + hops * cost.transfer_time(tokens)
+
+    def entry_stage_time(tokens: int, prefix: int) -> float:
+        return cost.stage_costs(lone_chunk(tokens, prefix, topk))[0][0]
+
+    env = PolicyEnv(config, chunk_latency, entry_stage_time)
+    scheduler = StepScheduler(cost, spec.chunk_policy(env), spec.admission(env),
+                              config.max_running, config.kv_capacity, hops, topk)
+    return Engine(cost, scheduler, ranks, spec.sync_transfers, config.pp + spec.extra_in_flight,
+                  spec.entry_first, timeline, observer)

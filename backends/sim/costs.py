@@ -1,0 +1,184 @@
+"""Analytic cost of one micro-batch on each virtual stage of the pipeline.
+
+Every micro-batch is summarised by a `BatchShape` (token counts and attention
+work); the cost model turns it into, per virtual stage, the busy time of the
+rank that runs it and the part of that time spent in TP collectives.
+
+Per layer and per device (weights and heads sharded over the TP group):
+- linear layers (attention projections, dense FFN, routed and shared experts):
+  FLOPs / (peak * eff(m)), where eff(m) = matmul_efficiency * m / (m + half)
+  falls for small matmuls of m tokens (an expert sees n * k / E tokens), but
+  never faster than reading the weights the step touches (memory bound decode);
+- attention: causal query-key pairs * FLOPs per pair at attention_efficiency,
+  or the KV bytes it reads, whichever is slower; DSA sparse attention caps each
+  query at index_topk keys and adds its indexer, which scores every prefix key;
+- MLA prefill re-expands the cached latent prefix to full K/V for every chunk
+  (vLLM's chunked-context MLA), a cost paid again for each chunk;
+- per-kernel launch overhead, and two all-reduces of the activations per layer
+  over the TP group (latency + ring traffic / bus bandwidth);
+- the last stage also runs the LM head for the sampled tokens and sampling.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import NamedTuple
+
+from ..memory import kv_bytes_per_token_layer
+from ..profiles.schema import HardwareProfile, ModelProfile
+
+ACT_BYTES = 2  # bf16 activations on the wire
+
+
+class BatchShape(NamedTuple):
+    """What a micro-batch asks of the model, independent of the stage."""
+
+    tokens: int  # all tokens (prefill chunk tokens + one per decode)
+    prefill_tokens: int  # tokens of the prefill chunks
+    prefill_pairs: float  # causal query-key pairs of the prefill chunks
+    prefill_pairs_capped: float  # the same, each query capped at index_topk
+    decode_pairs: float  # keys read by decode queries (context + 1 each)
+    decode_pairs_capped: float
+    prefix_tokens: int  # cached prefix tokens the prefill chunks attend to
+    sampled: int  # requests that emit a token at the end of this step
+
+
+def capped_pairs(prefix: int, chunk: int, cap: int) -> float:
+    """Query-key pairs of a causal chunk after `prefix` tokens, each query seeing at most `cap` keys."""
+    first, last = prefix + 1, prefix + chunk  # keys seen by the first and last query
+    if cap <= 0 or last <= cap:
+        return (first + last) * chunk / 2
+    if first >= cap:
+        return float(cap * chunk)
+    return (first + cap) * (cap - first + 1) / 2 + (last - cap) * cap
+
+
+@dataclass(frozen=True)
+class StageLayers:
+    """Which layers a virtual stage holds."""
+
+    dense: int  # layers with a dense FFN
+    moe: int  # layers with routed experts
+    first: bool  # holds the embedding
+    last: bool  # holds the LM head and sampling
+
+    @property
+    def layers(self) -> int:
+        return self.dense + self.moe
+
+
+def stage_layers(model: ModelProfile, layer_split: tuple[int, ...]) -> list[StageLayers]:
+    """Split the model's layers into virtual stages (execution order)."""
+    stages, start = [], 0
+    for i, count in enumerate(layer_split):
+        end = start + count
+        dense = max(0, min(end, model.first_dense_layers if model.is_moe else end) - start)
+        stages.append(StageLayers(dense, count - dense, i == 0, i == len(layer_split) - 1))
+        start = end
+    return stages
+
+
+class CostModel:
+    """Per-stage execution time of micro-batches for one model on one cluster."""
+
+    def __init__(self, model: ModelProfile, hw: HardwareProfile, tp: int, layer_split: tuple[int, ...]):
+        self.model, self.hw, self.tp = model, hw, tp
+        self.stages = stage_layers(model, layer_split)
+        m, h = model, model.hidden_size
+        flops = hw.peak_tflops * 1e12
+        bw = hw.memory_bandwidth_gbs * 1e9 * hw.memory_efficiency
+        wb = m.weight_bytes
+        self._flops, self._bw = flops, bw
+        self._half = hw.matmul_half_tokens
+        self._mm_eff = hw.matmul_efficiency
+        attn_rate = flops * hw.attention_efficiency
+
+        # Attention projections: parameters per layer (each token costs 2 FLOPs per parameter).
+        if m.attention == "mla":
+            qk = m.qk_nope_head_dim + m.qk_rope_head_dim
+            q = h * m.q_lora_rank + m.q_lora_rank * m.num_heads * qk if m.q_lora_rank else h * m.num_heads * qk
+            proj = q + h * (m.kv_lora_rank + m.qk_rope_head_dim)
+            proj += m.kv_lora_rank * m.num_heads * (m.qk_nope_head_dim + m.v_head_dim)
+            proj += m.num_heads * m.v_head_dim * h
+            prefill_pair = 2 * m.num_heads * (qk + m.v_head_dim)
+            decode_pair = 2 * m.num_heads * (2 * m.kv_lora_rank + m.qk_rope_head_dim)
+            reexpand = 2 * m.kv_lora_rank * m.num_heads * (m.qk_nope_head_dim + m.v_head_dim)
+        else:
+            proj = 2 * h * m.num_heads * m.head_dim + 2 * h * m.num_kv_heads * m.head_dim
+            prefill_pair = decode_pair = 4 * m.num_heads * m.head_dim
+            reexpand = 0
+        self._proj_flops = 2 * proj / tp
+        self._proj_bytes = proj * wb / tp
+        self._prefill_pair_s = prefill_pair / tp / attn_rate
+        self._decode_pair_s = decode_pair / tp / attn_rate
+        # DSA: layers without their own indexer reuse the previous layer's top-k;
+        # the indexer's cost is spread evenly over all layers.
+        indexed = (m.indexer_layers or m.num_layers) / m.num_layers
+        self._index_pair_s = 2 * m.index_n_heads * m.index_head_dim / tp / attn_rate * indexed
+        self._kv_token_s = kv_bytes_per_token_layer(m, tp) / bw
+        self._reexpand_flops = reexpand / tp
+        self._sparse = m.index_topk > 0
+
+        ffn = 3 * h * m.intermediate_size
+        expert = 3 * h * m.moe_intermediate_size
+        self._dense_flops, self._dense_bytes = 2 * ffn / tp, ffn * wb / tp
+        self._expert_flops, self._expert_bytes = 2 * expert / tp, expert * wb / tp
+        self._shared_flops = 2 * expert * m.num_shared_experts / tp
+        self._shared_bytes = expert * m.num_shared_experts * wb / tp
+        self._router_flops = 2 * h * m.num_experts
+
+        self._head_flops = 2 * h * m.vocab_size / tp
+        self._head_bytes = h * m.vocab_size * wb / tp
+        self._launch_s = hw.kernels_per_layer * hw.kernel_launch_us * 1e-6
+        self._sampling_s = hw.sampling_ms * 1e-3
+        self.step_overhead_s = hw.step_overhead_ms * 1e-3  # host-side scheduling of one step
+        if tp > 1:
+            ring = 2 * (tp - 1) / tp
+            self._coll_lat = 2 * hw.collective_latency_us * 1e-6
+            self._coll_token = 2 * ring * h * ACT_BYTES / (hw.collective_bandwidth_gbs * 1e9)
+        else:
+            self._coll_lat = self._coll_token = 0.0
+        self._p2p_lat = hw.p2p_latency_us * 1e-6
+        self._p2p_token = h * ACT_BYTES / (hw.p2p_bandwidth_gbs * 1e9)
+
+    def _matmul(self, flops: float, tokens_per_gemm: float, weight_bytes: float) -> float:
+        """Time of a matmul: compute at size-dependent efficiency, or weight reads if slower."""
+        eff = self._mm_eff * tokens_per_gemm / (tokens_per_gemm + self._half)
+        return max(flops / (self._flops * eff), weight_bytes / self._bw)
+
+    def stage_costs(self, b: BatchShape) -> tuple[list[float], list[float]]:
+        """Busy time of each virtual stage for this batch, and the collective part of it."""
+        n, m = b.tokens, self.model
+        attn_layer = self._matmul(self._proj_flops * n, n, self._proj_bytes)
+        pre, dec = (b.prefill_pairs_capped, b.decode_pairs_capped) if self._sparse else (b.prefill_pairs, b.decode_pairs)
+        attn = pre * self._prefill_pair_s + dec * self._decode_pair_s
+        if self._sparse:
+            attn += (b.prefill_pairs + b.decode_pairs) * self._index_pair_s
+        kv_read = (b.prefix_tokens + b.prefill_tokens + dec) * self._kv_token_s
+        attn_layer += max(attn, kv_read) + self._launch_s
+        if self._reexpand_flops and b.prefix_tokens:
+            attn_layer += self._matmul(self._reexpand_flops * b.prefix_tokens, b.prefix_tokens, 0.0)
+        coll = self._coll_lat + self._coll_token * n
+
+        dense_layer = self._matmul(self._dense_flops * n, n, self._dense_bytes) if m.intermediate_size else 0.0
+        moe_layer = 0.0
+        if m.is_moe:
+            k, e = m.experts_per_token, m.num_experts
+            touched = e * (1.0 - (1.0 - k / e) ** n)
+            moe_layer = self._matmul(self._expert_flops * n * k, n * k / e, self._expert_bytes * touched)
+            moe_layer += self._router_flops * n / self._flops
+            if m.num_shared_experts:
+                moe_layer += self._matmul(self._shared_flops * n, n, self._shared_bytes)
+
+        busy, comm = [], []
+        for s in self.stages:
+            t = s.layers * (attn_layer + coll) + s.dense * dense_layer + s.moe * moe_layer
+            if s.last and b.sampled:
+                t += self._matmul(self._head_flops * b.sampled, b.sampled, self._head_bytes) + self._sampling_s
+            busy.append(t)
+            comm.append(s.layers * coll)
+        return busy, comm
+
+    def transfer_time(self, tokens: int) -> float:
+        """Time to send a micro-batch's boundary activations to the next rank."""
+        return self._p2p_lat + self._p2p_token * tokens

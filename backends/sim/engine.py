@@ -1,0 +1,319 @@
+"""The discrete-event core: micro-batches moving through ranks.
+
+Each rank runs one virtual stage of one micro-batch at a time, choosing among
+ready work by the mode's ordering rule (oldest micro-batch first; with
+`entry_first`, rank 0 starts a new micro-batch's first stage before older
+micro-batches' last stage). Between ranks, a synchronous transfer blocks the
+sender until the receiver is free to receive and both stay busy while the
+data moves (two ranks sending to each other exchange at once); an
+asynchronous transfer is queued on the link and overlaps with compute. Up to
+pp (+ the mode's extra) micro-batches are in flight; when one leaves the last
+stage its tokens are emitted and the scheduler forms the next.
+
+Time accounting per rank: compute (kernels), exposed communication (TP
+collectives, blocked sends and receives, waiting on an in-flight transfer),
+idle (no micro-batch anywhere in the pipeline) and bubble (the rest).
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+
+from ..base import RunCancelled, RunObserver, Snapshot
+from ..policies.chunking import StepReport
+from ..result import RankTime, RequestRecord, Span
+from ..errors import ConfigError
+from .costs import CostModel
+from .scheduler import DECODE, FIRST_TOKEN, Batch, SimRequest, StepScheduler
+
+DONE, WAKE, ARRIVE, XFER = 0, 1, 2, 3
+FREE, COMPUTE, BLOCKED = 0, 1, 2
+SNAPSHOT_EVERY_S = 0.5
+
+
+class Engine:
+    """Runs one workload through one pipeline; build a new one per run."""
+
+    def __init__(self, cost: CostModel, scheduler: StepScheduler, stage_ranks: tuple[int, ...],
+                 sync: bool, in_flight: int, entry_first: bool,
+                 timeline: bool, observer: RunObserver | None):
+        self.cost, self.sched = cost, scheduler
+        self.stage_ranks = stage_ranks
+        self.nstages = len(stage_ranks)
+        self.pp = max(stage_ranks) + 1
+        self.sync, self.entry_first = sync, entry_first
+        self.slots = in_flight
+        self.step_overhead = cost.step_overhead_s
+        self.timeline, self.observer = timeline, observer
+        p = self.pp
+        self.state = [FREE] * p
+        self.idle_since = [0.0] * p
+        self.blocked_since = [0.0] * p
+        self.ready: list[list[tuple]] = [[] for _ in range(p)]
+        self.incoming: list[list[tuple]] = [[] for _ in range(p)]  # sync sends waiting for this rank
+        self.wake_at = [math.inf] * p
+        self.link_free: dict[tuple[int, int], float] = {}
+        self.compute = [0.0] * p
+        self.comm = [0.0] * p
+        self.heap: list[tuple] = []
+        self.seq = 0
+        self.in_flight = 0
+        self.idle_start = 0.0
+        self.idle_total = 0.0
+        self.sched_free = 0.0
+        self.stage_execs = 0
+        self.steps = 0
+        self.spans: list[tuple] = []
+        self.records: list[RequestRecord] = []
+        self.done = 0
+        self.now = 0.0
+
+    # -- events -------------------------------------------------------------
+    def _push(self, t: float, kind: int, a: object, b: object = None) -> None:
+        self.seq += 1
+        heapq.heappush(self.heap, (t, self.seq, kind, a, b))
+
+    def run(self, requests: list[SimRequest], concurrency: int | None) -> float:
+        """Serve every request; returns the makespan."""
+        for q in requests:
+            if q.prompt + q.output > self.sched.kv_capacity:
+                raise ConfigError(
+                    f"kv_capacity: request {q.id} needs {q.prompt + q.output} tokens of KV cache but the "
+                    f"cluster holds {self.sched.kv_capacity}; use more devices or a smaller scenario")
+        self.pending = requests
+        self.next_arrival = 0
+        self.open_loop = concurrency is None
+        self.total = len(requests)
+        if self.open_loop:
+            self._schedule_arrival()
+        else:
+            for _ in range(min(concurrency, len(requests))):
+                self._release(requests[self.next_arrival].arrival)
+            self._try_schedule(0.0)
+        observer = self.observer
+        next_snapshot = SNAPSHOT_EVERY_S
+        heap, pop = self.heap, heapq.heappop
+        on_done, dispatch = self._on_done, self._dispatch
+        t = 0.0
+        while heap:
+            t, _, kind, a, b = pop(heap)
+            self.now = t
+            if kind == DONE:
+                on_done(t, a, b)
+            elif kind == WAKE:
+                if self.wake_at[a] == t:
+                    self.wake_at[a] = math.inf
+                dispatch(a, t)
+            elif kind == XFER:
+                self._on_transfer(t, a)
+            else:
+                self._on_arrival(t)
+            if observer is not None and t >= next_snapshot:
+                next_snapshot = t + SNAPSHOT_EVERY_S
+                observer.snapshot(self.snapshot(t))
+                if observer.should_stop():
+                    raise RunCancelled()
+        if self.done != self.total:
+            raise RuntimeError(f"simulation stalled with {self.total - self.done} requests unfinished")
+        return max((r.finish_s for r in self.records), default=0.0)
+
+    def snapshot(self, t: float) -> Snapshot:
+        """Progress counters at time t."""
+        s = self.sched
+        return Snapshot(t, self.done, len(s.running), len(s.waiting), s.kv_used / s.kv_capacity)
+
+    # -- arrivals and scheduling --------------------------------------------
+    def _schedule_arrival(self) -> None:
+        if self.next_arrival < len(self.pending):
+            self._push(self.pending[self.next_arrival].arrival, ARRIVE, None)
+
+    def _release(self, t: float) -> None:
+        q = self.pending[self.next_arrival]
+        q.arrival = t
+        self.next_arrival += 1
+        self.sched.waiting.append(q)
+
+    def _on_arrival(self, t: float) -> None:
+        pending = self.pending
+        while self.next_arrival < len(pending) and pending[self.next_arrival].arrival <= t:
+            self._release(pending[self.next_arrival].arrival)
+        self._schedule_arrival()
+        self._try_schedule(t)
+
+    def _try_schedule(self, t: float) -> None:
+        while self.slots > 0:
+            b = self.sched.form(t)
+            if b is None:
+                return
+            self.slots -= 1
+            self.steps += 1
+            if self.in_flight == 0:
+                self.idle_total += t - self.idle_start
+            self.in_flight += 1
+            self.sched_free = max(self.sched_free, t) + self.step_overhead
+            self._enqueue(self.stage_ranks[0], b, 0, self.sched_free, None)
+
+    # -- ranks ----------------------------------------------------------------
+    def _enqueue(self, r: int, b: Batch, stage: int, ready_t: float, xfer_start: float | None) -> None:
+        """Make stage `stage` of b ready on rank r at ready_t (after a transfer that started at xfer_start)."""
+        if self.entry_first:  # younger request groups last; within one, first stages first
+            key = (b.group << 41) | ((stage != 0) << 40) | b.id
+        else:
+            key = b.id
+        self.ready[r].append((key, b, stage, ready_t, xfer_start))
+        self._dispatch(r, self.now)
+
+    def _dispatch(self, r: int, t: float) -> None:
+        if self.state[r] != FREE:
+            return
+        if self.incoming[r]:
+            self._receive(r, t)
+            return
+        ready = self.ready[r]
+        best = None
+        soonest = math.inf
+        for item in ready:
+            rt = item[3]
+            if rt <= t:
+                if best is None or item[0] < best[0]:
+                    best = item
+            elif rt < soonest:
+                soonest = rt
+        if best is None:
+            if soonest < self.wake_at[r]:
+                self.wake_at[r] = soonest
+                self._push(soonest, WAKE, r)
+            return
+        ready.remove(best)
+        _, b, stage, ready_t, xfer_start = best
+        if xfer_start is not None and ready_t > self.idle_since[r]:
+            self.comm[r] += ready_t - max(self.idle_since[r], xfer_start)
+        busy = b.busy[stage]
+        coll = b.comm[stage]
+        self.compute[r] += busy - coll
+        self.comm[r] += coll
+        self.state[r] = COMPUTE
+        end = t + busy
+        self._push(end, DONE, r, b)
+        if self.timeline:
+            self._record((r, stage, b.id, b.lead, b.chunk, t, end, b.kind))
+
+    def _record(self, span: tuple) -> None:
+        self.spans.append(span)
+        if self.observer is not None:
+            self.observer.span(Span._make(span))
+
+    def _free(self, r: int, t: float) -> None:
+        self.state[r] = FREE
+        self.idle_since[r] = t
+        self._dispatch(r, t)
+
+    def _on_done(self, t: float, r: int, b: Batch) -> None:
+        self.stage_execs += 1
+        nxt = b.stage + 1
+        if nxt == self.nstages:
+            self._complete(t, b)
+            self._free(r, t)
+            return
+        b.stage = nxt
+        r2 = self.stage_ranks[nxt]
+        if r2 == r:
+            self.state[r] = FREE
+            self.idle_since[r] = t
+            self._enqueue(r, b, nxt, t, None)
+        elif self.sync:
+            self._send(t, r, r2, b, nxt)
+        else:
+            start = max(t, self.link_free.get((r, r2), 0.0))
+            arrive = start + self.cost.transfer_time(b.tokens)
+            self.link_free[(r, r2)] = arrive
+            self._free(r, t)
+            self._enqueue(r2, b, nxt, arrive, start)
+
+    # -- synchronous transfers -----------------------------------------------
+    def _send(self, t: float, r: int, r2: int, b: Batch, stage: int) -> None:
+        """Rank r blocks sending b to r2 until r2 can receive."""
+        self.state[r] = BLOCKED
+        self.blocked_since[r] = t
+        mutual = next((s for s in self.incoming[r] if s[0] == r2), None)
+        if mutual is not None:  # r2 is blocked sending to us: exchange both ways at once
+            self.incoming[r].remove(mutual)
+            x = max(self.cost.transfer_time(b.tokens), self.cost.transfer_time(mutual[1].tokens))
+            self._push(t + x, XFER, ((r, r2, b, stage), (r2, r, mutual[1], mutual[2])))
+        elif self.state[r2] == FREE:
+            self.state[r2] = BLOCKED
+            self.blocked_since[r2] = t
+            self._push(t + self.cost.transfer_time(b.tokens), XFER, ((r, r2, b, stage),))
+        else:
+            self.incoming[r2].append((r, b, stage))
+
+    def _receive(self, r: int, t: float) -> None:
+        """Free rank r takes the oldest send waiting for it."""
+        src, b, stage = self.incoming[r].pop(0)
+        self.state[r] = BLOCKED
+        self.blocked_since[r] = t
+        self._push(t + self.cost.transfer_time(b.tokens), XFER, ((src, r, b, stage),))
+
+    def _on_transfer(self, t: float, transfers: tuple) -> None:
+        ranks = []
+        for src, dst, b, stage in transfers:
+            ranks += [src, dst]
+            if self.timeline and t > self.blocked_since[src]:
+                self._record((src, stage - 1, b.id, b.lead, b.chunk, self.blocked_since[src], t, "send"))
+            if self.timeline and t > self.blocked_since[dst]:
+                self._record((dst, stage, b.id, b.lead, b.chunk, self.blocked_since[dst], t, "recv"))
+        for r in set(ranks):
+            self.comm[r] += t - self.blocked_since[r]
+            self.state[r] = FREE
+            self.idle_since[r] = t
+        for src, dst, b, stage in transfers:
+            self._enqueue(dst, b, stage, t, None)
+        for r in sorted(set(ranks)):
+            self._dispatch(r, t)
+
+    # -- completion -------------------------------------------------------------
+    def _complete(self, t: float, b: Batch) -> None:
+        decode = 0
+        for q, kind in b.entries:
+            if kind == DECODE:
+                decode += 1
+                q.emitted += 1
+                q.busy = False
+                if q.emitted >= q.output:
+                    self._finish(q, t)
+            elif kind == FIRST_TOKEN:
+                q.prefilled = True
+                q.busy = False
+                q.first_token = t
+                q.emitted = 1
+                if q.output <= 1:
+                    self._finish(q, t)
+        self.sched.policy.observe(StepReport(t, t - b.created, b.prefill_tokens, decode))
+        self.slots += 1
+        self.in_flight -= 1
+        if self.in_flight == 0:
+            self.idle_start = t
+        self._try_schedule(t)
+
+    def _finish(self, q: SimRequest, t: float) -> None:
+        q.finish = t
+        self.sched.release(q)
+        self.done += 1
+        rec = RequestRecord(q.id, q.arrival, q.prompt, q.output, q.first_token, t)
+        self.records.append(rec)
+        if self.observer is not None:
+            self.observer.request_done(rec)
+        if not self.open_loop and self.next_arrival < len(self.pending):
+            self._release(t)
+
+    # -- results ------------------------------------------------------------------
+    def rank_times(self, makespan: float) -> list[RankTime]:
+        """Per-rank split of the makespan."""
+        idle = self.idle_total
+        return [RankTime(r, self.compute[r], self.comm[r], max(0.0, makespan - self.compute[r] - self.comm[r] - idle), idle)
+                for r in range(self.pp)]
+
+    def span_list(self) -> list[Span]:
+        """The recorded timeline, sorted by rank and start."""
+        return sorted(map(Span._make, self.spans), key=lambda s: (s.rank, s.start))

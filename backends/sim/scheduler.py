@@ -1,0 +1,163 @@
+"""Step scheduler: forms each micro-batch from running and waiting requests.
+
+Like vLLM's v1 scheduler: one token budget per step shared by decodes (one
+token per running request whose previous token is out) and prefill chunks;
+a prompt's next chunk can be issued while its previous chunk is still in the
+pipeline (it only needs that chunk's KV on the first stage, which FIFO order
+guarantees). Admission of a waiting request needs KV capacity for its whole
+context (prompt + output, so nothing is preempted) and a free running slot.
+How large chunks are and whose prompts may be chunked now is left to the
+mode's chunk and admission policies.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+
+from ..policies.admission import Admission
+from ..policies.chunking import ChunkPolicy
+from .costs import BatchShape, CostModel, capped_pairs
+
+PREFILL, FIRST_TOKEN, DECODE = 0, 1, 2
+
+
+class SimRequest:
+    """A request's progress inside the simulator."""
+
+    __slots__ = ("id", "seq", "arrival", "prompt", "output", "scheduled", "chunks", "emitted",
+                 "busy", "prefilled", "first_token", "finish", "last_busy")
+
+    def __init__(self, rid: int, arrival: float, prompt: int, output: int):
+        self.id, self.arrival, self.prompt, self.output = rid, arrival, prompt, output
+        self.seq = -1  # admission order
+        self.scheduled = 0  # prompt tokens issued in chunks so far
+        self.chunks = 0
+        self.emitted = 0
+        self.busy = False  # its next token is in flight
+        self.prefilled = False
+        self.first_token = self.finish = 0.0
+        self.last_busy: list[float] | None = None  # stage times of its latest chunk
+
+
+class Batch:
+    """One micro-batch (scheduler step) travelling through the virtual stages."""
+
+    __slots__ = ("id", "entries", "busy", "comm", "stage", "group", "lead", "chunk", "kind",
+                 "tokens", "prefill_tokens", "created")
+
+    def __init__(self, bid: int, entries: list, created: float):
+        self.id, self.entries, self.created = bid, entries, created
+        self.stage = 0
+        self.busy: list[float] = []
+        self.comm: list[float] = []
+
+
+class StepScheduler:
+    """Holds the request queues and builds micro-batches."""
+
+    def __init__(self, cost: CostModel, chunk_policy: ChunkPolicy, admission: Admission,
+                 max_running: int, kv_capacity: int, hops: int, topk: int = 0):
+        self.cost, self.policy, self.admission = cost, chunk_policy, admission
+        self.hops = hops  # rank-to-rank transfers a micro-batch makes
+        self.max_running, self.kv_capacity = max_running, kv_capacity
+        self.topk = topk  # DSA keys per query (0 = dense attention)
+        self.waiting: deque[SimRequest] = deque()
+        self.running: list[SimRequest] = []
+        self.kv_used = 0
+        self.admitted = 0
+        self.batches = 0
+        self.chunks = 0
+
+    def form(self, now: float) -> Batch | None:
+        """Build the next micro-batch, or None when there is nothing to run."""
+        budget = self.policy.step_budget()
+        entries: list[tuple[SimRequest, int]] = []
+        prefill = pairs = capped = dec_pairs = dec_capped = prefix_sum = sampled = 0
+        lead = lead_chunk = -1
+        group = -1
+        topk = self.topk
+        running = self.running
+        for q in running:
+            if q.prefilled and not q.busy and budget > 0:
+                q.busy = True
+                budget -= 1
+                ctx = q.prompt + q.emitted
+                dec_pairs += ctx
+                dec_capped += ctx if topk <= 0 or ctx < topk else topk
+                sampled += 1
+                entries.append((q, DECODE))
+        decode_tokens = len(entries)
+
+        lead_req = next((q for q in running if not q.prefilled), None)
+        draining = lead_req is not None and lead_req.scheduled == lead_req.prompt
+        candidates = [q for q in running if q.scheduled < q.prompt]
+        waiting = self.waiting
+        drained_lead = None
+        while budget > 0:
+            if candidates:
+                q = candidates.pop(0)
+                fresh = False
+            elif waiting and len(running) < self.max_running and \
+                    self.kv_used + waiting[0].prompt + waiting[0].output <= self.kv_capacity:
+                q = waiting[0]
+                fresh = True
+            else:
+                break
+            is_lead = lead_req is None or q is lead_req
+            want = min(q.prompt - q.scheduled, budget, self.policy.request_chunk(q.scheduled))
+            tokens = self.admission.allowance(is_lead, draining, want, q.scheduled)
+            if tokens <= 0:
+                if fresh:
+                    break
+                continue
+            if fresh:
+                waiting.popleft()
+                q.seq = self.admitted
+                self.admitted += 1
+                self.kv_used += q.prompt + q.output
+                running.append(q)
+                if lead_req is None:
+                    lead_req = q
+            start = q.scheduled
+            q.scheduled += tokens
+            prefill += tokens
+            budget -= tokens
+            pairs += tokens * start + tokens * (tokens + 1) / 2
+            capped += capped_pairs(start, tokens, topk) if topk > 0 else 0
+            prefix_sum += start
+            if lead < 0:
+                lead, lead_chunk, group = q.id, q.chunks, q.seq
+            q.chunks += 1
+            self.chunks += 1
+            if q.scheduled == q.prompt:
+                q.busy = True
+                sampled += 1
+                entries.append((q, FIRST_TOKEN))
+                if q is lead_req:
+                    drained_lead = q
+            else:
+                entries.append((q, PREFILL))
+        if not entries:
+            return None
+
+        b = Batch(self.batches, entries, now)
+        self.batches += 1
+        b.tokens = decode_tokens + prefill
+        b.prefill_tokens = prefill
+        b.lead, b.chunk = lead, lead_chunk
+        b.group = group if group >= 0 else (lead_req.seq if lead_req is not None else self.admitted)
+        b.kind = "decode" if not prefill else ("prefill" if not decode_tokens else "mixed")
+        shape = BatchShape(b.tokens, prefill, pairs, capped, dec_pairs, dec_capped, prefix_sum, sampled)
+        b.busy, b.comm = self.cost.stage_costs(shape)
+        for q, kind in entries:
+            if kind != DECODE:
+                prev = q.last_busy
+                q.last_busy = b.busy
+                if q is drained_lead:
+                    self.admission.on_drain(b.busy, prev, self.cost.transfer_time(b.tokens) * self.hops)
+        return b
+
+    def release(self, q: SimRequest) -> None:
+        """Free a finished request's running slot and KV reservation."""
+        self.running.remove(q)
+        self.kv_used -= q.prompt + q.output

@@ -1,0 +1,45 @@
+"""A toy cost model for engine tests: every virtual stage of chunk k takes (k+1)*t, transfers are free."""
+
+from __future__ import annotations
+
+from pipedeck.backends.config import ServingConfig
+from pipedeck.backends.sim.backend import build_engine
+from pipedeck.backends.sim.scheduler import SimRequest
+
+CHUNK = 1024
+
+
+class LinearChunkCost:
+    """tau_k = (k + 1) * t on every virtual stage, where k = prefix // CHUNK."""
+
+    step_overhead_s = 0.0
+
+    def __init__(self, stages: int, t: float = 1.0):
+        self.stages, self.t = stages, t
+
+    def stage_costs(self, shape):
+        tau = (shape.prefix_tokens // CHUNK + 1) * self.t
+        return [tau] * self.stages, [0.0] * self.stages
+
+    def transfer_time(self, tokens: int) -> float:
+        return 0.0
+
+
+def run_toy(mode: str, chunks_per_request: list[int], pp: int = 2):
+    """Run requests of the given chunk counts, all queued at t=0, under the toy cost."""
+    config = ServingConfig(model="qwen2.5-14b", hardware="a100-40g-pcie", tp=1, pp=pp, mode=mode,
+                           chunk=CHUNK).resolve()
+    engine = build_engine(config, timeline=True, cost=LinearChunkCost(len(config.layer_split)))
+    requests = [SimRequest(i, 0.0, n * CHUNK, 1) for i, n in enumerate(chunks_per_request)]
+    engine.run(requests, None)
+    return engine, sorted(engine.span_list(), key=lambda s: (s.rank, s.start))
+
+
+def compute_spans(spans, rank):
+    """The compute blocks of one rank, in time order."""
+    return [s for s in spans if s.rank == rank and s.kind not in ("send", "recv")]
+
+
+def gaps(spans):
+    """Idle gaps between consecutive blocks."""
+    return [b.start - a.end for a, b in zip(spans, spans[1:])]
