@@ -1,0 +1,1 @@
+"""The operator surface: the `pipedeck` command line (and later the console)."""

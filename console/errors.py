@@ -1,0 +1,44 @@
+"""The CLI's error boundary: bad input becomes one line on stderr and exit status 2."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+
+import click
+
+from ..backends.errors import ConfigError
+from ..backends.profiles import ProfileError
+from ..scenarios import ScenarioError
+
+USER_ERRORS: tuple[type[Exception], ...] = (ConfigError, ProfileError, ScenarioError)
+
+
+def register_user_error(kind: type[Exception]) -> None:
+    """Let another package's input errors reach the user as one line."""
+    global USER_ERRORS
+    USER_ERRORS = USER_ERRORS + (kind,)
+
+
+def run_cli(command: click.Command, argv: list[str] | None = None) -> int:
+    """Run a click command; user errors print one line and return 2, never a traceback."""
+    try:
+        result = command.main(args=argv, prog_name="pipedeck", standalone_mode=False)
+    except USER_ERRORS as err:
+        return _fail(str(err))
+    except click.ClickException as err:
+        return _fail(err.format_message())
+    except (KeyboardInterrupt, click.Abort):
+        print("pipedeck: interrupted", file=sys.stderr)
+        return 130
+    return result if isinstance(result, int) else 0
+
+
+def _fail(message: str) -> int:
+    print(f"pipedeck: error: {message.splitlines()[0] if message else 'invalid input'}", file=sys.stderr)
+    return 2
+
+
+def exit_with(run: Callable[[], int]) -> None:
+    """Exit the process with `run()`'s status."""
+    sys.exit(run())

@@ -1,0 +1,77 @@
+"""Click options shared by the commands that take a cluster, a config or a workload."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import click
+
+from ..backends.config import ServingConfig
+from ..backends.errors import ConfigError
+from ..backends.policies.modes import MODES
+from ..backends.tokens import parse_tokens
+from ..scenarios import Scenario, load_scenario
+
+_DEFAULT = ServingConfig()
+
+
+def _layer_split(text: str | None) -> tuple[int, ...] | None:
+    if text is None:
+        return None
+    try:
+        return tuple(int(part) for part in text.split(","))
+    except ValueError:
+        raise ConfigError(f"layer_split: expected comma-separated layer counts such as 31,30, got {text!r}") from None
+
+
+def config_options(fn: Callable) -> Callable:
+    """--model --hardware --tp --pp --mode --chunk --layer-split and the scheduler knobs."""
+    options = [
+        click.option("--model", default=_DEFAULT.model, show_default=True, help="Model profile name, TOML file or HF config.json."),
+        click.option("--hardware", default=_DEFAULT.hardware, show_default=True, help="Hardware profile name or TOML file."),
+        click.option("--tp", type=int, default=_DEFAULT.tp, show_default=True, help="Tensor-parallel size (devices per rank)."),
+        click.option("--pp", type=int, default=_DEFAULT.pp, show_default=True, help="Pipeline-parallel size (ranks)."),
+        click.option("--mode", default=_DEFAULT.mode, show_default=True, help=f"Pipeline mode: {', '.join(MODES)}."),
+        click.option("--chunk", default=str(_DEFAULT.chunk), show_default=True, help="Chunk size / step token budget (24k, 24K or 24576)."),
+        click.option("--layer-split", default=None, help="Layers per virtual stage in execution order, e.g. 31,30 (default: vLLM's even split)."),
+        click.option("--max-running", type=int, default=_DEFAULT.max_running, show_default=True, help="Max running requests (--max-num-seqs)."),
+        click.option("--kv-capacity", default=None, help="KV cache capacity in tokens (default: device memory minus weights)."),
+        click.option("--smooth-factor", type=float, default=_DEFAULT.smooth_factor, show_default=True, help="DCPP smooth factor in (0, 1]."),
+        click.option("--min-chunk", default=str(_DEFAULT.min_chunk), show_default=True, help="DCPP minimum chunk (tokens)."),
+    ]
+    for option in reversed(options):
+        fn = option(fn)
+    return fn
+
+
+def config_from_options(opts: dict[str, object]) -> ServingConfig:
+    """Build and validate a ServingConfig from the parsed options."""
+    capacity = opts["kv_capacity"]
+    return ServingConfig(
+        model=opts["model"], hardware=opts["hardware"], tp=opts["tp"], pp=opts["pp"], mode=opts["mode"],
+        chunk=parse_tokens(opts["chunk"], "chunk"), layer_split=_layer_split(opts["layer_split"]),
+        max_running=opts["max_running"], kv_capacity=None if capacity is None else parse_tokens(capacity, "kv_capacity"),
+        smooth_factor=opts["smooth_factor"], min_chunk=parse_tokens(opts["min_chunk"], "min_chunk"),
+    ).resolve()
+
+
+def workload_options(default_scenario: str) -> Callable[[Callable], Callable]:
+    """--scenario --rate --requests --seed."""
+    def decorate(fn: Callable) -> Callable:
+        options = [
+            click.option("--scenario", default=default_scenario, show_default=True, help="Catalog name, or a .toml/.csv/.jsonl file."),
+            click.option("--rate", type=float, default=None, help="Poisson arrival rate in requests/s (default: the scenario's)."),
+            click.option("--requests", "num_requests", type=int, default=None, help="Number of requests (default: the scenario's)."),
+            click.option("--seed", type=int, default=0, show_default=True, help="Seed for arrivals and lengths."),
+        ]
+        for option in reversed(options):
+            fn = option(fn)
+        return fn
+    return decorate
+
+
+def scenario_from_options(opts: dict[str, object]) -> Scenario:
+    """Load the scenario and check the workload arguments before any work."""
+    scenario = load_scenario(str(opts["scenario"]))
+    scenario.workload(seed=opts["seed"], rate=opts["rate"], num_requests=opts["num_requests"])
+    return scenario
