@@ -30,12 +30,15 @@ class RequestRecord(NamedTuple):
         return (self.finish_s - self.first_token_s) / (self.output_tokens - 1)
 
 
+TRANSFER_KINDS = frozenset({"send", "recv", "exchange"})
+
+
 class Span(NamedTuple):
     """One block of a rank's timeline: a virtual stage running a micro-batch, or a blocking transfer.
 
     `request` and `chunk` name the micro-batch's lead prefill request and its
     chunk index (-1 for decode-only batches); kind is prefill, decode, mixed,
-    send or recv.
+    or a blocking transfer: send, recv, or exchange (both ways at once).
     """
 
     rank: int

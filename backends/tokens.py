@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 _SUFFIX = {"k": 1024, "m": 1024 * 1024}
 
 
@@ -23,6 +25,8 @@ def parse_tokens(value: int | str, field: str) -> int:
             raise ConfigError(
                 f"{field}: expected a token count such as 24k or 24576, got {value!r}"
             ) from None
+        if not math.isfinite(number):
+            raise ConfigError(f"{field}: expected a token count such as 24k or 24576, got {value!r}")
         if number != int(number) and scale == 1:
             raise ConfigError(f"{field}: expected a whole number of tokens, got {value!r}")
         tokens = int(number * scale)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 
 import click
@@ -53,6 +54,15 @@ def config_from_options(opts: dict[str, object]) -> ServingConfig:
         max_running=opts["max_running"], kv_capacity=None if capacity is None else parse_tokens(capacity, "kv_capacity"),
         smooth_factor=opts["smooth_factor"], min_chunk=parse_tokens(opts["min_chunk"], "min_chunk"),
     ).resolve()
+
+
+def check_writable(path: str, flag: str) -> None:
+    """Refuse, before any work, an output path whose folder is missing or read-only."""
+    folder = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(folder):
+        raise click.BadParameter(f"folder {folder} does not exist", param_hint=flag)
+    if not os.access(folder, os.W_OK) or os.path.isdir(path):
+        raise click.BadParameter(f"cannot write {path}", param_hint=flag)
 
 
 def workload_options(default_scenario: str) -> Callable[[Callable], Callable]:

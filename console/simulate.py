@@ -9,7 +9,7 @@ import click
 from ..backends.result import RunResult
 from ..backends.sim import SimBackend
 from ..backends.timeline import write_chrome_trace
-from .options import config_from_options, config_options, scenario_from_options, workload_options
+from .options import check_writable, config_from_options, config_options, scenario_from_options, workload_options
 from .render import print_run
 
 
@@ -23,6 +23,8 @@ def simulate(**opts: object) -> None:
     """Simulate one scenario under one serving config."""
     config = config_from_options(opts)
     scenario = scenario_from_options(opts)
+    if opts["timeline"]:
+        check_writable(str(opts["timeline"]), "--timeline")
     result = SimBackend().run(scenario, config, rate=opts["rate"], seed=opts["seed"],
                               num_requests=opts["num_requests"], timeline=bool(opts["timeline"]))
     if opts["timeline"]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pipedeck.backends.config import ServingConfig
+from pipedeck.backends.result import TRANSFER_KINDS
 from pipedeck.backends.sim.backend import build_engine
 from pipedeck.backends.sim.scheduler import SimRequest
 
@@ -37,7 +38,7 @@ def run_toy(mode: str, chunks_per_request: list[int], pp: int = 2):
 
 def compute_spans(spans, rank):
     """The compute blocks of one rank, in time order."""
-    return [s for s in spans if s.rank == rank and s.kind not in ("send", "recv")]
+    return [s for s in spans if s.rank == rank and s.kind not in TRANSFER_KINDS]
 
 
 def gaps(spans):

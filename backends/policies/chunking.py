@@ -84,4 +84,4 @@ class DynamicChunk(FixedChunk):
         else:  # no superlinear growth measured: equal-time chunks are equal-size chunks
             x = base
         x = base + self.smooth_factor * (x - base)
-        return max(self.floor, int(x) // ALIGN * ALIGN)
+        return max(self.floor, min(base, round(x)) // ALIGN * ALIGN)

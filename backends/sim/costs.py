@@ -14,8 +14,11 @@ Per layer and per device (weights and heads sharded over the TP group):
   query at index_topk keys and adds its indexer, which scores every prefix key;
 - MLA prefill re-expands the cached latent prefix to full K/V for every chunk
   (vLLM's chunked-context MLA), a cost paid again for each chunk;
-- per-kernel launch overhead, and two all-reduces of the activations per layer
-  over the TP group (latency + ring traffic / bus bandwidth);
+- per-kernel launch overhead in eager mode (steps with prefill tokens);
+  decode-only steps replay a captured graph (CUDA/ACL graphs), as vLLM does,
+  and pay none;
+- two all-reduces of the activations per layer over the TP group (latency +
+  ring traffic / bus bandwidth);
 - the last stage also runs the LM head for the sampled tokens and sampling.
 """
 
@@ -138,45 +141,54 @@ class CostModel:
             self._coll_token = 2 * ring * h * ACT_BYTES / (hw.collective_bandwidth_gbs * 1e9)
         else:
             self._coll_lat = self._coll_token = 0.0
+        self._moe = (m.experts_per_token, m.num_experts) if m.is_moe else None
+        self._dense = bool(m.intermediate_size)
+        self._shared = bool(m.num_shared_experts)
+        self._rows = [(s.layers, s.dense, s.moe, s.last) for s in self.stages]
         self._p2p_lat = hw.p2p_latency_us * 1e-6
         self._p2p_token = h * ACT_BYTES / (hw.p2p_bandwidth_gbs * 1e9)
 
     def _matmul(self, flops: float, tokens_per_gemm: float, weight_bytes: float) -> float:
         """Time of a matmul: compute at size-dependent efficiency, or weight reads if slower."""
-        eff = self._mm_eff * tokens_per_gemm / (tokens_per_gemm + self._half)
-        return max(flops / (self._flops * eff), weight_bytes / self._bw)
+        compute = flops * (tokens_per_gemm + self._half) / (self._flops * self._mm_eff * tokens_per_gemm)
+        memory = weight_bytes / self._bw
+        return compute if compute > memory else memory
 
     def stage_costs(self, b: BatchShape) -> tuple[list[float], list[float]]:
         """Busy time of each virtual stage for this batch, and the collective part of it."""
-        n, m = b.tokens, self.model
-        attn_layer = self._matmul(self._proj_flops * n, n, self._proj_bytes)
-        pre, dec = (b.prefill_pairs_capped, b.decode_pairs_capped) if self._sparse else (b.prefill_pairs, b.decode_pairs)
-        attn = pre * self._prefill_pair_s + dec * self._decode_pair_s
+        n = b.tokens
+        matmul = self._matmul
+        attn_layer = matmul(self._proj_flops * n, n, self._proj_bytes)
         if self._sparse:
+            pre, dec = b.prefill_pairs_capped, b.decode_pairs_capped
+            attn = pre * self._prefill_pair_s + dec * self._decode_pair_s
             attn += (b.prefill_pairs + b.decode_pairs) * self._index_pair_s
+        else:
+            pre, dec = b.prefill_pairs, b.decode_pairs
+            attn = pre * self._prefill_pair_s + dec * self._decode_pair_s
         kv_read = (b.prefix_tokens + b.prefill_tokens + dec) * self._kv_token_s
-        attn_layer += max(attn, kv_read) + self._launch_s
+        attn_layer += attn if attn > kv_read else kv_read
+        if b.prefill_tokens:
+            attn_layer += self._launch_s
         if self._reexpand_flops and b.prefix_tokens:
-            attn_layer += self._matmul(self._reexpand_flops * b.prefix_tokens, b.prefix_tokens, 0.0)
+            attn_layer += matmul(self._reexpand_flops * b.prefix_tokens, b.prefix_tokens, 0.0)
         coll = self._coll_lat + self._coll_token * n
 
-        dense_layer = self._matmul(self._dense_flops * n, n, self._dense_bytes) if m.intermediate_size else 0.0
+        dense_layer = matmul(self._dense_flops * n, n, self._dense_bytes) if self._dense else 0.0
         moe_layer = 0.0
-        if m.is_moe:
-            k, e = m.experts_per_token, m.num_experts
+        if self._moe:
+            k, e = self._moe
             touched = e * (1.0 - (1.0 - k / e) ** n)
-            moe_layer = self._matmul(self._expert_flops * n * k, n * k / e, self._expert_bytes * touched)
+            moe_layer = matmul(self._expert_flops * n * k, n * k / e, self._expert_bytes * touched)
             moe_layer += self._router_flops * n / self._flops
-            if m.num_shared_experts:
-                moe_layer += self._matmul(self._shared_flops * n, n, self._shared_bytes)
+            if self._shared:
+                moe_layer += matmul(self._shared_flops * n, n, self._shared_bytes)
 
-        busy, comm = [], []
-        for s in self.stages:
-            t = s.layers * (attn_layer + coll) + s.dense * dense_layer + s.moe * moe_layer
-            if s.last and b.sampled:
-                t += self._matmul(self._head_flops * b.sampled, b.sampled, self._head_bytes) + self._sampling_s
-            busy.append(t)
-            comm.append(s.layers * coll)
+        layer = attn_layer + coll
+        busy = [layers * layer + dense * dense_layer + moe * moe_layer for layers, dense, moe, _ in self._rows]
+        if b.sampled and self._rows[-1][3]:
+            busy[-1] += matmul(self._head_flops * b.sampled, b.sampled, self._head_bytes) + self._sampling_s
+        comm = [row[0] * coll for row in self._rows]
         return busy, comm
 
     def transfer_time(self, tokens: int) -> float:

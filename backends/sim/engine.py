@@ -18,10 +18,11 @@ idle (no micro-batch anywhere in the pipeline) and bubble (the rest).
 from __future__ import annotations
 
 import heapq
+import itertools
 import math
 
 from ..base import RunCancelled, RunObserver, Snapshot
-from ..policies.chunking import StepReport
+from ..policies.chunking import FixedChunk, StepReport
 from ..result import RankTime, RequestRecord, Span
 from ..errors import ConfigError
 from .costs import CostModel
@@ -45,6 +46,7 @@ class Engine:
         self.sync, self.entry_first = sync, entry_first
         self.slots = in_flight
         self.step_overhead = cost.step_overhead_s
+        self.learns = type(scheduler.policy).observe is not FixedChunk.observe
         self.timeline, self.observer = timeline, observer
         p = self.pp
         self.state = [FREE] * p
@@ -57,7 +59,7 @@ class Engine:
         self.compute = [0.0] * p
         self.comm = [0.0] * p
         self.heap: list[tuple] = []
-        self.seq = 0
+        self.seq = itertools.count()
         self.in_flight = 0
         self.idle_start = 0.0
         self.idle_total = 0.0
@@ -71,8 +73,7 @@ class Engine:
 
     # -- events -------------------------------------------------------------
     def _push(self, t: float, kind: int, a: object, b: object = None) -> None:
-        self.seq += 1
-        heapq.heappush(self.heap, (t, self.seq, kind, a, b))
+        heapq.heappush(self.heap, (t, next(self.seq), kind, a, b))
 
     def run(self, requests: list[SimRequest], concurrency: int | None) -> float:
         """Serve every request; returns the makespan."""
@@ -121,7 +122,7 @@ class Engine:
     def snapshot(self, t: float) -> Snapshot:
         """Progress counters at time t."""
         s = self.sched
-        return Snapshot(t, self.done, len(s.running), len(s.waiting), s.kv_used / s.kv_capacity)
+        return Snapshot(t, self.done, s.running, len(s.waiting), s.kv_used / s.kv_capacity)
 
     # -- arrivals and scheduling --------------------------------------------
     def _schedule_arrival(self) -> None:
@@ -165,12 +166,15 @@ class Engine:
         self._dispatch(r, self.now)
 
     def _dispatch(self, r: int, t: float) -> None:
+        """Start the best ready work on rank r if it is free (or wake it when work arrives)."""
         if self.state[r] != FREE:
             return
         if self.incoming[r]:
             self._receive(r, t)
             return
         ready = self.ready[r]
+        if not ready:
+            return
         best = None
         soonest = math.inf
         for item in ready:
@@ -183,19 +187,20 @@ class Engine:
         if best is None:
             if soonest < self.wake_at[r]:
                 self.wake_at[r] = soonest
-                self._push(soonest, WAKE, r)
+                heapq.heappush(self.heap, (soonest, next(self.seq), WAKE, r, None))
             return
         ready.remove(best)
         _, b, stage, ready_t, xfer_start = best
         if xfer_start is not None and ready_t > self.idle_since[r]:
-            self.comm[r] += ready_t - max(self.idle_since[r], xfer_start)
+            idle = self.idle_since[r]
+            self.comm[r] += ready_t - (idle if idle > xfer_start else xfer_start)
         busy = b.busy[stage]
         coll = b.comm[stage]
         self.compute[r] += busy - coll
         self.comm[r] += coll
         self.state[r] = COMPUTE
         end = t + busy
-        self._push(end, DONE, r, b)
+        heapq.heappush(self.heap, (end, next(self.seq), DONE, r, b))
         if self.timeline:
             self._record((r, stage, b.id, b.lead, b.chunk, t, end, b.kind))
 
@@ -256,40 +261,37 @@ class Engine:
         self._push(t + self.cost.transfer_time(b.tokens), XFER, ((src, r, b, stage),))
 
     def _on_transfer(self, t: float, transfers: tuple) -> None:
-        ranks = []
+        """Blocking transfers landed: both sides are free again and the data is ready."""
+        roles: dict[int, tuple[str, int, Batch]] = {}
         for src, dst, b, stage in transfers:
-            ranks += [src, dst]
-            if self.timeline and t > self.blocked_since[src]:
-                self._record((src, stage - 1, b.id, b.lead, b.chunk, self.blocked_since[src], t, "send"))
-            if self.timeline and t > self.blocked_since[dst]:
-                self._record((dst, stage, b.id, b.lead, b.chunk, self.blocked_since[dst], t, "recv"))
-        for r in set(ranks):
+            roles[src] = ("exchange" if src in roles else "send", stage - 1, b)
+            roles[dst] = ("exchange" if dst in roles else "recv", stage, b)
+        for r, (kind, stage, b) in roles.items():
+            if self.timeline and t > self.blocked_since[r]:
+                self._record((r, stage, b.id, b.lead, b.chunk, self.blocked_since[r], t, kind))
             self.comm[r] += t - self.blocked_since[r]
             self.state[r] = FREE
             self.idle_since[r] = t
         for src, dst, b, stage in transfers:
             self._enqueue(dst, b, stage, t, None)
-        for r in sorted(set(ranks)):
+        for r in roles:
             self._dispatch(r, t)
 
     # -- completion -------------------------------------------------------------
     def _complete(self, t: float, b: Batch) -> None:
         decode = 0
+        token_out = self.sched.token_out
         for q, kind in b.entries:
             if kind == DECODE:
                 decode += 1
-                q.emitted += 1
-                q.busy = False
-                if q.emitted >= q.output:
+                if token_out(q, False):
                     self._finish(q, t)
             elif kind == FIRST_TOKEN:
-                q.prefilled = True
-                q.busy = False
                 q.first_token = t
-                q.emitted = 1
-                if q.output <= 1:
+                if token_out(q, True):
                     self._finish(q, t)
-        self.sched.policy.observe(StepReport(t, t - b.created, b.prefill_tokens, decode))
+        if self.learns:
+            self.sched.policy.observe(StepReport(t, t - b.created, b.prefill_tokens, decode))
         self.slots += 1
         self.in_flight -= 1
         if self.in_flight == 0:
@@ -298,7 +300,6 @@ class Engine:
 
     def _finish(self, q: SimRequest, t: float) -> None:
         q.finish = t
-        self.sched.release(q)
         self.done += 1
         rec = RequestRecord(q.id, q.arrival, q.prompt, q.output, q.first_token, t)
         self.records.append(rec)

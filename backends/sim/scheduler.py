@@ -25,7 +25,7 @@ class SimRequest:
     """A request's progress inside the simulator."""
 
     __slots__ = ("id", "seq", "arrival", "prompt", "output", "scheduled", "chunks", "emitted",
-                 "busy", "prefilled", "first_token", "finish", "last_busy")
+                 "first_token", "finish", "last_busy")
 
     def __init__(self, rid: int, arrival: float, prompt: int, output: int):
         self.id, self.arrival, self.prompt, self.output = rid, arrival, prompt, output
@@ -33,8 +33,6 @@ class SimRequest:
         self.scheduled = 0  # prompt tokens issued in chunks so far
         self.chunks = 0
         self.emitted = 0
-        self.busy = False  # its next token is in flight
-        self.prefilled = False
         self.first_token = self.finish = 0.0
         self.last_busy: list[float] | None = None  # stage times of its latest chunk
 
@@ -53,7 +51,12 @@ class Batch:
 
 
 class StepScheduler:
-    """Holds the request queues and builds micro-batches."""
+    """Holds the request queues and builds micro-batches.
+
+    Queues: `waiting` (arrived, not admitted), `prefilling` (admitted, first
+    token not out yet, in admission order; its head is the lead request) and
+    `decodable` (running requests whose previous token is out).
+    """
 
     def __init__(self, cost: CostModel, chunk_policy: ChunkPolicy, admission: Admission,
                  max_running: int, kv_capacity: int, hops: int, topk: int = 0):
@@ -62,7 +65,9 @@ class StepScheduler:
         self.max_running, self.kv_capacity = max_running, kv_capacity
         self.topk = topk  # DSA keys per query (0 = dense attention)
         self.waiting: deque[SimRequest] = deque()
-        self.running: list[SimRequest] = []
+        self.prefilling: list[SimRequest] = []
+        self.decodable: deque[SimRequest] = deque()
+        self.running = 0
         self.kv_used = 0
         self.admitted = 0
         self.batches = 0
@@ -72,32 +77,31 @@ class StepScheduler:
         """Build the next micro-batch, or None when there is nothing to run."""
         budget = self.policy.step_budget()
         entries: list[tuple[SimRequest, int]] = []
-        prefill = pairs = capped = dec_pairs = dec_capped = prefix_sum = sampled = 0
-        lead = lead_chunk = -1
-        group = -1
+        prefill = pairs = capped = dec_pairs = dec_capped = prefix_sum = 0
+        lead = lead_chunk = group = -1
         topk = self.topk
-        running = self.running
-        for q in running:
-            if q.prefilled and not q.busy and budget > 0:
-                q.busy = True
-                budget -= 1
-                ctx = q.prompt + q.emitted
-                dec_pairs += ctx
-                dec_capped += ctx if topk <= 0 or ctx < topk else topk
-                sampled += 1
-                entries.append((q, DECODE))
-        decode_tokens = len(entries)
+        decodable = self.decodable
+        while budget > 0 and decodable:
+            q = decodable.popleft()
+            budget -= 1
+            ctx = q.prompt + q.emitted
+            dec_pairs += ctx
+            dec_capped += ctx if topk <= 0 or ctx < topk else topk
+            entries.append((q, DECODE))
+        decode_tokens = sampled = len(entries)
 
-        lead_req = next((q for q in running if not q.prefilled), None)
+        prefilling, waiting = self.prefilling, self.waiting
+        lead_req = prefilling[0] if prefilling else None
         draining = lead_req is not None and lead_req.scheduled == lead_req.prompt
-        candidates = [q for q in running if q.scheduled < q.prompt]
-        waiting = self.waiting
+        candidates = [q for q in prefilling if q.scheduled < q.prompt]
         drained_lead = None
+        next_candidate = 0
         while budget > 0:
-            if candidates:
-                q = candidates.pop(0)
+            if next_candidate < len(candidates):
+                q = candidates[next_candidate]
+                next_candidate += 1
                 fresh = False
-            elif waiting and len(running) < self.max_running and \
+            elif waiting and self.running < self.max_running and \
                     self.kv_used + waiting[0].prompt + waiting[0].output <= self.kv_capacity:
                 q = waiting[0]
                 fresh = True
@@ -114,8 +118,9 @@ class StepScheduler:
                 waiting.popleft()
                 q.seq = self.admitted
                 self.admitted += 1
+                self.running += 1
                 self.kv_used += q.prompt + q.output
-                running.append(q)
+                prefilling.append(q)
                 if lead_req is None:
                     lead_req = q
             start = q.scheduled
@@ -123,14 +128,14 @@ class StepScheduler:
             prefill += tokens
             budget -= tokens
             pairs += tokens * start + tokens * (tokens + 1) / 2
-            capped += capped_pairs(start, tokens, topk) if topk > 0 else 0
+            if topk > 0:
+                capped += capped_pairs(start, tokens, topk)
             prefix_sum += start
             if lead < 0:
                 lead, lead_chunk, group = q.id, q.chunks, q.seq
             q.chunks += 1
             self.chunks += 1
             if q.scheduled == q.prompt:
-                q.busy = True
                 sampled += 1
                 entries.append((q, FIRST_TOKEN))
                 if q is lead_req:
@@ -149,15 +154,24 @@ class StepScheduler:
         b.kind = "decode" if not prefill else ("prefill" if not decode_tokens else "mixed")
         shape = BatchShape(b.tokens, prefill, pairs, capped, dec_pairs, dec_capped, prefix_sum, sampled)
         b.busy, b.comm = self.cost.stage_costs(shape)
-        for q, kind in entries:
-            if kind != DECODE:
-                prev = q.last_busy
-                q.last_busy = b.busy
-                if q is drained_lead:
-                    self.admission.on_drain(b.busy, prev, self.cost.transfer_time(b.tokens) * self.hops)
+        if prefill:
+            for q, kind in entries:
+                if kind != DECODE:
+                    prev, q.last_busy = q.last_busy, b.busy
+                    if q is drained_lead:
+                        self.admission.on_drain(b.busy, prev, self.cost.transfer_time(b.tokens) * self.hops)
         return b
 
-    def release(self, q: SimRequest) -> None:
-        """Free a finished request's running slot and KV reservation."""
-        self.running.remove(q)
-        self.kv_used -= q.prompt + q.output
+    def token_out(self, q: SimRequest, first: bool) -> bool:
+        """Record a token emitted for q; True when q has finished."""
+        if first:
+            q.emitted = 1
+            self.prefilling.remove(q)
+        else:
+            q.emitted += 1
+        if q.emitted >= q.output:
+            self.running -= 1
+            self.kv_used -= q.prompt + q.output
+            return True
+        self.decodable.append(q)
+        return False

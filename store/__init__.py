@@ -1,0 +1,1 @@
+"""The DuckDB run store: runs, per-request records, timelines, studies and trials."""

@@ -1,0 +1,265 @@
+"""`pipedeck simulate`: JSON and table output, Chrome-trace timelines, one-line input errors."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from pipedeck.backends.result import TRANSFER_KINDS
+from pipedeck.console.cli import cli
+from pipedeck.console.errors import run_cli
+
+QWEN = ["--model", "qwen2.5-14b", "--hardware", "a100-40g-pcie"]
+SHORT = ["simulate", "--scenario", "short-4k", "--requests", "8", *QWEN, "--tp", "2", "--pp", "2"]
+AZURE = ["simulate", "--scenario", "azure-conv", "--requests", "40", *QWEN, "--tp", "2", "--pp", "2"]
+STATS = {"mean", "p50", "p90", "p99"}
+
+
+def run(capsys, argv):
+    """Run the CLI in-process; return (status, stdout, stderr)."""
+    status = run_cli(cli, argv)
+    out, err = capsys.readouterr()
+    return status, out, err
+
+
+def run_json(capsys, argv):
+    status, out, err = run(capsys, [*argv, "--json"])
+    assert status == 0, err
+    return json.loads(out), out
+
+
+# -- --json ---------------------------------------------------------------------
+
+def test_json_has_the_documented_keys(capsys):
+    data, _ = run_json(capsys, SHORT)
+    for key in ("ttft_s", "tpot_s"):
+        assert set(data[key]) >= STATS
+        assert data[key]["p50"] <= data[key]["p90"] <= data[key]["p99"]
+    assert data["ttft_s"]["mean"] > 0 and data["tpot_s"]["mean"] > 0
+    assert data["throughput_tok_s"] > 0 and data["makespan_s"] > 0
+    assert data["steps"] > 0 and data["chunks"] > 0
+    assert set(data["breakdown_s"]) >= {"compute", "bubble", "exposed_comm"}
+    assert 0 <= data["bubble_ratio"] < 1
+    assert data["requests"] == 8
+    assert [r["rank"] for r in data["per_rank"]] == [0, 1]
+    # throughput is all tokens over the makespan: 8 x (4096 + 128)
+    assert data["throughput_tok_s"] == pytest.approx(8 * (4096 + 128) / data["makespan_s"])
+
+
+def test_json_config_is_fully_resolved(capsys):
+    data, _ = run_json(capsys, [*SHORT, "--mode", "vpp", "--chunk", "4k"])
+    config = data["config"]
+    assert config["model"] == "qwen2.5-14b" and config["hardware"] == "a100-40g-pcie"
+    assert config["tp"] == 2 and config["pp"] == 2 and config["mode"] == "vpp"
+    assert config["chunk"] == 4096
+    assert config["virtual_stages"] == 2
+    assert config["layer_split"] == [12, 12, 12, 12]
+    assert isinstance(config["kv_capacity"], int) and config["kv_capacity"] > 0
+    assert set(config) >= {"smooth_factor", "min_chunk", "max_running"}
+
+
+def test_json_layer_split_flag_is_honoured(capsys):
+    data, _ = run_json(capsys, ["simulate", "--scenario", "long-64k", "--layer-split", "30,31"])
+    assert data["config"]["layer_split"] == [30, 31]
+    assert data["config"]["model"] == "deepseek-v3.1" and data["config"]["tp"] == 8
+
+
+@pytest.mark.parametrize("argv", [SHORT, [*AZURE, "--mode", "vpp-sync"], ["simulate", "--scenario", "long-64k"]])
+def test_json_breakdown_sums_to_makespan_per_rank(capsys, argv):
+    data, _ = run_json(capsys, argv)
+    makespan = data["makespan_s"]
+    for r in data["per_rank"]:
+        assert min(r["compute"], r["exposed_comm"], r["bubble"], r["idle"]) >= 0
+        total = r["compute"] + r["exposed_comm"] + r["bubble"] + r["idle"]
+        assert total == pytest.approx(makespan, rel=1e-6)
+    mean = data["breakdown_s"]
+    assert mean["compute"] + mean["exposed_comm"] + mean["bubble"] + mean["idle"] == pytest.approx(makespan, rel=1e-6)
+    assert data["bubble_ratio"] == pytest.approx(mean["bubble"] / makespan)
+
+
+def test_same_seed_gives_identical_json(capsys):
+    _, first = run_json(capsys, [*AZURE, "--seed", "3"])
+    _, second = run_json(capsys, [*AZURE, "--seed", "3"])
+    assert first == second
+
+
+def test_different_seed_gives_different_latencies(capsys):
+    a, _ = run_json(capsys, [*AZURE, "--seed", "0"])
+    b, _ = run_json(capsys, [*AZURE, "--seed", "1"])
+    assert a["seed"] == 0 and b["seed"] == 1
+    assert a["ttft_s"] != b["ttft_s"]
+    assert a["tpot_s"] != b["tpot_s"]
+
+
+def test_rate_changes_an_open_loop_run(capsys):
+    slow, _ = run_json(capsys, [*AZURE, "--rate", "0.5"])
+    fast, _ = run_json(capsys, [*AZURE, "--rate", "50"])
+    assert slow["rate"] == 0.5 and fast["rate"] == 50
+    assert slow["makespan_s"] > fast["makespan_s"]
+    assert slow["breakdown_s"]["idle"] > fast["breakdown_s"]["idle"]
+
+
+# -- --timeline ----------------------------------------------------------------------
+
+@pytest.mark.parametrize("extra", [[], ["--json"]])
+def test_timeline_writes_chrome_trace(capsys, tmp_path, extra):
+    path = tmp_path / "trace.json"
+    status, out, err = run(capsys, [*SHORT, "--mode", "vpp-sync", "--timeline", str(path), *extra])
+    assert status == 0, err
+    trace = json.loads(path.read_text())
+    events = trace["traceEvents"]
+    complete = [e for e in events if e["ph"] == "X"]
+    assert complete
+    assert {e["tid"] for e in complete} == {0, 1}
+    threads = {e["tid"]: e["args"]["name"] for e in events if e["ph"] == "M" and e["name"] == "thread_name"}
+    assert threads == {0: "rank 0", 1: "rank 1"}
+    for e in complete:
+        assert e["dur"] >= 0 and e["ts"] >= 0
+        assert e["args"]["kind"] in {"prefill", "decode", "mixed"} | TRANSFER_KINDS
+    # microseconds: the last event ends at the makespan
+    if extra:
+        makespan = json.loads(out)["makespan_s"]
+    else:
+        assert f"timeline: {path}" in out
+        makespan = None
+    end_us = max(e["ts"] + e["dur"] for e in complete)
+    if makespan is not None:
+        assert end_us == pytest.approx(makespan * 1e6, rel=1e-9)
+    else:
+        assert 1e6 < end_us < 1e9  # seconds-long run: microseconds, not seconds or nanoseconds
+    stages = {(e["tid"], e["args"]["stage"]) for e in complete if e["args"]["kind"] not in TRANSFER_KINDS}
+    assert stages == {(0, 0), (0, 3), (1, 1), (1, 2)}
+
+
+def test_no_timeline_file_without_the_flag(capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    status, _, _ = run(capsys, SHORT)
+    assert status == 0
+    assert list(tmp_path.iterdir()) == []
+
+
+# -- tables -----------------------------------------------------------------------------
+
+def test_table_output_mentions_latency_and_per_rank_table(capsys):
+    status, out, err = run(capsys, SHORT)
+    assert status == 0 and err == ""
+    assert "TTFT" in out and "TPOT" in out
+    assert "time per rank" in out
+    for col in ("rank", "compute", "bubble", "idle", "exposed comm"):
+        assert col in out
+    assert "bubble ratio" in out
+    assert "qwen2.5-14b" in out and "short-4k" in out
+
+
+# -- input errors ----------------------------------------------------------------------
+
+@pytest.mark.parametrize("argv, field", [
+    (["simulate", "--mode", "nope"], "mode"),
+    (["simulate", "--chunk", "0"], "chunk"),
+    (["simulate", "--chunk", "12q"], "chunk"),
+    (["simulate", "--tp", "3"], "tp"),
+    (["simulate", "--layer-split", "30,30"], "layer_split"),
+    (["simulate", "--layer-split", "a,b"], "layer_split"),
+    (["simulate", "--scenario", "nope"], "scenario"),
+    (["simulate", "--scenario", "azure-conv", "--rate", "-1"], "rate"),
+    (["simulate", "--model", "nope"], "model"),
+    (["simulate", "--hardware", "nope"], "hardware"),
+    (["simulate", "--smooth-factor", "2"], "smooth_factor"),
+    (["simulate", "--requests", "0"], "num_requests"),
+    (["simulate", "--scenario", "short-4k", "--rate", "2"], "rate"),
+    (["simulate", "--scenario", "long-64k", "--kv-capacity", "1000"], "kv_capacity"),
+    (["simulate", "--tp", "x"], "--tp"),
+])
+def test_bad_input_is_one_line_exit_2(capsys, argv, field):
+    status, out, err = run(capsys, argv)
+    assert status == 2
+    assert out == ""
+    lines = err.splitlines()
+    assert len(lines) == 1, err
+    assert lines[0].startswith("pipedeck: error: ")
+    assert field in lines[0]
+    assert "Traceback" not in err
+
+
+def test_bad_input_messages_are_exact(capsys):
+    cases = {
+        ("--mode", "nope"): "pipedeck: error: mode: unknown mode 'nope'; allowed: cpp, dcpp, vpp-sync, vpp-async, vpp",
+        ("--chunk", "12q"): "pipedeck: error: chunk: expected a token count such as 24k or 24576, got '12q'",
+        ("--chunk", "0"): "pipedeck: error: chunk: must be a positive token count, got '0'",
+        ("--layer-split", "a,b"):
+            "pipedeck: error: layer_split: expected comma-separated layer counts such as 31,30, got 'a,b'",
+        ("--layer-split", "30,30"): "pipedeck: error: layer_split: must sum to deepseek-v3.1's 61 layers, got 60",
+    }
+    for args, line in cases.items():
+        status, _, err = run(capsys, ["simulate", *args])
+        assert status == 2
+        assert err == line + "\n"
+
+
+def test_bad_config_fails_before_any_work(capsys, tmp_path):
+    path = tmp_path / "trace.json"
+    status, _, _ = run(capsys, ["simulate", "--tp", "3", "--timeline", str(path)])
+    assert status == 2
+    assert not path.exists()
+
+
+@pytest.mark.parametrize("value", ["inf", "nan"])
+def test_non_finite_chunk_is_one_line_exit_2(capsys, value):
+    status = run_cli(cli, ["simulate", "--scenario", "long-64k", "--chunk", value])
+    _, err = capsys.readouterr()
+    assert status == 2
+    assert err.startswith("pipedeck: error: chunk: ")
+
+
+def test_unwritable_timeline_is_one_line_exit_2(capsys, tmp_path):
+    target = tmp_path / "missing-dir" / "trace.json"
+    status = run_cli(cli, ["simulate", "--scenario", "long-64k", "--timeline", str(target)])
+    _, err = capsys.readouterr()
+    assert status == 2
+    assert err.startswith("pipedeck: error: ") and len(err.splitlines()) == 1
+
+
+# -- help ----------------------------------------------------------------------------------
+
+def test_group_help(capsys):
+    status, out, _ = run(capsys, ["--help"])
+    assert status == 0
+    assert "simulate" in out and "Usage: pipedeck" in out
+
+
+def test_simulate_help_lists_every_flag(capsys):
+    status, out, _ = run(capsys, ["simulate", "--help"])
+    assert status == 0
+    for flag in ("--model", "--hardware", "--tp", "--pp", "--mode", "--chunk", "--layer-split", "--scenario",
+                 "--rate", "--requests", "--seed", "--smooth-factor", "--min-chunk", "--json", "--timeline"):
+        assert flag in out, flag
+    for mode in ("cpp", "dcpp", "vpp-sync", "vpp-async", "vpp"):
+        assert mode in out
+
+
+# -- the installed console script -------------------------------------------------------
+
+def test_installed_console_script_prints_json():
+    exe = shutil.which("pipedeck") or str(Path(sys.executable).with_name("pipedeck"))
+    assert Path(exe).exists(), "the pipedeck console script is not installed"
+    proc = subprocess.run([exe, "simulate", "--scenario", "long-64k", "--json"],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(proc.stdout)
+    assert data["scenario"] == "long-64k" and data["requests"] == 1
+    assert data["ttft_s"]["mean"] == pytest.approx(data["makespan_s"])  # one prompt, one output token
+    assert data["tpot_s"]["mean"] == 0.0
+    assert data["config"]["layer_split"] == [31, 30]
+
+
+def test_installed_console_script_error_exit_status():
+    exe = shutil.which("pipedeck") or str(Path(sys.executable).with_name("pipedeck"))
+    proc = subprocess.run([exe, "simulate", "--mode", "nope"], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2
+    assert proc.stdout == ""
+    assert proc.stderr.startswith("pipedeck: error: mode: ") and len(proc.stderr.splitlines()) == 1

@@ -1,0 +1,289 @@
+"""Invariants every simulated run must keep, in every mode, on real cost models."""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from functools import lru_cache
+
+import pytest
+
+from pipedeck.backends.base import RunCancelled, RunObserver
+from pipedeck.backends.config import ServingConfig
+from pipedeck.backends.result import TRANSFER_KINDS
+from pipedeck.backends.errors import ConfigError
+from pipedeck.backends.sim import SimBackend
+from pipedeck.scenarios import load_scenario
+
+MODES = ("cpp", "dcpp", "vpp-sync", "vpp-async", "vpp")
+QWEN = dict(model="qwen2.5-14b", hardware="a100-40g-pcie")
+REQUEST = 4096 + 128  # KV tokens one short-4k request reserves
+
+
+def simulate(scenario: str, num_requests: int | None = None, observer=None, seed: int = 0, **config):
+    return SimBackend().run(load_scenario(scenario), ServingConfig(**config), seed=seed,
+                            num_requests=num_requests, observer=observer)
+
+
+@lru_cache(maxsize=None)
+def cached(scenario: str, num_requests: int | None, mode: str, tp: int = 2, pp: int = 2, qwen: bool = True):
+    return simulate(scenario, num_requests, mode=mode, tp=tp, pp=pp, **(QWEN if qwen else {}))
+
+
+RUNS = [  # (scenario, requests, tp, pp, qwen)
+    ("short-4k", 8, 2, 2, True),
+    ("azure-conv", 40, 2, 2, True),
+    ("long-64k", None, 8, 2, False),
+]
+RUN_IDS = ["short-4k", "azure-conv", "long-64k-dsv3"]
+
+
+def max_overlap(intervals) -> int:
+    """Most intervals open at once; an interval ending at t is closed before one starting at t opens."""
+    events = sorted([(a, 1) for a, _ in intervals] + [(b, -1) for _, b in intervals])
+    level = peak = 0
+    for _, step in events:
+        level += step
+        peak = max(peak, level)
+    return peak
+
+
+def compute_spans(result):
+    return [s for s in result.spans if s.kind not in TRANSFER_KINDS]
+
+
+# -- per-request records ---------------------------------------------------------
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("run", RUNS, ids=RUN_IDS)
+def test_every_request_finishes_once_in_order(mode, run):
+    scenario, n, tp, pp, qwen = run
+    result = cached(scenario, n, mode, tp, pp, qwen)
+    workload = load_scenario(scenario).workload(num_requests=n)
+    assert [r.id for r in result.records] == [q.id for q in workload.requests]
+    for rec, req in zip(result.records, workload.requests):
+        assert (rec.prompt_tokens, rec.output_tokens) == (req.prompt_tokens, req.output_tokens)
+        assert rec.arrival_s == req.arrival_s  # open loop: arrivals are the workload's
+        assert rec.first_token_s >= rec.arrival_s
+        assert rec.finish_s >= rec.first_token_s
+        assert rec.ttft_s > 0
+        if rec.output_tokens > 1:
+            assert rec.tpot_s > 0
+            assert rec.finish_s > rec.first_token_s
+        else:
+            assert rec.tpot_s == 0 and rec.finish_s == rec.first_token_s
+    assert result.makespan_s == max(r.finish_s for r in result.records)
+
+
+def test_observer_sees_every_request_once_and_snapshots():
+    class Recorder(RunObserver):
+        def __init__(self):
+            self.done, self.snaps, self.spans = [], [], 0
+
+        def request_done(self, record):
+            self.done.append(record)
+
+        def snapshot(self, snap):
+            self.snaps.append(snap)
+
+        def span(self, span):
+            self.spans += 1
+
+    obs = Recorder()
+    result = simulate("azure-conv", 40, observer=obs, mode="vpp", tp=2, pp=2, **QWEN)
+    assert sorted(r.id for r in obs.done) == list(range(40))
+    assert sorted(obs.done) == sorted(result.records)
+    assert len(obs.snaps) >= 2
+    times = [s.time_s for s in obs.snaps]
+    assert times == sorted(times) and times[-1] <= result.makespan_s
+    assert [s.done for s in obs.snaps] == sorted(s.done for s in obs.snaps)
+    assert all(0 <= s.kv_used <= 1 and s.in_flight >= 0 and s.waiting >= 0 for s in obs.snaps)
+    assert obs.spans == len(result.spans)
+
+
+def test_observer_should_stop_cancels_the_run():
+    class Stopper(RunObserver):
+        asked = 0
+
+        def should_stop(self):
+            self.asked += 1
+            return True
+
+    stopper = Stopper()
+    with pytest.raises(RunCancelled):
+        simulate("azure-conv", 40, observer=stopper, mode="cpp", tp=2, pp=2, **QWEN)
+    assert stopper.asked == 1
+
+
+def test_observer_that_never_stops_changes_nothing():
+    plain = cached("azure-conv", 40, "vpp-async")
+    observed = simulate("azure-conv", 40, observer=RunObserver(), mode="vpp-async", tp=2, pp=2, **QWEN)
+    assert observed.records == plain.records and observed.spans == plain.spans
+
+
+# -- determinism and sensitivity ------------------------------------------------------
+
+def test_same_inputs_same_result_bit_for_bit():
+    a = simulate("azure-conv", 40, seed=5, mode="dcpp", tp=2, pp=2, **QWEN)
+    b = simulate("azure-conv", 40, seed=5, mode="dcpp", tp=2, pp=2, **QWEN)
+    assert a.records == b.records and a.spans == b.spans and a.ranks == b.ranks
+
+
+def test_more_pipeline_stages_on_the_same_devices_change_results():
+    runs = {(tp, pp): cached("azure-conv", 40, "cpp", tp, pp) for tp, pp in ((4, 1), (2, 2), (1, 4))}
+    assert [len(r.ranks) for r in runs.values()] == [1, 2, 4]
+    assert [len(r.config["layer_split"]) for r in runs.values()] == [1, 2, 4]
+    makespans = {r.makespan_s for r in runs.values()}
+    ttfts = {r.summary()["ttft_s"]["mean"] for r in runs.values()}
+    assert len(makespans) == 3 and len(ttfts) == 3
+    assert {s.rank for s in runs[(1, 4)].spans} == {0, 1, 2, 3}
+
+
+# -- KV capacity ---------------------------------------------------------------------------
+
+def test_kv_capacity_smaller_than_one_request_is_a_config_error():
+    with pytest.raises(ConfigError) as err:
+        simulate("short-4k", 8, mode="cpp", tp=2, pp=2, kv_capacity=REQUEST - 1, **QWEN)
+    assert str(err.value).startswith(f"kv_capacity: request 0 needs {REQUEST} tokens of KV cache but the cluster "
+                                     f"holds {REQUEST - 1}")
+
+
+class Snapshots(RunObserver):
+    def __init__(self):
+        self.snaps = []
+
+    def snapshot(self, snap):
+        self.snaps.append(snap)
+
+
+@pytest.mark.parametrize("fits", [1, 2])
+@pytest.mark.parametrize("mode", ["cpp", "vpp"])
+def test_tiny_kv_capacity_serialises_requests(mode, fits):
+    obs = Snapshots()
+    capacity = fits * REQUEST + REQUEST - 1  # room for `fits` requests, not one more
+    result = simulate("short-4k", 8, observer=obs, mode=mode, tp=2, pp=2, kv_capacity=capacity, **QWEN)
+    assert sorted(r.id for r in result.records) == list(range(8))
+    busy = [(r.first_token_s, r.finish_s) for r in result.records]
+    assert max_overlap(busy) == fits
+    assert obs.snaps and max(s.in_flight for s in obs.snaps) <= fits
+    assert max(s.kv_used for s in obs.snaps) <= fits * REQUEST / capacity + 1e-12
+    if fits == 1:  # the next prompt starts only after the previous request has finished
+        by_first = sorted(result.records, key=lambda r: r.first_token_s)
+        for prev, nxt in zip(by_first, by_first[1:]):
+            assert nxt.first_token_s > prev.finish_s
+    assert result.makespan_s > cached("short-4k", 8, mode).makespan_s
+
+
+# -- closed loop -----------------------------------------------------------------------------
+
+@pytest.mark.parametrize("mode", ["cpp", "vpp"])
+def test_closed_loop_keeps_at_most_16_in_flight(mode):
+    result = cached("mixed-gsm8k", 40, mode, 4, 2)
+    assert len(result.records) == 40
+    intervals = [(r.arrival_s, r.finish_s) for r in result.records]
+    assert max_overlap(intervals) == 16
+    assert sum(r.arrival_s == 0.0 for r in result.records) == 16
+    # every later request is released exactly when an earlier one finishes
+    finishes = Counter(r.finish_s for r in result.records)
+    for r in result.records:
+        if r.arrival_s > 0:
+            assert finishes[r.arrival_s] >= 1
+
+
+# -- time accounting and the timeline -----------------------------------------------------
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("run", RUNS, ids=RUN_IDS)
+def test_rank_time_sums_to_makespan(mode, run):
+    scenario, n, tp, pp, qwen = run
+    result = cached(scenario, n, mode, tp, pp, qwen)
+    assert [r.rank for r in result.ranks] == list(range(pp))
+    for r in result.ranks:
+        assert min(r.compute, r.exposed_comm, r.bubble, r.idle) >= 0
+        assert r.compute > 0
+        total = r.compute + r.exposed_comm + r.bubble + r.idle
+        assert total == pytest.approx(result.makespan_s, rel=1e-6)
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("run", RUNS, ids=RUN_IDS)
+def test_compute_spans_of_one_rank_never_overlap(mode, run):
+    scenario, n, tp, pp, qwen = run
+    result = cached(scenario, n, mode, tp, pp, qwen)
+    for rank in range(pp):
+        spans = sorted((s for s in compute_spans(result) if s.rank == rank), key=lambda s: s.start)
+        assert spans
+        for a, b in zip(spans, spans[1:]):
+            assert b.start >= a.end - 1e-12, (a, b)
+        for s in spans:
+            assert 0 <= s.start <= s.end <= result.makespan_s
+
+
+@pytest.mark.parametrize("mode", ["cpp", "dcpp", "vpp-async", "vpp"])
+@pytest.mark.parametrize("run", RUNS, ids=RUN_IDS)
+def test_all_spans_of_one_rank_never_overlap(mode, run):
+    """Compute and transfer blocks together form one sequence per rank."""
+    scenario, n, tp, pp, qwen = run
+    result = cached(scenario, n, mode, tp, pp, qwen)
+    for rank in range(pp):
+        spans = sorted((s for s in result.spans if s.rank == rank), key=lambda s: (s.start, s.end))
+        for a, b in zip(spans, spans[1:]):
+            assert b.start >= a.end - 1e-12, (a, b)
+
+
+def test_vpp_sync_transfer_spans_never_overlap():
+    result = cached("long-64k", None, "vpp-sync", 8, 2, False)
+    for rank in range(2):
+        spans = sorted((s for s in result.spans if s.rank == rank), key=lambda s: (s.start, s.end))
+        for a, b in zip(spans, spans[1:]):
+            assert b.start >= a.end - 1e-12, (a, b)
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("run", RUNS, ids=RUN_IDS)
+def test_each_virtual_stage_of_each_batch_runs_exactly_once(mode, run):
+    scenario, n, tp, pp, qwen = run
+    result = cached(scenario, n, mode, tp, pp, qwen)
+    spans = compute_spans(result)
+    assert len(spans) == result.stage_executions
+    stages = pp * (2 if mode.startswith("vpp") else 1)
+    per_batch = defaultdict(list)
+    for s in spans:
+        per_batch[s.batch].append(s.stage)
+    assert len(per_batch) == result.steps
+    assert result.stage_executions == result.steps * stages
+    for batch, seen in per_batch.items():
+        assert sorted(seen) == list(range(stages)), batch
+    # a batch runs its stages in order: each starts after the previous one ended
+    ordered = defaultdict(list)
+    for s in sorted(spans, key=lambda s: s.stage):
+        ordered[s.batch].append(s)
+    for seq in ordered.values():
+        for a, b in zip(seq, seq[1:]):
+            assert b.start >= a.end - 1e-12
+
+
+@pytest.mark.parametrize("mode", ["vpp-sync", "vpp-async", "vpp"])
+def test_vpp_fold_back_places_stages_on_ranks(mode):
+    result = cached("short-4k", 8, mode)
+    pairs = {(s.rank, s.stage) for s in compute_spans(result)}
+    assert pairs == {(0, 0), (1, 1), (1, 2), (0, 3)}
+    assert result.config["layer_split"] == [12, 12, 12, 12]
+
+
+def test_vpp_fold_back_with_four_ranks():
+    result = simulate("short-4k", 8, mode="vpp-async", tp=1, pp=4, **QWEN)
+    pairs = {(s.rank, s.stage) for s in compute_spans(result)}
+    assert pairs == {(0, 0), (1, 1), (2, 2), (3, 3), (3, 4), (2, 5), (1, 6), (0, 7)}
+
+
+@pytest.mark.parametrize("mode", ["cpp", "dcpp"])
+def test_linear_layout_places_stage_i_on_rank_i(mode):
+    result = cached("azure-conv", 40, mode, 1, 4)
+    assert {(s.rank, s.stage) for s in compute_spans(result)} == {(i, i) for i in range(4)}
+
+
+def test_modes_differ_on_a_long_prompt():
+    ttft = {m: cached("long-64k", None, m, 8, 2, False).records[0].ttft_s for m in MODES}
+    assert ttft["dcpp"] != ttft["cpp"]
+    assert ttft["vpp-sync"] != ttft["cpp"]
+    assert cached("long-64k", None, "dcpp", 8, 2, False).chunks > cached("long-64k", None, "cpp", 8, 2, False).chunks
