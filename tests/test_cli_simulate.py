@@ -83,8 +83,8 @@ def test_json_breakdown_sums_to_makespan_per_rank(capsys, argv):
 
 
 def test_same_seed_gives_identical_json(capsys):
-    _, first = run_json(capsys, [*AZURE, "--seed", "3"])
-    _, second = run_json(capsys, [*AZURE, "--seed", "3"])
+    _, first = run_json(capsys, [*AZURE, "--seed", "3", "--no-store"])  # stored, each run gets its own run_id
+    _, second = run_json(capsys, [*AZURE, "--seed", "3", "--no-store"])
     assert first == second
 
 

@@ -1,0 +1,86 @@
+"""`pipedeck runs`: list the runs in the store, newest first."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import asdict
+from datetime import datetime
+from pathlib import Path
+
+import click
+from rich import box
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from ..backends.policies.modes import MODES
+from ..backends.tokens import format_tokens
+from ..store import ENV_VAR, RunRow, RunStore, default_db_path
+
+READ_LOCK_WAIT_S = 5.0  # how long a reader waits for another process to let go of the file
+WRITE_LOCK_WAIT_S = 30.0  # how long a finished run waits to be written
+
+
+def db_option(fn: Callable) -> Callable:
+    """--db FILE: the run store (default $PIPEDECK_DB, else ./pipedeck.duckdb)."""
+    return click.option("--db", type=click.Path(dir_okay=False), default=None,
+                        help=f"Run store, a DuckDB file (default: ${ENV_VAR}, else ./pipedeck.duckdb).")(fn)
+
+
+def db_path(opts: dict[str, object]) -> Path:
+    """The store file the --db option names, or the default."""
+    return default_db_path(opts.get("db"))  # type: ignore[arg-type]
+
+
+def local_time(value: datetime) -> str:
+    """A stored UTC time as local wall-clock time."""
+    return value.astimezone().strftime("%Y-%m-%d %H:%M:%S")
+
+
+@click.command()
+@db_option
+@click.option("--study", default=None, help="Only runs of this tuning study.")
+@click.option("--scenario", default=None, help="Only runs of this scenario.")
+@click.option("--mode", type=click.Choice(list(MODES)), default=None, help="Only runs in this pipeline mode.")
+@click.option("--limit", type=click.IntRange(min=1), default=None, help="Show at most N runs.")
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON list instead of a table.")
+def runs(**opts: object) -> None:
+    """List stored runs, newest first."""
+    path = db_path(opts)
+    with RunStore.open(path, read_only=True, lock_timeout_s=READ_LOCK_WAIT_S) as store:
+        rows = store.list_runs(study=opts["study"], scenario=opts["scenario"], mode=opts["mode"], limit=opts["limit"])
+    if opts["as_json"]:
+        click.echo(json.dumps([row_json(row) for row in rows], indent=2))
+    elif not rows:
+        click.echo(f"no runs in {path}")
+    else:
+        Console().print(runs_table(rows, path))
+
+
+def row_json(row: RunRow) -> dict[str, object]:
+    """One listed run as a JSON object."""
+    return {**asdict(row), "created_at": row.created_at.isoformat()}
+
+
+def runs_table(rows: list[RunRow], path: Path) -> Table:
+    """The listed runs as a rich table (fits 80 columns; --json has every field)."""
+    table = Table(title=f"runs in {escape(str(path))}", title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False,
+                  collapse_padding=True)
+    fixed = {"id": 3, "created": 11, "config": 13, "TTFT p90": 8, "TPOT p90": 8, "bubble": 6}
+    for col in ("id", "created", "scenario", "model", "config", "TTFT p90", "TPOT p90", "bubble", "label"):
+        if col in fixed:  # always shown whole; the text columns share what is left
+            table.add_column(col, justify="left" if col in ("created", "config") else "right", no_wrap=True,
+                             min_width=fixed[col])
+        else:
+            table.add_column(col, no_wrap=True, overflow="ellipsis", ratio=1)
+    for r in rows:
+        scenario = r.scenario if r.rate is None else f"{r.scenario}@{r.rate:.3g}"
+        config = " ".join(part for part in (r.mode, f"{r.tp}×{r.pp}",
+                                            format_tokens(int(r.chunk)) if r.chunk is not None else None) if part)
+        label = " ".join(part for part in (r.label, None if r.trial is None else f"#{r.trial}") if part)
+        table.add_row(
+            str(r.id), r.created_at.astimezone().strftime("%m-%d %H:%M"), escape(scenario), escape(r.model or ""),
+            config, f"{r.ttft_p90_s:.4g}", f"{r.tpot_p90_s:.4g}", f"{r.bubble_ratio:.1%}", escape(label),
+        )
+    return table

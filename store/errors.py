@@ -1,0 +1,7 @@
+"""`StoreError`: a run store that cannot be opened, read or written, or a missing record."""
+
+from __future__ import annotations
+
+
+class StoreError(ValueError):
+    """One line naming the store file (or the missing record) and what went wrong."""
