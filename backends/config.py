@@ -23,6 +23,16 @@ def default_layer_split(layers: int, stages: int) -> tuple[int, ...]:
     return tuple(split)
 
 
+def parse_layer_split(text: str) -> tuple[int, ...] | None:
+    """Comma-separated layer counts (31,30), or `default` for vLLM's split of whatever pipeline runs."""
+    if text.strip() == "default":
+        return None
+    try:
+        return tuple(int(part) for part in text.split(","))
+    except ValueError:
+        raise ConfigError(f"layer_split: expected comma-separated layer counts such as 31,30, got {text!r}") from None
+
+
 def _positive_int(name: str, value: object) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise ConfigError(f"{name}: must be a positive integer, got {value!r}")

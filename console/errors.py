@@ -10,8 +10,9 @@ import click
 from ..backends.errors import ConfigError
 from ..backends.profiles import ProfileError
 from ..scenarios import ScenarioError
+from ..tuner.slo import SLOError
 
-USER_ERRORS: tuple[type[Exception], ...] = (ConfigError, ProfileError, ScenarioError)
+USER_ERRORS: tuple[type[Exception], ...] = (ConfigError, ProfileError, ScenarioError, SLOError)
 
 
 def register_user_error(kind: type[Exception]) -> None:

@@ -7,22 +7,12 @@ from collections.abc import Callable
 
 import click
 
-from ..backends.config import ServingConfig
-from ..backends.errors import ConfigError
+from ..backends.config import ServingConfig, parse_layer_split
 from ..backends.policies.modes import MODES
 from ..backends.tokens import parse_tokens
 from ..scenarios import Scenario, load_scenario
 
 _DEFAULT = ServingConfig()
-
-
-def _layer_split(text: str | None) -> tuple[int, ...] | None:
-    if text is None:
-        return None
-    try:
-        return tuple(int(part) for part in text.split(","))
-    except ValueError:
-        raise ConfigError(f"layer_split: expected comma-separated layer counts such as 31,30, got {text!r}") from None
 
 
 def config_options(fn: Callable) -> Callable:
@@ -50,7 +40,7 @@ def config_from_options(opts: dict[str, object]) -> ServingConfig:
     capacity = opts["kv_capacity"]
     return ServingConfig(
         model=opts["model"], hardware=opts["hardware"], tp=opts["tp"], pp=opts["pp"], mode=opts["mode"],
-        chunk=parse_tokens(opts["chunk"], "chunk"), layer_split=_layer_split(opts["layer_split"]),
+        chunk=parse_tokens(opts["chunk"], "chunk"), layer_split=None if opts["layer_split"] is None else parse_layer_split(opts["layer_split"]),
         max_running=opts["max_running"], kv_capacity=None if capacity is None else parse_tokens(capacity, "kv_capacity"),
         smooth_factor=opts["smooth_factor"], min_chunk=parse_tokens(opts["min_chunk"], "min_chunk"),
     ).resolve()

@@ -1,0 +1,5 @@
+"""`python -m pipedeck.console` runs the CLI (as the `pipedeck` script does)."""
+
+from .cli import main
+
+main()

@@ -1,0 +1,166 @@
+"""The tuner: search space, study runs, resume after a killed process, the tune command."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import optuna
+import pytest
+
+from pipedeck.backends.config import ServingConfig
+from pipedeck.console.cli import cli
+from pipedeck.console.errors import run_cli
+from pipedeck.store import RunStore
+from pipedeck.tuner.objective import TuneSpec
+from pipedeck.tuner.space import SpaceContext, default_params, parse_fixes, suggest_config
+from pipedeck.tuner.study import open_storage, run_study
+
+SMALL = ["--model", "qwen2.5-14b", "--hardware", "a100-40g-pcie", "--devices", "4",
+         "--scenario", "azure-conv", "--requests", "60", "--slo", "ttft=2s,tpot=200ms"]
+
+
+def spec(tmp_path, **changes) -> TuneSpec:
+    values = dict(study="t", storage=str(tmp_path / "journal.jsonl"), scenario="azure-conv", model="qwen2.5-14b",
+                  hardware="a100-40g-pcie", devices=4, objective="goodput", slo="ttft=2s,tpot=200ms",
+                  requests=60, trials=6)
+    values.update(changes)
+    return TuneSpec(**values)
+
+
+def sample(ctx: SpaceContext, fixed: dict, n: int = 40, seed: int = 0) -> list[dict]:
+    study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=seed))
+    drafts = []
+    for _ in range(n):
+        trial = study.ask()
+        drafts.append(suggest_config(trial, ctx, fixed))
+        study.tell(trial, 0.0)
+    return drafts
+
+
+def test_space_samples_valid_conditional_configs():
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    ctx = SpaceContext("deepseek-v3.1", "ascend-910c", 16)
+    drafts = sample(ctx, {})
+    assert {d["mode"] for d in drafts} > {"cpp", "dcpp"}
+    for d in drafts:
+        assert d["tp"] * d["pp"] == 16
+        assert sum(d["layer_split"]) == 61 and min(d["layer_split"]) >= 1
+        assert 2048 <= d["chunk"] <= 65536 and d["chunk"] % 1024 == 0
+        assert ("smooth_factor" in d) == (d["mode"] == "dcpp") == ("min_chunk" in d)
+        if d["pp"] == 1:
+            assert d["mode"] == "cpp"
+        ServingConfig(**d).resolve()
+    assert any(d["layer_split"] != ServingConfig(tp=d["tp"], pp=d["pp"], mode=d["mode"]).resolve().layer_split
+               for d in drafts)  # uneven splits around vLLM's are explored
+
+
+def test_fix_pins_dimensions_and_pinning_everything_evaluates_one_config():
+    ctx = SpaceContext("deepseek-v3.1", "ascend-910c", 16)
+    fixed = parse_fixes(["mode=vpp", "chunk=24k", "tp=8", "pp=2", "layer-split=16,15,15,15"])
+    drafts = sample(ctx, fixed, n=5)
+    assert all(d == drafts[0] for d in drafts)
+    assert drafts[0]["chunk"] == 24576 and drafts[0]["layer_split"] == (16, 15, 15, 15)
+    assert all(d["tp"] == 4 for d in sample(ctx, parse_fixes(["pp=4"]), n=5))
+
+
+def test_default_params_are_the_engine_default():
+    ctx = SpaceContext("deepseek-v3.1", "ascend-910c", 16)
+    assert default_params(ctx, {}) == {"parallelism": "8x2", "mode": "cpp", "chunk": 8192, "split2_0": 0}
+    assert default_params(ctx, parse_fixes(["mode=dcpp"]))["smooth_factor"] == 1.0
+
+
+def test_study_runs_seeds_the_default_and_syncs_the_store(tmp_path):
+    outcome = run_study(spec(tmp_path), tmp_path / "runs.duckdb")
+    with RunStore.open(tmp_path / "runs.duckdb") as store:
+        trials = store.trials("t")
+        runs = store.list_runs(study="t")
+        best_run = store.get_run(outcome.best_run_id).result
+    assert outcome.trials >= 6
+    assert outcome.default is not None and outcome.default.number == 0
+    assert outcome.default.config["mode"] == "cpp" and outcome.default.config["chunk"] == 8192
+    assert outcome.best.value >= outcome.default.value
+    assert outcome.ratio == pytest.approx(outcome.best.value / outcome.default.value)
+    assert len({t.number for t in trials}) == len(trials) >= 6
+    assert {r.label for r in runs} >= {"best"} and best_run.spans
+    assert best_run.config == outcome.best.config
+
+
+def test_resume_after_a_killed_tune_keeps_every_finished_trial_once(tmp_path):
+    db = tmp_path / "runs.duckdb"
+    argv = [sys.executable, "-m", "pipedeck.console", "tune", *SMALL, "--study", "killed", "--db", str(db)]
+    proc = subprocess.Popen(argv + ["--trials", "400"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    storage = open_storage(str(tmp_path / "runs.optuna.jsonl"))
+    finished_before: dict[int, dict] = {}
+    deadline = time.time() + 60
+    while time.time() < deadline and len(finished_before) < 4:
+        time.sleep(0.2)
+        try:
+            study = optuna.load_study(study_name="killed", storage=storage)
+        except KeyError:
+            continue
+        finished_before = {t.number: t.params for t in study.get_trials(states=(optuna.trial.TrialState.COMPLETE,
+                                                                                 optuna.trial.TrialState.PRUNED))}
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    assert len(finished_before) >= 4
+
+    target = len(finished_before) + 3
+    result = subprocess.run(argv + ["--trials", str(target), "--json"], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    out = json.loads(result.stdout)
+    study = optuna.load_study(study_name="killed", storage=open_storage(str(tmp_path / "runs.optuna.jsonl")))
+    finished = {t.number: t for t in study.get_trials(states=(optuna.trial.TrialState.COMPLETE,
+                                                              optuna.trial.TrialState.PRUNED))}
+    assert out["trials"] == len(finished) >= target
+    for number, params in finished_before.items():  # nothing finished was lost or redone
+        assert finished[number].params == params
+    running = study.get_trials(states=(optuna.trial.TrialState.RUNNING,))
+    assert running == []
+    abandoned = [t for t in study.trials if t.state == optuna.trial.TrialState.FAIL]
+    retried = {t.user_attrs["retry_of"]: t for t in study.trials if "retry_of" in t.user_attrs}
+    assert len(retried) == len([t for t in study.trials if "retry_of" in t.user_attrs])  # each retried once
+    for t in abandoned:  # the trial the kill interrupted is queued again with its parameters
+        retry = retried[t.number]
+        assert retry.state in (optuna.trial.TrialState.WAITING, *finished_states())
+        if retry.state != optuna.trial.TrialState.WAITING:  # what was sampled before the kill is kept
+            assert {k: retry.params[k] for k in t.params} == t.params
+    with RunStore.open(db) as store:
+        stored = store.trials("killed")
+    assert len({t.number for t in stored}) == len(stored)
+    assert {t.number for t in stored if t.state in ("COMPLETE", "PRUNED")} == set(finished)
+
+
+def finished_states():
+    return (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED)
+
+
+def test_tune_json_reports_best_default_and_ratio(tmp_path, capsys):
+    status = run_cli(cli, ["tune", *SMALL, "--trials", "5", "--db", str(tmp_path / "r.duckdb"), "--json"])
+    out = json.loads(capsys.readouterr().out)
+    assert status == 0
+    assert out["trials"] >= 5 and out["study"]
+    for key in ("best", "default"):
+        assert set(out[key]) >= {"config", "goodput_rps", "attainment"}
+        assert 0 <= out[key]["attainment"] <= 1
+    assert out["ratio"] == pytest.approx(out["best"]["goodput_rps"] / out["default"]["goodput_rps"])
+
+
+@pytest.mark.parametrize("extra, message", [
+    (["--slo", "ttft=2"], "pipedeck: error: slo: 'ttft=2' needs a unit: s or ms"),
+    (["--fix", "colour=red"], "pipedeck: error: fix: unknown dimension 'colour'"),
+    (["--fix", "tp=3"], "pipedeck: error: tp: must divide the 4 devices, got 3"),
+    (["--scenario", "long-64k"], "pipedeck: error: Invalid value for --scenario: goodput searches Poisson rates"),
+    (["--jobs", "0"], "pipedeck: error: Invalid value for --jobs: must be a positive integer, got 0"),
+    (["--sampler", "grid"], "pipedeck: error: Invalid value for '--sampler'"),
+])
+def test_tune_rejects_bad_input_with_one_line(tmp_path, capsys, extra, message):
+    status = run_cli(cli, ["tune", *SMALL, "--trials", "2", "--db", str(tmp_path / "r.duckdb"), *extra])
+    err = capsys.readouterr().err
+    assert status == 2
+    assert err.startswith(message) and len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "r.optuna.jsonl").exists()

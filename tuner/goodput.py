@@ -1,0 +1,79 @@
+"""Goodput: the highest Poisson rate at which every SLO percentile holds.
+
+Bracket by doubling or halving from a starting rate, then bisect (in log
+space) until the bracket is within the relative precision. Every evaluation
+uses the same seed, so all rates see the same traffic scaled in time (common
+random numbers) and configs are compared on the same requests. The answer is
+the highest rate observed to meet the SLO; the true threshold lies below the
+lowest rate observed to fail.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from ..backends.result import RunResult
+from .slo import SLO
+
+MIN_RATE = 1e-3  # requests/s below which a config has goodput 0
+MAX_RATE = 1e5
+
+
+@dataclass(frozen=True)
+class Goodput:
+    """Outcome of a goodput search."""
+
+    rate: float  # highest rate known to meet the SLO (0 if none)
+    upper: float  # lowest rate known to fail (inf if none failed)
+    attainment: float  # fraction of requests meeting every limit at `rate`
+    result: RunResult | None  # the run at `rate`
+    evaluations: int
+    pruned: bool = False  # stopped early: the rate cannot beat `beat`
+
+
+def find_goodput(evaluate: Callable[[float], RunResult], slo: SLO, start_rate: float,
+                 precision: float = 0.02, beat: float | None = None) -> Goodput:
+    """Search the goodput of one config; with `beat`, stop as soon as it provably cannot exceed it."""
+    evaluations = 0
+
+    def met(rate: float) -> tuple[bool, RunResult]:
+        nonlocal evaluations
+        evaluations += 1
+        result = evaluate(rate)
+        return slo.met(result), result
+
+    lo, hi, lo_result = 0.0, math.inf, None
+    rate = beat if beat else start_rate
+    ok, result = met(rate)
+    if ok:
+        lo, lo_result = rate, result
+    else:
+        hi = rate
+        if beat:
+            return Goodput(0.0, hi, 0.0, None, evaluations, pruned=True)
+    while ok and rate < MAX_RATE:  # grow until a rate fails
+        rate *= 2
+        ok, result = met(rate)
+        if ok:
+            lo, lo_result = rate, result
+        else:
+            hi = rate
+    while not ok and rate > MIN_RATE:  # shrink until a rate passes
+        rate /= 2
+        ok, result = met(rate)
+        if ok:
+            lo, lo_result = rate, result
+        else:
+            hi = rate
+    if lo_result is None:
+        return Goodput(0.0, hi, 0.0, None, evaluations)
+    while hi != math.inf and hi / lo - 1 > precision:
+        mid = math.sqrt(lo * hi)
+        ok, result = met(mid)
+        if ok:
+            lo, lo_result = mid, result
+        else:
+            hi = mid
+    return Goodput(lo, hi, slo.attainment(lo_result), lo_result, evaluations)

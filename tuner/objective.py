@@ -1,0 +1,152 @@
+"""One tuner trial: sample a config, measure its objective on the simulator."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import optuna
+
+from ..backends.config import ServingConfig
+from ..backends.errors import ConfigError
+from ..backends.result import RunResult
+from ..backends.sim import SimBackend
+from ..scenarios import Scenario, load_scenario
+from .goodput import find_goodput
+from .slo import SLO, parse_slo
+from .space import SpaceContext, suggest_config
+
+OBJECTIVES = {"goodput": "maximize", "ttft": "minimize", "throughput": "maximize"}
+FINISHED = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED)
+
+
+class TuneInterrupted(Exception):
+    """The tune was asked to stop; the trial in progress is abandoned (and retried on resume)."""
+
+
+class StopFlag(Protocol):
+    def is_set(self) -> bool: ...
+
+
+@dataclass(frozen=True)
+class TuneSpec:
+    """Everything a tuner worker needs; plain data so it can cross process boundaries."""
+
+    study: str
+    storage: str
+    scenario: str
+    model: str
+    hardware: str
+    devices: int
+    objective: str = "goodput"
+    slo: str | None = None
+    seed: int = 0
+    requests: int | None = None
+    fixed: dict[str, object] = field(default_factory=dict)
+    sampler: str = "tpe"
+    trials: int | None = None
+    deadline: float | None = None  # time.time() after which no new trial starts
+    precision: float = 0.02
+    modes: tuple[str, ...] | None = None  # restrict the search to these modes (e.g. an engine's)
+
+    @property
+    def direction(self) -> str:
+        return OBJECTIVES[self.objective]
+
+    def settings(self) -> dict[str, object]:
+        """What a resumed study must agree on."""
+        return {"scenario": self.scenario, "model": self.model, "hardware": self.hardware,
+                "devices": self.devices, "objective": self.objective, "slo": self.slo, "seed": self.seed,
+                "requests": self.requests, "modes": list(self.modes) if self.modes else None, "fixed": {k: list(v) if isinstance(v, tuple) else v
+                                                     for k, v in sorted(self.fixed.items())}}
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """A config's objective value and what was measured on the way."""
+
+    value: float | None  # None when pruned
+    metrics: dict[str, float]
+    result: RunResult | None  # the run the value was measured on
+    rate: float | None
+    upper: float | None = None  # for pruned goodput searches: a rate known to fail
+
+
+class Evaluator:
+    """Measures configs for one spec (scenario, SLO, objective) with common random numbers."""
+
+    def __init__(self, spec: TuneSpec, stop: StopFlag | None = None):
+        self.spec = spec
+        self.scenario: Scenario = load_scenario(spec.scenario)
+        self.slo: SLO | None = parse_slo(spec.slo) if spec.slo else None
+        self.stop = stop
+        self.backend = SimBackend()
+
+    def run(self, config: ServingConfig, rate: float | None, timeline: bool = False) -> RunResult:
+        """One simulation of the spec's workload."""
+        if self.stop is not None and self.stop.is_set():
+            raise TuneInterrupted()
+        return self.backend.run(self.scenario, config, rate=rate, seed=self.spec.seed,
+                                num_requests=self.spec.requests, timeline=timeline)
+
+    def measure(self, config: ServingConfig, beat: float | None = None) -> Measurement:
+        """The spec's objective for one config (goodput may stop early when it cannot beat `beat`)."""
+        if self.spec.objective == "goodput":
+            found = find_goodput(lambda rate: self.run(config, rate), self.slo, self.scenario.rate or 1.0,
+                                 self.spec.precision, beat)
+            metrics = {"goodput_rps": found.rate, "attainment": found.attainment, "evaluations": found.evaluations}
+            if found.result is not None:
+                metrics.update(_latency_metrics(found.result))
+            if found.pruned:
+                return Measurement(None, metrics, None, None, found.upper)
+            return Measurement(found.rate, metrics, found.result, found.rate)
+        result = self.run(config, self.scenario.rate)
+        metrics = _latency_metrics(result)
+        if self.slo is not None:
+            metrics["attainment"] = self.slo.attainment(result)
+        value = metrics["ttft_mean_s"] if self.spec.objective == "ttft" else metrics["throughput_tok_s"]
+        return Measurement(value, metrics, result, self.scenario.rate)
+
+
+def _latency_metrics(result: RunResult) -> dict[str, float]:
+    s = result.summary()
+    return {"ttft_mean_s": s["ttft_s"]["mean"], "ttft_p90_s": s["ttft_s"]["p90"], "ttft_p99_s": s["ttft_s"]["p99"],
+            "tpot_mean_s": s["tpot_s"]["mean"], "tpot_p90_s": s["tpot_s"]["p90"], "tpot_p99_s": s["tpot_s"]["p99"],
+            "throughput_tok_s": s["throughput_tok_s"], "bubble_ratio": s["bubble_ratio"]}
+
+
+def best_value(study: optuna.Study) -> float | None:
+    """The best completed objective value so far, if any."""
+    try:
+        return study.best_value
+    except ValueError:
+        return None
+
+
+class Objective:
+    """Optuna objective: define-by-run config, measured by an Evaluator."""
+
+    def __init__(self, spec: TuneSpec, stop: StopFlag | None = None):
+        self.spec = spec
+        self.evaluator = Evaluator(spec, stop)
+        self.ctx = SpaceContext(spec.model, spec.hardware, spec.devices, modes=spec.modes)
+
+    def __call__(self, trial: optuna.Trial) -> float:
+        draft = suggest_config(trial, self.ctx, self.spec.fixed)
+        try:
+            config = ServingConfig(**draft).resolve()
+        except ConfigError as err:  # a sampled combination the cluster cannot run
+            trial.set_user_attr("infeasible", str(err))
+            raise optuna.TrialPruned(str(err)) from None
+        trial.set_user_attr("config", config.to_dict())
+        prunable = self.spec.objective == "goodput" and "role" not in trial.user_attrs
+        try:
+            measured = self.evaluator.measure(config, best_value(trial.study) if prunable else None)
+        except TuneInterrupted:
+            trial.set_user_attr("interrupted", True)
+            raise
+        trial.set_user_attr("metrics", measured.metrics)
+        if measured.value is None:
+            trial.report(measured.upper or 0.0, 0)
+            raise optuna.TrialPruned(f"fails the SLO at {measured.upper:.4g} req/s, below the best so far")
+        return measured.value

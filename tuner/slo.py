@@ -1,0 +1,93 @@
+"""Service-level objectives: `--slo ttft=2s,tpot=200ms`, percentile limits on TTFT and TPOT."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..backends.result import RunResult
+
+METRICS = ("ttft", "tpot")
+DEFAULT_PERCENTILE = 90.0
+_UNITS = {"s": 1.0, "ms": 1e-3}
+_ITEM = re.compile(r"^(?P<metric>[a-z_]+)(?:@p(?P<pct>[0-9.]+))?=(?P<value>[-+0-9.eE]+)(?P<unit>[a-z]*)$")
+
+
+class SLOError(ValueError):
+    """An SLO string is malformed; the message is one line naming what is wrong."""
+
+
+@dataclass(frozen=True)
+class Limit:
+    """P<percentile> of a metric must stay at or below limit_s."""
+
+    metric: str
+    limit_s: float
+    percentile: float = DEFAULT_PERCENTILE
+
+    def text(self) -> str:
+        pct = "" if self.percentile == DEFAULT_PERCENTILE else f"@p{self.percentile:g}"
+        value = f"{self.limit_s * 1e3:g}ms" if self.limit_s < 1 else f"{self.limit_s:g}s"
+        return f"{self.metric}{pct}={value}"
+
+
+@dataclass(frozen=True)
+class SLO:
+    """A set of percentile limits that must all hold."""
+
+    limits: tuple[Limit, ...]
+
+    def text(self) -> str:
+        return ",".join(limit.text() for limit in self.limits)
+
+    def to_dict(self) -> dict[str, dict[str, float]]:
+        return {l.metric: {"limit_s": l.limit_s, "percentile": l.percentile} for l in self.limits}
+
+    def met(self, result: RunResult) -> bool:
+        """True when every limit's percentile over the run's requests is within its bound."""
+        return all(float(np.percentile(_values(result, l.metric), l.percentile)) <= l.limit_s
+                   for l in self.limits)
+
+    def attainment(self, result: RunResult) -> float:
+        """Fraction of requests that meet every limit themselves."""
+        if not result.records:
+            return 0.0
+        ok = np.ones(len(result.records), dtype=bool)
+        for l in self.limits:
+            ok &= _values(result, l.metric) <= l.limit_s
+        return float(ok.mean())
+
+
+def _values(result: RunResult, metric: str) -> np.ndarray:
+    return result.ttfts() if metric == "ttft" else result.tpots()
+
+
+def parse_slo(text: str) -> SLO:
+    """Parse `ttft=2s,tpot=200ms` (optionally `ttft@p99=3s`); one-line SLOError on anything else."""
+    limits: dict[str, Limit] = {}
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        match = _ITEM.match(item.lower())
+        if not match:
+            raise SLOError(f"slo: cannot read {item!r}; expected metric[@pNN]=value with unit s or ms, e.g. ttft=2s,tpot=200ms")
+        metric, unit = match["metric"], match["unit"]
+        if metric not in METRICS:
+            raise SLOError(f"slo: unknown metric {metric!r}; allowed: {', '.join(METRICS)}")
+        if metric in limits:
+            raise SLOError(f"slo: {metric} is given twice")
+        if unit not in _UNITS:
+            raise SLOError(f"slo: {item!r} needs a unit: s or ms")
+        try:
+            value = float(match["value"])
+        except ValueError:
+            raise SLOError(f"slo: {item!r} has no number before its unit") from None
+        if not value > 0 or value == float("inf"):
+            raise SLOError(f"slo: {metric} limit must be a positive time, got {match['value']}{unit}")
+        pct = DEFAULT_PERCENTILE if match["pct"] is None else float(match["pct"])
+        if not 0 < pct < 100:
+            raise SLOError(f"slo: percentile of {metric} must be between 0 and 100 (exclusive), got p{match['pct']}")
+        limits[metric] = Limit(metric, value * _UNITS[unit], pct)
+    if not limits:
+        raise SLOError("slo: empty; give at least one limit such as ttft=2s,tpot=200ms")
+    return SLO(tuple(limits[m] for m in METRICS if m in limits))

@@ -1,0 +1,230 @@
+"""The search space: registered dimensions sampled define-by-run.
+
+Each `Dimension` sets one or more ServingConfig fields. It is sampled only
+when active (conditional on what was already decided, e.g. DCPP's knobs only
+for mode dcpp), can be pinned with `--fix flag=value` using the same flag
+names as `pipedeck simulate`, and knows the engine default. New knobs join
+the search by `register_dimension`, never by editing the objective.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import cached_property
+
+import optuna
+
+from ..backends.config import ServingConfig, default_layer_split, parse_layer_split
+from ..backends.errors import ConfigError
+from ..backends.policies.modes import MODES
+from ..backends.tokens import parse_tokens
+
+Draft = dict[str, object]  # ServingConfig fields decided so far
+
+
+@dataclass(frozen=True)
+class SpaceContext:
+    """The cluster being tuned and the chunk grid."""
+
+    model: str
+    hardware: str
+    devices: int
+    chunk_min: int = 2048
+    chunk_max: int = 65536
+    chunk_step: int = 1024
+    engine_chunk: int = 8192  # vLLM's default --max-num-batched-tokens
+    modes: tuple[str, ...] | None = None  # the modes to search (None: every registered mode)
+
+    @cached_property
+    def layers(self) -> int:
+        return ServingConfig(model=self.model, hardware=self.hardware).model_profile.num_layers
+
+    @cached_property
+    def parallelisms(self) -> tuple[str, ...]:
+        """Every feasible `TPxPP` split of the devices (weights fit, heads divide)."""
+        options = []
+        for pp in range(1, self.devices + 1):
+            if self.devices % pp:
+                continue
+            try:
+                ServingConfig(model=self.model, hardware=self.hardware, tp=self.devices // pp, pp=pp).resolve()
+            except ConfigError:
+                continue
+            options.append(f"{self.devices // pp}x{pp}")
+        if not options:
+            raise ConfigError(f"devices: no tp x pp split of {self.devices} devices can hold {self.model} on {self.hardware}")
+        return tuple(options)
+
+
+@dataclass(frozen=True)
+class Dimension:
+    """One searchable knob."""
+
+    flag: str  # as on the command line and in --fix
+    fields: tuple[str, ...]  # ServingConfig fields it decides
+    parse: Callable[[str], object]  # a --fix value -> the value of each field it names
+    suggest: Callable[[optuna.Trial, Draft, SpaceContext], Draft]
+    default: Callable[[Draft, SpaceContext], dict[str, object]]  # engine default, as trial params
+    active: Callable[[Draft], bool] = lambda draft: True
+
+
+DIMENSIONS: list[Dimension] = []
+
+
+def register_dimension(dim: Dimension) -> Dimension:
+    """Add a knob to the search space (after those it depends on)."""
+    DIMENSIONS.append(dim)
+    return dim
+
+
+def dimension_for(flag: str) -> Dimension:
+    """The dimension that decides the field a --fix flag names (tp and pp: the parallelism)."""
+    name = flag.strip().replace("_", "-")
+    for dim in DIMENSIONS:
+        if name in (f.replace("_", "-") for f in dim.fields):
+            return dim
+    flags = sorted(f.replace("_", "-") for d in DIMENSIONS for f in d.fields)
+    raise ConfigError(f"fix: unknown dimension {flag!r}; allowed: {', '.join(flags)}")
+
+
+def parse_fixes(items: tuple[str, ...] | list[str]) -> dict[str, object]:
+    """`--fix key=value` pairs -> ServingConfig field values."""
+    fixed: dict[str, object] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not value.strip():
+            raise ConfigError(f"fix: expected key=value such as mode=vpp or chunk=24k, got {item!r}")
+        dim = dimension_for(key)
+        fixed[key.strip().replace("-", "_")] = dim.parse(value.strip())
+    return fixed
+
+
+def suggest_config(trial: optuna.Trial, ctx: SpaceContext, fixed: dict[str, object]) -> Draft:
+    """Sample (or take pinned) values for every active dimension, in registration order.
+
+    A pin of None (`--fix layer-split=default`) leaves the field to ServingConfig's default.
+    """
+    draft: Draft = {"model": ctx.model, "hardware": ctx.hardware, **fixed}
+    for dim in DIMENSIONS:
+        if dim.active(draft) and not all(f in draft for f in dim.fields):
+            draft.update(dim.suggest(trial, draft, ctx))
+    return draft
+
+
+def default_params(ctx: SpaceContext, fixed: dict[str, object]) -> dict[str, object]:
+    """Trial parameters of the engine's default config (for enqueue_trial), respecting pins."""
+    params: dict[str, object] = {}
+    draft: Draft = {"model": ctx.model, "hardware": ctx.hardware, **fixed}
+    trial = optuna.trial.FixedTrial(params)
+    for dim in DIMENSIONS:
+        if dim.active(draft) and not all(f in draft for f in dim.fields):
+            params.update(dim.default(draft, ctx))
+            draft.update(dim.suggest(trial, draft, ctx))
+    return params
+
+
+# -- the built-in dimensions -------------------------------------------------------
+
+def _int_field(name: str) -> Callable[[str], int]:
+    def parse(text: str) -> int:
+        try:
+            return int(text)
+        except ValueError:
+            raise ConfigError(f"{name}: must be positive integers, got {text!r}") from None
+    return parse
+
+
+def _suggest_parallelism(trial: optuna.Trial, draft: Draft, ctx: SpaceContext) -> Draft:
+    if "tp" in draft:
+        return {"pp": _split_devices(ctx, tp=int(draft["tp"]))}
+    if "pp" in draft:
+        return {"tp": _split_devices(ctx, pp=int(draft["pp"]))}
+    tp, pp = trial.suggest_categorical("parallelism", ctx.parallelisms).split("x")
+    return {"tp": int(tp), "pp": int(pp)}
+
+
+def _split_devices(ctx: SpaceContext, tp: int | None = None, pp: int | None = None) -> int:
+    given, name = (tp, "tp") if tp is not None else (pp, "pp")
+    if given < 1 or ctx.devices % given:
+        raise ConfigError(f"{name}: must divide the {ctx.devices} devices, got {given}")
+    return ctx.devices // given
+
+
+def _default_parallelism(draft: Draft, ctx: SpaceContext) -> dict[str, object]:
+    """One node's worth of TP (8 devices, or fewer), the rest as PP, as operators deploy by default."""
+    if "tp" in draft or "pp" in draft:
+        return {}
+    by_tp = sorted(ctx.parallelisms, key=lambda p: (int(p.split("x")[0]) > 8, -int(p.split("x")[0])))
+    return {"parallelism": by_tp[0]}
+
+
+def _parse_mode(text: str) -> str:
+    if text not in MODES:
+        raise ConfigError(f"mode: unknown mode {text!r}; allowed: {', '.join(MODES)}")
+    return text
+
+
+def _suggest_mode(trial: optuna.Trial, draft: Draft, ctx: SpaceContext) -> Draft:
+    if int(draft["pp"]) == 1:  # the TP baseline has no pipeline to schedule
+        return {"mode": "cpp"}
+    return {"mode": trial.suggest_categorical("mode", ctx.modes or tuple(MODES))}
+
+
+def _suggest_chunk(trial: optuna.Trial, draft: Draft, ctx: SpaceContext) -> Draft:
+    return {"chunk": trial.suggest_int("chunk", ctx.chunk_min, ctx.chunk_max, step=ctx.chunk_step)}
+
+
+def _split_shape(draft: Draft, ctx: SpaceContext) -> tuple[tuple[int, ...], int]:
+    """vLLM's split for this pipeline and how far each stage may move from it."""
+    stages = int(draft["pp"]) * MODES[str(draft["mode"])].virtual_stages
+    base = default_layer_split(ctx.layers, stages)
+    if stages == 1:
+        return base, 0
+    reach = max(1, round(0.1 * ctx.layers / stages))
+    return base, min(reach, (min(base) - 1) // (stages - 1))
+
+
+def _suggest_split(trial: optuna.Trial, draft: Draft, ctx: SpaceContext) -> Draft:
+    base, reach = _split_shape(draft, ctx)
+    if reach == 0:
+        return {"layer_split": base}
+    shifts = [trial.suggest_int(f"split{len(base)}_{i}", -reach, reach) for i in range(len(base) - 1)]
+    split = [b + s for b, s in zip(base, shifts)]
+    return {"layer_split": tuple(split) + (ctx.layers - sum(split),)}
+
+
+def _default_split(draft: Draft, ctx: SpaceContext) -> dict[str, object]:
+    base, reach = _split_shape(draft, ctx)
+    return {f"split{len(base)}_{i}": 0 for i in range(len(base) - 1)} if reach else {}
+
+
+def _parse_fraction(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not 0 < value <= 1:
+        raise ConfigError(f"smooth_factor: must be in (0, 1], got {text!r}")
+    return value
+
+
+def _is_dcpp(draft: Draft) -> bool:
+    return draft.get("mode") == "dcpp"
+
+
+register_dimension(Dimension("parallelism", ("tp", "pp"), _int_field("tp and pp"), _suggest_parallelism,
+                             _default_parallelism))
+register_dimension(Dimension("mode", ("mode",), _parse_mode, _suggest_mode,
+                             lambda draft, ctx: {"mode": "cpp"} if int(draft["pp"]) > 1 else {}))
+register_dimension(Dimension("chunk", ("chunk",), lambda text: parse_tokens(text, "chunk"), _suggest_chunk,
+                             lambda draft, ctx: {"chunk": ctx.engine_chunk}))
+register_dimension(Dimension("layer-split", ("layer_split",), parse_layer_split, _suggest_split, _default_split))
+register_dimension(Dimension(
+    "smooth-factor", ("smooth_factor",), _parse_fraction,
+    lambda trial, draft, ctx: {"smooth_factor": trial.suggest_float("smooth_factor", 0.1, 1.0)},
+    lambda draft, ctx: {"smooth_factor": 1.0}, active=_is_dcpp))
+register_dimension(Dimension(
+    "min-chunk", ("min_chunk",), lambda text: parse_tokens(text, "min_chunk"),
+    lambda trial, draft, ctx: {"min_chunk": trial.suggest_int("min_chunk", 1024, 16384, step=1024)},
+    lambda draft, ctx: {"min_chunk": 4096}, active=_is_dcpp))

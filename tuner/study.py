@@ -1,0 +1,315 @@
+"""Run an Optuna study over serving configs: create or resume, workers, progress, store sync.
+
+Optuna's storage (a journal file next to the run store by default, or any
+RDB URL) holds the study, so a study resumes after Ctrl-C or a killed
+process and several machines can work on one. Only this process writes the
+DuckDB run store: it copies finished trials over as they land, opening the
+file only for each write so other commands can read it meanwhile.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import queue
+import signal
+import socket
+import threading
+import time
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import optuna
+from optuna.storages import JournalStorage
+from optuna.storages.journal import JournalFileBackend
+from optuna.trial import FrozenTrial, TrialState
+
+from ..backends.config import ServingConfig
+from ..backends.errors import ConfigError
+from ..store import RunStore
+from .objective import FINISHED, Evaluator, Objective, TuneInterrupted, TuneSpec
+from .space import SpaceContext, default_params
+
+SAMPLERS = ("tpe", "random")
+POLL_S = 0.25
+STORE_WAIT_S = 30.0  # how long a write waits for another process to release the run store
+
+
+def default_storage(db_path: str | Path) -> str:
+    """The journal file beside the run store: pipedeck.duckdb -> pipedeck.optuna.jsonl."""
+    return str(Path(db_path).with_suffix(".optuna.jsonl"))
+
+
+def open_storage(url: str) -> optuna.storages.BaseStorage:
+    """An RDB URL (sqlite:///, postgresql://, mysql://) or a journal file path."""
+    if "://" in url:
+        return optuna.storages.RDBStorage(url)
+    return JournalStorage(JournalFileBackend(url))
+
+
+def make_sampler(name: str, seed: int) -> optuna.samplers.BaseSampler:
+    """TPE (multivariate, grouped for the conditional space) or random sampling."""
+    if name == "tpe":
+        with warnings.catch_warnings():  # multivariate and group are marked experimental
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            return optuna.samplers.TPESampler(multivariate=True, group=True, seed=seed, constant_liar=True)
+    if name == "random":
+        return optuna.samplers.RandomSampler(seed=seed)
+    raise ConfigError(f"sampler: unknown sampler {name!r}; allowed: {', '.join(SAMPLERS)}")
+
+
+@dataclass(frozen=True)
+class Progress:
+    """A view of the study while it runs."""
+
+    finished: int
+    target: int | None
+    best_value: float | None
+    best_trial: int | None
+    running: int
+
+
+@dataclass(frozen=True)
+class TrialSummary:
+    """A finished trial as the CLI reports it."""
+
+    number: int
+    config: dict[str, object]
+    metrics: dict[str, float]
+    value: float | None
+
+
+@dataclass(frozen=True)
+class TuneOutcome:
+    """What a tune produced."""
+
+    study: str
+    direction: str
+    trials: int  # finished trials in the study, resumed ones included
+    best: TrialSummary | None
+    default: TrialSummary | None
+    best_run_id: int | None
+    default_run_id: int | None
+    interrupted: bool
+
+    @property
+    def ratio(self) -> float | None:
+        """How much better the best is than the default (above 1 = better, whatever the direction)."""
+        if not (self.best and self.default and self.best.value and self.default.value):
+            return None
+        if self.direction == "maximize":
+            return self.best.value / self.default.value
+        return self.default.value / self.best.value
+
+
+def _worker(spec: TuneSpec, stop: object, index: int, in_process: bool, errors: object) -> None:
+    """Run trials until the study has enough, the deadline passes, or stop is set; report failures on `errors`."""
+    try:
+        _work(spec, stop, index, in_process)
+    except Exception as err:  # noqa: BLE001 - handed to the parent, which raises it
+        errors.put(err if isinstance(err, ConfigError) else RuntimeError(f"tuner worker {index} failed: {err!r}"))
+
+
+def _work(spec: TuneSpec, stop: object, index: int, in_process: bool) -> None:
+    if not in_process:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent handles Ctrl-C
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    study = optuna.load_study(study_name=spec.study, storage=open_storage(spec.storage),
+                              sampler=make_sampler(spec.sampler, spec.seed + index))
+
+    def stop_when_done(study: optuna.Study, trial: FrozenTrial) -> None:
+        if stop.is_set() or (spec.trials is not None and _finished(study) >= spec.trials) or \
+                (spec.deadline is not None and time.time() >= spec.deadline):
+            study.stop()
+
+    pid, host = os.getpid(), socket.gethostname()
+
+    def objective(trial: optuna.Trial) -> float:
+        trial.set_user_attr("worker", {"pid": pid, "host": host})
+        return Objective(spec, stop)(trial)
+
+    if spec.trials is not None and _finished(study) >= spec.trials:
+        return
+    try:
+        study.optimize(objective, callbacks=[stop_when_done],
+                       timeout=None if spec.deadline is None else max(0.0, spec.deadline - time.time()))
+    except TuneInterrupted:
+        pass
+
+
+def _finished(study: optuna.Study) -> int:
+    return len(study.get_trials(deepcopy=False, states=FINISHED))
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def recover_abandoned(study: optuna.Study) -> int:
+    """Retry trials a killed or interrupted run left behind; returns how many were re-queued.
+
+    A trial left RUNNING by a dead process of this host is failed; failed
+    trials that were interrupted or abandoned are queued again with their
+    parameters (once: the retry names its original), so no trial is lost and
+    none is counted twice.
+    """
+    host = socket.gethostname()
+    trials = study.get_trials(deepcopy=False)
+    retried = {t.user_attrs.get("retry_of") for t in trials}
+    requeued = 0
+    for t in trials:
+        worker = t.user_attrs.get("worker", {})
+        if t.state == TrialState.RUNNING and worker.get("host") == host and not _alive(worker.get("pid", -1)):
+            study._storage.set_trial_state_values(t._trial_id, TrialState.FAIL)
+        elif not (t.state == TrialState.FAIL and t.user_attrs.get("interrupted")):
+            continue
+        if t.number not in retried:
+            attrs = {k: v for k, v in t.user_attrs.items() if k == "role"}
+            study.enqueue_trial(t.params, user_attrs={**attrs, "retry_of": t.number}, skip_if_exists=False)
+            requeued += 1
+    return requeued
+
+
+def create_or_resume(spec: TuneSpec) -> tuple[optuna.Study, bool]:
+    """Open the study, creating it (seeded with the engine default) if new; refuse mismatched settings."""
+    storage = open_storage(spec.storage)
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    existing = {s.study_name: s for s in optuna.get_all_study_summaries(storage, include_best_trial=False)}
+    if spec.study in existing:
+        study = optuna.load_study(study_name=spec.study, storage=storage)
+        saved = study.user_attrs.get("pipedeck", {})
+        for key, value in spec.settings().items():
+            if saved.get(key) != value:
+                raise ConfigError(f"study: {spec.study!r} was created with {key}={saved.get(key)!r}, not {value!r}; "
+                                  "resume it with the same settings or choose a new --study name")
+        return study, False
+    study = optuna.create_study(study_name=spec.study, storage=storage, direction=spec.direction)
+    study.set_user_attr("pipedeck", spec.settings())
+    ctx = SpaceContext(spec.model, spec.hardware, spec.devices, modes=spec.modes)
+    study.enqueue_trial(default_params(ctx, spec.fixed), user_attrs={"role": "default"})
+    return study, True
+
+
+def summarize(trial: FrozenTrial) -> TrialSummary:
+    return TrialSummary(trial.number, trial.user_attrs.get("config", {}), trial.user_attrs.get("metrics", {}),
+                        trial.value)
+
+
+def _default_trial(study: optuna.Study) -> FrozenTrial | None:
+    done = [t for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+            if t.user_attrs.get("role") == "default"]
+    return done[0] if done else None
+
+
+def open_store(db: str | Path) -> RunStore:
+    """The run store, waiting briefly if another command holds it."""
+    return RunStore.open(db, lock_timeout_s=STORE_WAIT_S)
+
+
+class StoreSync:
+    """Copies finished trials from Optuna's storage into the run store, each once."""
+
+    def __init__(self, db: str | Path, study: optuna.Study):
+        self.db, self.study = db, study
+        self.synced: set[int] = set()
+
+    def __call__(self) -> None:
+        new = [t for t in self.study.get_trials(deepcopy=False, states=FINISHED + (TrialState.FAIL,))
+               if t.number not in self.synced]
+        if not new:
+            return
+        with open_store(self.db) as store:
+            for t in new:
+                duration = (t.datetime_complete - t.datetime_start).total_seconds() \
+                    if t.datetime_complete and t.datetime_start else None
+                store.save_trial(self.study.study_name, t.number, state=t.state.name, params=t.params,
+                                 config=t.user_attrs.get("config"), metrics=t.user_attrs.get("metrics", {}),
+                                 objective=t.value, duration_s=duration)
+                self.synced.add(t.number)
+
+
+def run_study(spec: TuneSpec, db: str | Path, jobs: int = 1,
+              on_progress: Callable[[Progress], None] | None = None) -> TuneOutcome:
+    """Tune until the study has `spec.trials` finished trials or the deadline passes; Ctrl-C stops cleanly."""
+    study, _ = create_or_resume(spec)
+    recover_abandoned(study)
+    with open_store(db) as store:
+        store.save_study(spec.study, scenario=spec.scenario, objective=spec.objective,
+                         slo=({} if spec.slo is None else Evaluator(spec).slo.to_dict()),
+                         settings=spec.settings(), storage=spec.storage)
+    sync = StoreSync(db, study)
+    context = multiprocessing.get_context("spawn")
+    if jobs > 1:
+        stop, errors = context.Event(), context.Queue()
+        workers = [context.Process(target=_worker, args=(spec, stop, i, False, errors), daemon=True)
+                   for i in range(jobs)]
+    else:
+        stop, errors = threading.Event(), queue.Queue()
+        workers = [threading.Thread(target=_worker, args=(spec, stop, 0, True, errors), daemon=True)]
+    interrupted = False
+    try:
+        for w in workers:
+            w.start()
+        while any(w.is_alive() for w in workers):
+            time.sleep(POLL_S)
+            sync()
+            if on_progress is not None:
+                on_progress(_progress(study, spec))
+    except KeyboardInterrupt:
+        interrupted = True
+        stop.set()
+        for w in workers:
+            w.join()
+    sync()
+    if not errors.empty():
+        raise errors.get()
+    if on_progress is not None:
+        on_progress(_progress(study, spec))
+    return _outcome(spec, study, db, interrupted)
+
+
+def _progress(study: optuna.Study, spec: TuneSpec) -> Progress:
+    trials = study.get_trials(deepcopy=False)
+    done = [t for t in trials if t.state in FINISHED]
+    complete = [t for t in done if t.state == TrialState.COMPLETE]
+    pick = max if spec.direction == "maximize" else min
+    best = pick(complete, key=lambda t: t.value) if complete else None
+    return Progress(len(done), spec.trials, best.value if best else None, best.number if best else None,
+                    sum(t.state == TrialState.RUNNING for t in trials))
+
+
+def _outcome(spec: TuneSpec, study: optuna.Study, db: str | Path, interrupted: bool) -> TuneOutcome:
+    """Summaries of the best and default trials, with their runs re-measured and stored with timelines."""
+    best = study.best_trial if any(t.state == TrialState.COMPLETE for t in study.get_trials(deepcopy=False)) else None
+    default = _default_trial(study)
+    with open_store(db) as store:
+        run_ids = {row.trial: row.id for row in store.list_runs(study=spec.study) if row.trial is not None}
+    if not interrupted:
+        evaluator = Evaluator(spec)
+        for number, trial in {t.number: t for t in (best, default) if t is not None}.items():
+            if number in run_ids:  # measured and stored by an earlier invocation
+                continue
+            config = ServingConfig.from_dict(trial.user_attrs["config"]).resolve()
+            if spec.objective == "goodput":
+                rate = trial.user_attrs["metrics"].get("goodput_rps")
+                if not rate:
+                    continue
+            else:
+                rate = evaluator.scenario.rate
+            result = evaluator.run(config, rate, timeline=True)
+            label = "best" if best is not None and number == best.number else "default"
+            with open_store(db) as store:
+                run_ids[number] = store.save_run(result, study=spec.study, trial=number, label=label)
+    return TuneOutcome(
+        study=spec.study, direction=spec.direction, trials=_finished(study),
+        best=summarize(best) if best else None, default=summarize(default) if default else None,
+        best_run_id=run_ids.get(best.number) if best else None,
+        default_run_id=run_ids.get(default.number) if default else None, interrupted=interrupted)
