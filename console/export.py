@@ -1,0 +1,56 @@
+"""`pipedeck export`: write a study's best config (or a saved one) as files an engine can launch."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+
+from ..store import RunStore, default_db_path
+from ..tuner.engines import ENGINES
+from ..tuner.export import ExportError, best_from_json, export_best, write_export
+from .errors import register_user_error
+
+__all__ = ["export", "export_best"]
+
+register_user_error(ExportError)
+
+
+@click.command()
+@click.option("--study", default=None, help="Export the best completed trial of this study.")
+@click.option("--config", "config_file", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
+              help="Export a pipedeck-best.json or a plain config JSON instead of a study's best trial.")
+@click.option("--format", "engine", type=click.Choice(list(ENGINES)), required=True, help="Engine to launch with.")
+@click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), required=True,
+              help="Folder to write into (created if missing; files in it are replaced).")
+@click.option("--db", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Run store file (default: $PIPEDECK_DB or ./pipedeck.duckdb).")
+def export(study: str | None, config_file: Path | None, engine: str, out_dir: Path, db: Path | None) -> None:
+    """Write serve.sh, the engine's YAML and pipedeck-best.json for one config."""
+    if (study is None) == (config_file is None):
+        raise click.UsageError("give exactly one of --study NAME or --config FILE.json")
+    if config_file is not None:
+        paths = write_export(best_from_json(_read_json(config_file)), engine, out_dir)
+    else:
+        paths = _export_study(study, engine, out_dir, db)
+    for path in paths:
+        click.echo(str(path))
+
+
+def _export_study(study: str, engine: str, out_dir: Path, db: Path | None) -> list[Path]:
+    path = default_db_path(db)
+    if not path.is_file():
+        raise ExportError(f"db: no run store at {path}")
+    with RunStore.open(path, read_only=True) as store:
+        return export_best(store, study, engine, out_dir)
+
+
+def _read_json(path: Path) -> dict[str, object]:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise ExportError(f"config: cannot read {path} as JSON: {err}") from None
+    if not isinstance(data, dict):
+        raise ExportError(f"config: {path} must hold a JSON object (a config or a pipedeck-best.json)")
+    return data

@@ -1,0 +1,428 @@
+"""`pipedeck export`: serve.sh, the engine YAML and pipedeck-best.json for vLLM-Ascend, vLLM and SGLang."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from pipedeck.backends import profiles
+from pipedeck.backends.config import ServingConfig
+from pipedeck.console.cli import cli
+from pipedeck.console.errors import run_cli
+from pipedeck.store import RunStore
+from pipedeck.tuner.engines import ENGINES, Engine, ExportError, Flag, Launch, ModeSupport, register_support
+from pipedeck.tuner.export import BestConfig, best_from_json, export_best, write_export
+
+QWEN = dict(model="qwen2.5-14b", hardware="a100-40g-pcie")  # 48 layers, HF id Qwen/Qwen2.5-14B-Instruct
+DSV3 = dict(model="deepseek-v3.1", hardware="ascend-910c", tp=8)  # 61 layers
+SLO = {"ttft": {"limit_s": 2.0, "percentile": 90.0}, "tpot": {"limit_s": 0.2, "percentile": 90.0}}
+METRICS = {"goodput_rps": 1.5, "attainment": 0.97, "ttft_p90_s": 1.2, "tpot_p90_s": 0.11}
+VPP_MODES = ("vpp-sync", "vpp-async", "vpp")
+
+
+def best(**config) -> BestConfig:
+    """A BestConfig around a resolved config, with provenance as a study would give it."""
+    return BestConfig(ServingConfig(**config).resolve(), METRICS, "s1", 7, "long-128k", SLO, 3)
+
+
+def export(tmp_path: Path, engine: str, **config) -> dict[str, Path]:
+    """Export into tmp_path/engine and return the written files by name."""
+    paths = write_export(best(**config), engine, tmp_path / engine)
+    return {p.name: p for p in paths}
+
+
+def parse_script(path: Path) -> tuple[dict[str, str], list[str]]:
+    """The `export K=V` environment and the launch argv (without `exec` and the trailing "$@")."""
+    lines = path.read_text().splitlines()
+    env = dict(shlex.split(line[len("export "):])[0].split("=", 1) for line in lines if line.startswith("export "))
+    start = next(i for i, line in enumerate(lines) if line.startswith("exec "))
+    argv = shlex.split(" ".join(line.rstrip("\\") for line in lines[start:]))
+    assert argv[0] == "exec" and argv[-1] == "$@"
+    return env, argv[1:-1]
+
+
+def options(argv: list[str]) -> dict[str, object]:
+    """--flag value pairs; a bare switch maps to True."""
+    found: dict[str, object] = {}
+    for i, arg in enumerate(argv):
+        if arg.startswith("--"):
+            has_value = i + 1 < len(argv) and not argv[i + 1].startswith("--")
+            found[arg] = argv[i + 1] if has_value else True
+    return found
+
+
+def yaml_view(argv_options: dict[str, object]) -> dict[str, object]:
+    """What the YAML must hold for these options: --no-X is X: false, numbers are numbers."""
+    view: dict[str, object] = {}
+    for flag, value in argv_options.items():
+        if value is True and flag.startswith("--no-"):
+            view[flag[5:]] = False
+        else:
+            view[flag[2:]] = int(value) if isinstance(value, str) and value.isdigit() else value
+    return view
+
+
+# -- vLLM and vLLM-Ascend -------------------------------------------------------------
+
+@pytest.mark.parametrize("engine", ["vllm", "vllm-ascend"])
+def test_vllm_flags_carry_tp_pp_chunk_and_max_seqs(tmp_path, engine):
+    env, argv = parse_script(export(tmp_path, engine, **QWEN, tp=2, pp=2, chunk=16384, max_running=64)["serve.sh"])
+    assert argv[:3] == ["vllm", "serve", "${MODEL:-Qwen/Qwen2.5-14B-Instruct}"]
+    assert options(argv) == {
+        "--tensor-parallel-size": "2", "--pipeline-parallel-size": "2", "--max-num-batched-tokens": "16384",
+        "--enable-chunked-prefill": True, "--max-num-seqs": "64",
+    }
+    assert "VLLM_PP_LAYER_PARTITION" not in env  # 24,24 is vLLM's own split
+
+
+def test_vllm_ascend_sets_the_ascend_environment_but_keeps_operator_values(tmp_path):
+    text = export(tmp_path, "vllm-ascend", **DSV3, pp=2)["serve.sh"].read_text()
+    assert 'export HCCL_OP_EXPANSION_MODE="${HCCL_OP_EXPANSION_MODE:-AIV}"' in text
+    assert 'export PYTORCH_NPU_ALLOC_CONF="${PYTORCH_NPU_ALLOC_CONF:-expandable_segments:True}"' in text
+    assert 'export TASK_QUEUE_ENABLE="${TASK_QUEUE_ENABLE:-1}"' in text
+    for name in ("ASCEND_RT_VISIBLE_DEVICES", "HCCL_IF_IP", "HCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME"):
+        assert f"# export {name}=" in text
+    assert "HCCL_OP_EXPANSION_MODE" not in export(tmp_path, "vllm", **DSV3, pp=2)["serve.sh"].read_text()
+
+
+@pytest.mark.parametrize("engine, variable", [
+    ("vllm", "VLLM_PP_LAYER_PARTITION"), ("vllm-ascend", "VLLM_PP_LAYER_PARTITION"),
+    ("sglang", "SGLANG_PP_LAYER_PARTITION"),
+])
+def test_uneven_split_is_the_partition_env_per_pp_rank(tmp_path, engine, variable):
+    env, _ = parse_script(export(tmp_path, engine, **DSV3, pp=2, layer_split=(32, 29))["serve.sh"])
+    assert env[variable] == "32,29"
+    env, _ = parse_script(export(tmp_path, engine, **QWEN, tp=1, pp=4, layer_split=(14, 12, 12, 10))["serve.sh"])
+    assert env[variable] == "14,12,12,10"
+
+
+@pytest.mark.parametrize("engine", ["vllm", "vllm-ascend"])
+def test_vllms_default_split_writes_no_partition_env(tmp_path, engine):
+    # deepseek-v3.1: 61 layers over 2 ranks -> vLLM's default 31,30
+    env, _ = parse_script(export(tmp_path, engine, **DSV3, pp=2, layer_split=(31, 30))["serve.sh"])
+    assert "VLLM_PP_LAYER_PARTITION" not in env
+
+
+def test_sglang_leaves_only_an_exact_split_implicit(tmp_path):
+    env, _ = parse_script(export(tmp_path, "sglang", **QWEN, tp=2, pp=4, layer_split=(12, 12, 12, 12))["serve.sh"])
+    assert "SGLANG_PP_LAYER_PARTITION" not in env
+    # SGLang's own default for 61 layers on 2 ranks is 30,31, so vLLM's 31,30 must be spelled out
+    env, _ = parse_script(export(tmp_path, "sglang", **DSV3, pp=2, layer_split=(31, 30))["serve.sh"])
+    assert env["SGLANG_PP_LAYER_PARTITION"] == "31,30"
+
+
+def test_dcpp_on_vllm_ascend_is_the_profiling_chunk_config(tmp_path):
+    env, argv = parse_script(export(tmp_path, "vllm-ascend", **DSV3, pp=2, mode="dcpp", chunk=32768,
+                                    smooth_factor=0.8, min_chunk=2048)["serve.sh"])
+    flags = options(argv)
+    assert json.loads(flags["--additional-config"]) == {
+        "scheduler_config": {"profiling_chunk_config": {"enabled": True, "smooth_factor": 0.8, "min_chunk": 2048}}}
+    assert flags["--no-async-scheduling"] is True
+    assert flags["--max-num-batched-tokens"] == "32768" and flags["--enable-chunked-prefill"] is True
+
+
+def test_dcpp_min_chunk_above_the_chunk_is_clamped_as_simulated(tmp_path):
+    path = export(tmp_path, "vllm-ascend", **DSV3, pp=2, mode="dcpp", chunk=2048, min_chunk=4096)["serve.sh"]
+    config = json.loads(options(parse_script(path)[1])["--additional-config"])
+    assert config["scheduler_config"]["profiling_chunk_config"]["min_chunk"] == 2048
+    assert "min_chunk 4096 exceeds the chunk budget" in path.read_text()
+
+
+@pytest.mark.parametrize("mode", VPP_MODES)
+@pytest.mark.parametrize("pp, split", [(2, None), (2, (14, 16, 17, 14)), (4, (8, 7, 8, 7, 8, 8, 8, 7))])
+def test_vpp_env_and_ranges_cover_every_layer_in_execution_order(tmp_path, mode, pp, split):
+    config = ServingConfig(**DSV3, pp=pp, mode=mode, layer_split=split).resolve()
+    path = export(tmp_path, "vllm-ascend", **DSV3, pp=pp, mode=mode, layer_split=split)["serve.sh"]
+    env, argv = parse_script(path)
+    assert env["ENABLE_VPP"] == "true" and "VLLM_PP_LAYER_PARTITION" not in env
+    settings = json.loads(options(argv)["--additional-config"])
+    assert settings["virtual_pipeline_parallel_size"] == 2
+    ranges = settings["vpp_layer_ranges"]
+    assert len(ranges) == pp and all(len(per_rank) == 2 for per_rank in ranges)
+    # walk the fold-back: stage i runs on rank i, then back from rank pp-1 to rank 0
+    seen = [0] * pp
+    executed = []
+    for rank in config.stage_ranks:
+        executed.append(ranges[rank][seen[rank]])
+        seen[rank] += 1
+    assert executed[0][0] == 0 and executed[-1][1] == 61
+    assert all(a[1] == b[0] for a, b in zip(executed, executed[1:]))
+    assert [end - start for start, end in executed] == list(config.layer_split)
+
+
+@pytest.mark.parametrize("mode", VPP_MODES)
+def test_vpp_export_warns_about_the_development_branch_and_names_the_variant(tmp_path, mode):
+    text = export(tmp_path, "vllm-ascend", **DSV3, pp=2, mode=mode)["serve.sh"].read_text()
+    assert "WARNING: this launch needs vLLM-Ascend's VPP development branch" in text
+    assert f"VPP variant chosen: {mode} (of vpp-sync, vpp-async, vpp)" in text
+
+
+# -- SGLang ---------------------------------------------------------------------------
+
+def test_sglang_flags(tmp_path):
+    env, argv = parse_script(export(tmp_path, "sglang", **QWEN, tp=2, pp=2, chunk=4096, max_running=32)["serve.sh"])
+    assert argv[:5] == ["python", "-m", "sglang.launch_server", "--model-path", "${MODEL:-Qwen/Qwen2.5-14B-Instruct}"]
+    assert options(argv) == {
+        "--model-path": "${MODEL:-Qwen/Qwen2.5-14B-Instruct}", "--tp-size": "2", "--pp-size": "2",
+        "--chunked-prefill-size": "4096", "--max-running-requests": "32", "--enable-metrics": True,
+    }
+    assert env == {}
+
+
+def test_sglang_dcpp_is_dynamic_chunking_with_the_smooth_factor_env(tmp_path):
+    path = export(tmp_path, "sglang", **QWEN, tp=2, pp=2, mode="dcpp", smooth_factor=0.75)["serve.sh"]
+    env, argv = parse_script(path)
+    assert options(argv)["--enable-dynamic-chunking"] is True
+    assert env["SGLANG_DYNAMIC_CHUNKING_SMOOTH_FACTOR"] == "0.75"
+    assert "no minimum-chunk option" in path.read_text()
+
+
+@pytest.mark.parametrize("engine, flag", [
+    ("vllm", "--pipeline-parallel-size"), ("vllm-ascend", "--pipeline-parallel-size"), ("sglang", "--pp-size"),
+])
+def test_tp_baseline_runs_everywhere(tmp_path, engine, flag):
+    env, argv = parse_script(export(tmp_path, engine, **QWEN, tp=4, pp=1)["serve.sh"])
+    assert options(argv)[flag] == "1"
+    assert not any(name.endswith("_PP_LAYER_PARTITION") for name in env)
+
+
+# -- the YAML and the JSON record ------------------------------------------------------
+
+@pytest.mark.parametrize("engine, mode, name, model_key", [
+    ("vllm", "cpp", "vllm-config.yaml", "model"),
+    ("vllm-ascend", "dcpp", "vllm-config.yaml", "model"),
+    ("vllm-ascend", "vpp", "vllm-config.yaml", "model"),
+    ("sglang", "dcpp", "sglang-config.yaml", "model-path"),
+])
+def test_yaml_agrees_with_the_flags(tmp_path, engine, mode, name, model_key):
+    files = export(tmp_path, engine, **DSV3, pp=2, mode=mode, layer_split=(16, 15, 15, 15) if "vpp" in mode else (32, 29))
+    assert set(files) == {"serve.sh", name, "pipedeck-best.json"}
+    _, argv = parse_script(files["serve.sh"])
+    flags = options(argv)
+    flags.pop("--model-path", None)
+    data = yaml.safe_load(files[name].read_text())
+    assert data.pop(model_key) == "deepseek-ai/DeepSeek-V3.1"
+    assert data == yaml_view(flags)
+
+
+def test_record_round_trips_into_the_config(tmp_path):
+    chosen = best(**DSV3, pp=2, mode="dcpp", chunk=16384, layer_split=(32, 29), smooth_factor=0.5)
+    path = Path(write_export(chosen, "vllm-ascend", tmp_path)[-1])
+    record = json.loads(path.read_text())
+    assert ServingConfig.from_dict(record["config"]) == chosen.config
+    assert record["engine"] == "vllm-ascend" and record["pipedeck_version"]
+    assert record["generated_at"].endswith("+00:00")
+    assert (record["study"], record["trial"], record["scenario"], record["seed"]) == ("s1", 7, "long-128k", 3)
+    assert record["slo"] == SLO and record["metrics"] == METRICS
+    assert best_from_json(record) == chosen
+
+
+def test_header_names_study_slo_and_goodput(tmp_path):
+    text = export(tmp_path, "vllm", **QWEN, tp=2, pp=2)["serve.sh"].read_text()
+    assert "# Study: s1  trial: 7  scenario: long-128k  seed: 3" in text
+    assert "# SLO: ttft p90 <= 2 s; tpot p90 <= 0.2 s" in text
+    assert "goodput 1.5 req/s" in text
+    assert re.search(r"^# Launch script generated by pipedeck \S+ for vllm\.$", text, re.M)
+
+
+def test_header_keeps_odd_names_inside_comments(tmp_path):
+    odd = BestConfig(ServingConfig(**QWEN, tp=2, pp=2).resolve(), {}, "evil\nrm -rf /", None, "a\rb", None, None)
+    path = write_export(odd, "vllm", tmp_path)[0]
+    assert "# Study: evil rm -rf /  trial: -  scenario: a b  seed: -" in path.read_text()
+    assert "# SLO: -" in path.read_text() and "Predicted by the simulator: -" in path.read_text()
+    subprocess.run(["bash", "-n", str(path)], check=True)
+
+
+# -- the script runs as written -------------------------------------------------------
+
+@pytest.mark.parametrize("engine", ["vllm", "vllm-ascend", "sglang"])
+def test_script_is_executable_and_parses(tmp_path, engine):
+    path = export(tmp_path, engine, **DSV3, pp=2, mode="vpp" if engine == "vllm-ascend" else "cpp")["serve.sh"]
+    assert path.stat().st_mode & 0o777 == 0o755
+    assert path.read_text().startswith("#!/usr/bin/env bash\n")
+    assert "set -euo pipefail" in path.read_text()
+    subprocess.run(["bash", "-n", str(path)], check=True)
+
+
+STUB = """#!{python}
+import json, os, sys
+names = [n for n in os.environ if n.endswith(("_PARTITION", "_FACTOR")) or n in ("ENABLE_VPP", "HCCL_OP_EXPANSION_MODE")]
+json.dump({{"argv": sys.argv[1:], "env": {{n: os.environ[n] for n in names}}}}, open(os.environ["STUB_OUT"], "w"))
+"""
+
+
+@pytest.mark.parametrize("engine, program", [("vllm-ascend", "vllm"), ("sglang", "python")])
+def test_script_launches_the_engine_with_its_environment(tmp_path, engine, program):
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / program).write_text(STUB.format(python=sys.executable))
+    (bin_dir / program).chmod(0o755)
+    path = export(tmp_path, engine, **DSV3, pp=2, mode="dcpp", layer_split=(32, 29))["serve.sh"]
+    expected_env, argv = parse_script(path)
+    out = tmp_path / "launched.json"
+    base = {"PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}", "STUB_OUT": str(out), "HCCL_OP_EXPANSION_MODE": "HOST"}
+    subprocess.run(["bash", str(path), "--port", "8123"], env=base, check=True)
+    launched = json.loads(out.read_text())
+    model = "deepseek-ai/DeepSeek-V3.1"
+    want = [model if a.startswith("${MODEL") else a for a in argv[1:]]
+    assert launched["argv"] == [*want, "--port", "8123"]
+    partition = "VLLM_PP_LAYER_PARTITION" if program == "vllm" else "SGLANG_PP_LAYER_PARTITION"
+    assert launched["env"][partition] == expected_env[partition] == "32,29"
+    if engine == "vllm-ascend":
+        assert launched["env"]["HCCL_OP_EXPANSION_MODE"] == "HOST"  # the operator's value wins
+    subprocess.run(["bash", str(path)], env={**base, "MODEL": "/weights/dsv3"}, check=True)
+    assert "/weights/dsv3" in json.loads(out.read_text())["argv"]
+
+
+# -- what cannot be exported ----------------------------------------------------------
+
+@pytest.mark.parametrize("engine, mode, message", [
+    ("vllm", "vpp", "format: mode vpp cannot run on vllm; engines that can: vllm-ascend (VPP development branch)"),
+    ("sglang", "vpp-async",
+     "format: mode vpp-async cannot run on sglang; engines that can: vllm-ascend (VPP development branch)"),
+    ("vllm", "dcpp", "format: mode dcpp cannot run on vllm; engines that can: vllm-ascend, sglang"),
+])
+def test_mode_engine_mismatch_is_one_line_naming_the_engines_that_can(tmp_path, engine, mode, message):
+    with pytest.raises(ExportError) as err:
+        write_export(best(**DSV3, pp=2, mode=mode), engine, tmp_path / "out")
+    assert str(err.value) == message
+    assert not (tmp_path / "out").exists()
+
+
+def test_dcpp_without_a_pipeline_is_refused(tmp_path):
+    with pytest.raises(ExportError, match=r"^pp: mode dcpp on sglang needs pp >= 2, got 1$"):
+        write_export(best(**QWEN, tp=2, pp=1, mode="dcpp"), "sglang", tmp_path)
+
+
+def test_a_model_id_a_shell_would_expand_is_refused(tmp_path):
+    packaged = Path(profiles.__file__).parent / "models" / "qwen2.5-14b.toml"
+    evil = tmp_path / "evil.toml"
+    evil.write_text(re.sub(r'(?m)^hf_id = .*$', 'hf_id = "org/$(touch pwned)"', packaged.read_text()))
+    with pytest.raises(ExportError, match=r"^model: hf_id 'org/\$\(touch pwned\)' has a character a shell would"):
+        write_export(best(model=str(evil), hardware="a100-40g-pcie", tp=2, pp=2), "vllm", tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+
+
+def test_unknown_engine(tmp_path):
+    with pytest.raises(ExportError, match=r"^format: unknown engine 'trt'; allowed: vllm-ascend, vllm, sglang$"):
+        write_export(best(**QWEN, tp=2, pp=2), "trt", tmp_path)
+
+
+def test_a_new_engine_or_mode_is_a_registration(tmp_path, monkeypatch):
+    fork = Engine("sglang-fork", ("python", "-m", "sglang.launch_server"), "--model-path",
+                  lambda c: Launch(flags=(Flag("--tp-size", c.tp),)))
+    monkeypatch.setitem(ENGINES, fork.name, fork)
+    register_support(fork.name, "cpp", ModeSupport(lambda c: Launch(flags=(Flag("--enable-dynamic-chunk"),))))
+    files = {p.name: p for p in write_export(best(**QWEN, tp=2, pp=2), "sglang-fork", tmp_path)}
+    assert set(files) == {"serve.sh", "pipedeck-best.json"}  # no --config YAML for this engine
+    assert options(parse_script(files["serve.sh"])[1]) == {
+        "--model-path": "${MODEL:-Qwen/Qwen2.5-14B-Instruct}", "--tp-size": "2", "--enable-dynamic-chunk": True}
+
+
+# -- files -----------------------------------------------------------------------------
+
+def test_existing_files_are_replaced_without_leftovers(tmp_path):
+    (tmp_path / "serve.sh").write_text("old\n")
+    write_export(best(**QWEN, tp=2, pp=2), "vllm", tmp_path)
+    assert (tmp_path / "serve.sh").read_text().startswith("#!/usr/bin/env bash")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["pipedeck-best.json", "serve.sh", "vllm-config.yaml"]
+
+
+def test_no_file_holds_a_secret_from_the_environment(tmp_path, monkeypatch):
+    monkeypatch.setenv("VLLM_API_KEY", "sk-pipedeck-test-key-0123456789")
+    monkeypatch.setenv("HF_TOKEN", "hf_pipedecktesttoken0123456789")
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-another-test-key-abcdef")
+    secrets = [value for name, value in os.environ.items()
+               if re.search(r"KEY|TOKEN|SECRET|PASSW|CREDENTIAL", name, re.I) and len(value) >= 8]
+    for engine, mode in (("vllm-ascend", "vpp"), ("vllm", "cpp"), ("sglang", "dcpp")):
+        for path in write_export(best(**DSV3, pp=2, mode=mode), engine, tmp_path / engine):
+            text = path.read_text()
+            assert not [s for s in secrets if s in text], path
+            assert not re.search(r"api[-_]?key|\btoken\b|_TOKEN", text, re.I), path
+
+
+# -- from the run store and the CLI ----------------------------------------------------
+
+def make_store(path: Path, objective: str = "goodput") -> ServingConfig:
+    """A run store with study s1: a worse, a best, a failed and a running trial; return the best config."""
+    configs = [ServingConfig(**DSV3, pp=2, mode=mode).resolve() for mode in ("cpp", "dcpp", "vpp", "vpp-async")]
+    with RunStore.open(path) as store:
+        store.save_study("s1", scenario="long-128k", objective=objective, slo=SLO, settings={"seed": 3}, storage="j")
+        for number, (config, value, state) in enumerate(zip(configs, (1.0, 2.0, None, None),
+                                                            ("COMPLETE", "COMPLETE", "FAIL", "RUNNING"))):
+            store.save_trial("s1", number, state=state, params={}, config=config.to_dict(),
+                             metrics={**METRICS, "goodput_rps": value} if value else {}, objective=value, duration_s=1.0)
+    return configs[1] if objective != "ttft" else configs[0]
+
+
+@pytest.mark.parametrize("objective", ["goodput", "ttft"])
+def test_export_best_reads_the_best_completed_trial_and_its_study(tmp_path, objective):
+    chosen = make_store(tmp_path / "runs.duckdb", objective)
+    with RunStore.open(tmp_path / "runs.duckdb") as store:
+        record = json.loads(export_best(store, "s1", "vllm-ascend", str(tmp_path / "out"))[-1].read_text())
+    assert ServingConfig.from_dict(record["config"]) == chosen
+    assert (record["study"], record["scenario"], record["seed"], record["slo"]) == ("s1", "long-128k", 3, SLO)
+    assert record["trial"] == (1 if objective == "goodput" else 0)
+
+
+def test_export_best_of_a_study_without_completed_trials(tmp_path):
+    with RunStore.open(tmp_path / "runs.duckdb") as store:
+        store.save_study("empty", scenario="long-128k", objective="goodput", slo=SLO, settings={}, storage="j")
+        with pytest.raises(ExportError, match=r"^study: empty has no completed trial yet$"):
+            export_best(store, "empty", "vllm", tmp_path / "out")
+
+
+def run(capsys, argv):
+    status = run_cli(cli, argv)
+    out, err = capsys.readouterr()
+    return status, out, err
+
+
+def test_cli_exports_a_saved_record_or_a_plain_config(tmp_path, capsys):
+    record = write_export(best(**DSV3, pp=2, mode="vpp"), "vllm-ascend", tmp_path / "first")[-1]
+    status, out, err = run(capsys, ["export", "--config", str(record), "--format", "vllm-ascend", "--out", str(tmp_path / "again")])
+    assert status == 0, err
+    assert out.split() == [str(tmp_path / "again" / n) for n in ("serve.sh", "vllm-config.yaml", "pipedeck-best.json")]
+    assert (tmp_path / "again" / "serve.sh").read_text() == (tmp_path / "first" / "serve.sh").read_text()
+    plain = tmp_path / "plain.json"
+    plain.write_text(json.dumps({**QWEN, "tp": 2, "pp": 2}))
+    status, out, err = run(capsys, ["export", "--config", str(plain), "--format", "sglang", "--out", str(tmp_path / "p")])
+    assert status == 0, err
+    assert "--tp-size 2" in (tmp_path / "p" / "serve.sh").read_text()
+
+
+def test_cli_exports_a_study_from_the_run_store(tmp_path, capsys):
+    chosen = make_store(tmp_path / "runs.duckdb")
+    status, out, err = run(capsys, ["export", "--study", "s1", "--format", "sglang", "--out", str(tmp_path / "o"),
+                                    "--db", str(tmp_path / "runs.duckdb")])
+    assert status == 0, err
+    assert out.split() == [str(tmp_path / "o" / n) for n in ("serve.sh", "sglang-config.yaml", "pipedeck-best.json")]
+    assert ServingConfig.from_dict(json.loads((tmp_path / "o" / "pipedeck-best.json").read_text())["config"]) == chosen
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--format", "vllm", "--study", "nope", "--db", "{db}"], "study: no study 'nope' in"),
+    (["--format", "vllm", "--study", "s1", "--db", "{missing}"], "db: no run store at"),
+    (["--format", "vllm"], "give exactly one of --study NAME or --config FILE.json"),
+    (["--format", "vllm", "--study", "s", "--config", "{config}"], "give exactly one of --study NAME or --config FILE.json"),
+    (["--format", "vllm", "--config", "{config}"], "format: mode vpp cannot run on vllm; engines that can: vllm-ascend (VPP development branch)"),
+    (["--format", "vllm", "--config", "{bad}"], "config: cannot read"),
+    (["--format", "nope", "--config", "{config}"], "'nope' is not one of"),
+])
+def test_cli_errors_are_one_line_and_exit_2(tmp_path, capsys, argv, message):
+    config = write_export(best(**DSV3, pp=2, mode="vpp"), "vllm-ascend", tmp_path / "first")[-1]
+    bad = tmp_path / "bad.json"
+    bad.write_text("{not json")
+    make_store(tmp_path / "runs.duckdb")
+    argv = [a.format(config=config, bad=bad, db=tmp_path / "runs.duckdb", missing=tmp_path / "none.duckdb") for a in argv]
+    status, out, err = run(capsys, ["export", *argv, "--out", str(tmp_path / "o")])
+    assert status == 2 and out == ""
+    assert err.count("\n") == 1 and err.startswith("pipedeck: error: ") and message in err

@@ -1,0 +1,230 @@
+"""Export of a tuned config as deployable files: a launch script, the engine's YAML and a JSON record."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import tempfile
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from importlib.metadata import version
+from pathlib import Path
+from typing import Any, Protocol
+
+import yaml
+
+from ..backends.config import ServingConfig
+from .engines import Engine, EnvVar, ExportError, Launch, plan_launch
+from .objective import OBJECTIVES
+
+__all__ = ["BestConfig", "ExportError", "best_from_json", "best_from_store", "export_best", "write_export"]
+
+SCRIPT = "serve.sh"
+RECORD = "pipedeck-best.json"
+_UNSAFE_IN_DOUBLE_QUOTES = re.compile(r'[$`"\\}\n]')
+
+
+@dataclass(frozen=True)
+class BestConfig:
+    """A config worth deploying and where it came from: its predicted metrics, study, trial, SLO and seed."""
+
+    config: ServingConfig
+    metrics: Mapping[str, Any]
+    study: str | None = None
+    trial: int | None = None
+    scenario: str | None = None
+    slo: Mapping[str, Any] | None = None
+    seed: int | None = None
+
+
+def write_export(best: BestConfig, engine: str, out_dir: str | os.PathLike[str]) -> list[Path]:
+    """Write serve.sh, the engine's YAML (where it reads one) and pipedeck-best.json into out_dir."""
+    config = best.config.resolve()
+    spec, launch = plan_launch(config, engine)
+    model = config.model_profile.hf_id
+    if _UNSAFE_IN_DOUBLE_QUOTES.search(model):
+        raise ExportError(f"model: hf_id {model!r} has a character a shell would expand: one of $ ` \" \\ }}")
+    files = {SCRIPT: (render_script(best, config, spec, launch), 0o755)}
+    if spec.config_file:
+        files[spec.config_file] = (render_yaml(config, spec, launch), 0o644)
+    files[RECORD] = (render_record(best, config, spec.name), 0o644)
+    folder = Path(out_dir)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise ExportError(f"out: cannot create folder {folder}: {err.strerror or err}") from None
+    return [_write_atomic(folder / name, text, mode) for name, (text, mode) in files.items()]
+
+
+def render_script(best: BestConfig, config: ServingConfig, engine: Engine, launch: Launch) -> str:
+    """The bash launch script: header, environment and the launch command, one option per line."""
+    lines = ["#!/usr/bin/env bash", *(_comment(line) for line in _header(best, config, engine))]
+    if launch.notes:
+        rule = "# " + "=" * 76
+        lines += [rule, *(_comment(note) for note in launch.notes), rule]
+    lines += ["set -euo pipefail", ""]
+    lines += [_env_line(var) for var in launch.env]
+    if launch.env:
+        lines.append("")
+    model = f'"${{MODEL:-{config.model_profile.hf_id}}}"'
+    command = [" ".join(shlex.quote(part) for part in ("exec", *engine.program))]
+    command.append(f"{shlex.quote(engine.model_flag)} {model}" if engine.model_flag else model)
+    command += [" ".join(shlex.quote(part) for part in flag.argv()) for flag in launch.flags]
+    command.append('"$@"')
+    lines.append(" \\\n  ".join(command))
+    return "\n".join(lines) + "\n"
+
+
+def render_yaml(config: ServingConfig, engine: Engine, launch: Launch) -> str:
+    """The engine's `--config` YAML: the model and every option of serve.sh, with its environment as comments."""
+    data: dict[str, object] = {engine.config_model_key: config.model_profile.hf_id}
+    data.update(flag.yaml_item() for flag in launch.flags)
+    exports = [f"#   {_env_line(var)}" for var in launch.env if var.kind != "commented"]
+    head = [f"# {engine.name} options for {config.model} (pipedeck {_version()}); same values as serve.sh.",
+            f"# Run: {' '.join(engine.program)} --config {engine.config_file}"]
+    if exports:
+        head += ["# with this environment:", *exports]
+    return "\n".join(head) + "\n" + yaml.safe_dump(data, sort_keys=False)
+
+
+def render_record(best: BestConfig, config: ServingConfig, engine: str) -> str:
+    """pipedeck-best.json: the resolved config, predicted metrics and provenance."""
+    record = {
+        "pipedeck_version": _version(),
+        "generated_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "engine": engine,
+        "study": best.study,
+        "trial": best.trial,
+        "scenario": best.scenario,
+        "slo": None if best.slo is None else dict(best.slo),
+        "seed": best.seed,
+        "metrics": dict(best.metrics),
+        "config": config.to_dict(),
+    }
+    return json.dumps(record, indent=2, default=_plain) + "\n"
+
+
+def best_from_json(data: Mapping[str, Any]) -> BestConfig:
+    """A BestConfig from a pipedeck-best.json record, or from a plain config dict."""
+    if not isinstance(data.get("config"), Mapping):
+        return BestConfig(ServingConfig.from_dict(dict(data)).resolve(), {})
+    return BestConfig(
+        ServingConfig.from_dict(dict(data["config"])).resolve(), data.get("metrics") or {},
+        data.get("study"), data.get("trial"), data.get("scenario"), data.get("slo"), data.get("seed"),
+    )
+
+
+class StudyStore(Protocol):
+    """The part of the run store an export reads (`pipedeck.store.RunStore`)."""
+
+    def get_study(self, name: str) -> Any: ...
+
+    def best_trial(self, study: str, direction: str = "maximize") -> Any: ...
+
+
+def best_from_store(store: StudyStore, study: str) -> BestConfig:
+    """The best completed trial of a stored study, with the study's scenario, SLO and seed."""
+    row = store.get_study(study)
+    if row.objective not in OBJECTIVES:
+        raise ExportError(f"study: {study} has objective {row.objective!r}; known: {', '.join(OBJECTIVES)}")
+    trial = store.best_trial(study, OBJECTIVES[row.objective])
+    if trial is None or trial.config is None:
+        raise ExportError(f"study: {study} has no completed trial yet")
+    return BestConfig(
+        ServingConfig.from_dict(dict(trial.config)).resolve(), trial.metrics or {},
+        study, trial.number, row.scenario, row.slo or None, (row.settings or {}).get("seed"),
+    )
+
+
+def export_best(store: StudyStore, study: str, engine: str, out_dir: str | os.PathLike[str]) -> list[Path]:
+    """Export a study's best completed trial for `engine` into out_dir; return the written paths."""
+    return write_export(best_from_store(store, study), engine, out_dir)
+
+
+# -- helpers ------------------------------------------------------------------------
+
+def _header(best: BestConfig, config: ServingConfig, engine: Engine) -> list[str]:
+    split = ",".join(map(str, config.layer_split or ()))
+    lines = [
+        f"Launch script generated by pipedeck {_version()} for {engine.name}.",
+        f"Study: {best.study or '-'}  trial: {'-' if best.trial is None else best.trial}  "
+        f"scenario: {best.scenario or '-'}  seed: {'-' if best.seed is None else best.seed}",
+        f"SLO: {_slo_text(best.slo)}",
+        f"Predicted by the simulator: {_metrics_text(best.metrics)}",
+        f"Model {config.model} on {config.hardware}: {config.devices} devices (tp {config.tp} x pp {config.pp}), "
+        f"mode {config.mode}, chunk {config.chunk}, layers per virtual stage {split}",
+        f"Weights: MODEL=/path/or/hf-id ./{SCRIPT} overrides {config.model_profile.hf_id}; "
+        "extra arguments (--port 8000) are passed on.",
+    ]
+    if engine.config_file:
+        lines.append(f"The same options as YAML: {engine.config_file} ({' '.join(engine.program)} --config).")
+    return lines
+
+
+def _slo_text(slo: Mapping[str, Any] | None) -> str:
+    if not slo:
+        return "-"
+    parts = []
+    for metric, limit in slo.items():
+        if isinstance(limit, Mapping) and "limit_s" in limit:
+            percentile = f" p{_number(limit['percentile'])}" if "percentile" in limit else ""
+            parts.append(f"{metric}{percentile} <= {_number(limit['limit_s'])} s")
+        else:
+            parts.append(f"{metric} {json.dumps(limit, default=_plain)}")
+    return "; ".join(parts)
+
+
+def _metrics_text(metrics: Mapping[str, Any]) -> str:
+    parts = []
+    if "goodput_rps" in metrics:
+        parts.append(f"goodput {_number(metrics['goodput_rps'])} req/s")
+    if "attainment" in metrics:
+        parts.append(f"SLO attainment {_number(metrics['attainment'])}")
+    return ", ".join(parts) or "-"
+
+
+def _env_line(var: EnvVar) -> str:
+    if var.kind == "default":
+        if _UNSAFE_IN_DOUBLE_QUOTES.search(var.value):
+            raise ExportError(f"{var.name}: default value {var.value!r} cannot sit inside double quotes")
+        return f'export {var.name}="${{{var.name}:-{var.value}}}"'
+    if var.kind == "commented":
+        return f"# export {var.name}={var.value}" + (f"  # {var.note}" if var.note else "")
+    return f"export {var.name}={shlex.quote(var.value)}"
+
+
+def _comment(text: str) -> str:
+    """One comment line; newlines and control characters in the text become spaces."""
+    return "# " + re.sub(r"[\x00-\x1f\x7f]+", " ", text)
+
+
+def _number(value: object) -> str:
+    """A number for a comment: floats to four significant digits, 90.0 as 90."""
+    return f"{value:.4g}" if isinstance(value, float) else str(value)
+
+
+def _plain(value: object) -> object:
+    """JSON fallback for numpy scalars and other non-JSON values in metrics."""
+    item = getattr(value, "item", None)
+    return item() if callable(item) else str(value)
+
+
+def _version() -> str:
+    return version("pipedeck")
+
+
+def _write_atomic(path: Path, text: str, mode: int) -> Path:
+    """Replace path with text in one step: a temporary file in the same folder, then os.replace."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(text)
+        os.chmod(tmp, mode)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
