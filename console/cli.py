@@ -4,8 +4,18 @@ from __future__ import annotations
 
 import click
 
-from .errors import exit_with, run_cli
+from ..store import StoreError
+from .errors import exit_with, register_user_error, run_cli
+from .compare import compare
+from .export import export
+from .report import report
+from .runs import runs
+from .show import show
 from .simulate import simulate
+from .tune import tune
+
+
+register_user_error(StoreError)
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
@@ -15,6 +25,12 @@ def cli() -> None:
 
 
 cli.add_command(simulate)
+cli.add_command(runs)
+cli.add_command(show)
+cli.add_command(tune)
+cli.add_command(export)
+cli.add_command(compare)
+cli.add_command(report)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -1,0 +1,61 @@
+"""What every figure shares: how a run is named and coloured, and the house layout."""
+
+from __future__ import annotations
+
+import textwrap
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import plotly.graph_objects as go
+import plotly.io as pio
+from plotly.colors import qualitative
+
+from ...backends.result import RunResult
+from ...tuner.slo import DEFAULT_PERCENTILE, SLO, Limit
+
+RUN_COLOURS = qualitative.Plotly
+# plotly_white without its per-trace defaults, which every figure would otherwise carry (about 4 kB each)
+TEMPLATE = go.layout.Template(layout=pio.templates["plotly_white"].layout)
+TOP_PX = 110  # title, a legend row, then subplot titles
+FONT = dict(family="Inter, Helvetica, Arial, sans-serif", size=13, color="#222")
+
+
+@dataclass(frozen=True)
+class PlotRun:
+    """A run as the figures draw it: its legend name and its result."""
+
+    name: str
+    result: RunResult
+
+
+def run_name(run_id: int, result: RunResult, label: str | None = None) -> str:
+    """The legend name of a stored run: `run <id> <mode> <label>`."""
+    return " ".join(filter(None, (f"run {run_id}", str(result.config.get("mode", "")), label)))
+
+
+def wrap(text: str, width: int = 14) -> str:
+    """Text broken into lines of about `width` characters, for category tick labels."""
+    return "<br>".join(textwrap.wrap(text, width)) or text
+
+
+def run_colour(index: int) -> str:
+    """The colour of the index-th run, the same in every figure of a page."""
+    return RUN_COLOURS[index % len(RUN_COLOURS)]
+
+
+def styled(fig: go.Figure, title: str, height: int, legend_row: bool = False) -> go.Figure:
+    """The house style: white template, title top left, fixed height; `legend_row` puts the legend under the title."""
+    fig.update_layout(template=TEMPLATE, font=FONT, height=height,
+                      title=dict(text=title, x=0.01, xanchor="left", yref="container", y=1 - 14 / height,
+                                 yanchor="top"),
+                      margin=dict(l=70, r=30, t=TOP_PX if legend_row else 60, b=60))
+    if legend_row:
+        fig.update_layout(legend=dict(orientation="h", x=0, xanchor="left", yref="container", y=1 - 48 / height,
+                                      yanchor="top"))
+    return fig
+
+
+def slo_from_dict(limits: Mapping[str, Mapping[str, float]]) -> SLO:
+    """The SLO a study stores as {"ttft": {"limit_s": .., "percentile": ..}, ...}."""
+    return SLO(tuple(Limit(metric, float(v["limit_s"]), float(v.get("percentile", DEFAULT_PERCENTILE)))
+                     for metric, v in limits.items()))

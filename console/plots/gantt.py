@@ -1,0 +1,146 @@
+"""Per-rank pipeline timelines (Gantt), one subplot per run, like the VPP paper's timeline figure.
+
+Bars go from span start to span end on one row per rank, coloured by the
+micro-batch's lead request (decode-only batches grey, blocking transfers
+dark), labelled `s<stage> c<chunk>` where the bar is wide enough; gaps are
+bubbles. Long runs are cut to their first spans in time so that the page
+stays small: `max_spans` is shared by all runs of the figure.
+"""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import Sequence
+
+import numpy as np
+import plotly.graph_objects as go
+from plotly.colors import qualitative
+from plotly.subplots import make_subplots
+
+from ...backends.result import TRANSFER_KINDS, Span
+from .common import TOP_PX, PlotRun, styled
+
+MAX_SPANS = 3000
+REQUEST_COLOURS = qualitative.Pastel[:10]  # the palette's last colour is grey, kept for decode-only batches
+DECODE_COLOUR, TRANSFER_COLOUR = "#b4b4b4", "#2e2e2e"
+KINDS = ("prefill", "mixed", "decode", *sorted(TRANSFER_KINDS))  # trace order within a rank
+ROW_PX, GAP_PX, BOTTOM_PX = 46, 80, 70  # per rank row; between runs (ticks and title); under the last
+LABEL_SHARE = 1e-3  # bars narrower than this share of the drawn window get no text (too narrow at any sane zoom)
+_WHEN = "<br>virtual stage %{customdata[0]} · batch %{customdata[1]}<br>%{base:.4f} – %{x:.4f} s<extra></extra>"
+_LEAD = "request %{customdata[2]} chunk %{customdata[3]}"
+
+
+def share_budget(counts: Sequence[int], budget: int) -> list[int]:
+    """Spans to draw per run: an even share of the budget, with what small runs leave over passed on."""
+    shares = [0] * len(counts)
+    left = budget
+    for done, i in enumerate(sorted(range(len(counts)), key=lambda i: counts[i])):
+        shares[i] = min(counts[i], left // (len(counts) - done))
+        left -= shares[i]
+    return shares
+
+
+def _label(span: Span) -> str:
+    return f"s{span.stage} " + ("d" if span.chunk < 0 else f"c{span.chunk}")
+
+
+def _typed(values: np.ndarray) -> dict[str, str]:
+    """A float32 array as plotly.js's base64 typed-array spec (plotly.py leaves `base` as long JSON text)."""
+    return {"dtype": "f4", "bdata": base64.b64encode(values.astype("<f4").tobytes()).decode()}
+
+
+def _request_colours() -> dict[str, object]:
+    """Marker settings colouring bars by request id with a discrete scale over REQUEST_COLOURS."""
+    n = len(REQUEST_COLOURS)
+    scale = [[edge / n, colour] for i, colour in enumerate(REQUEST_COLOURS) for edge in (i, i + 1)]
+    return dict(colorscale=scale, cmin=-0.5, cmax=n - 0.5)
+
+
+def _what(kind: str, decode_only: bool) -> str:
+    """The hover's first line for bars of this kind."""
+    if decode_only:
+        return "decode-only batch" if kind == "decode" else f"{kind} of a decode-only batch"
+    return f"mixed: prefill {_LEAD} + decodes" if kind == "mixed" else f"{kind}: {_LEAD}"
+
+
+def kind_trace(name: str, rank: int, kind: str, spans: Sequence[Span], min_label_s: float = 0.0) -> go.Bar:
+    """One rank's spans of one kind (all decode-only or none) as horizontal bars on row `rank`."""
+    starts = np.array([s.start for s in spans], dtype=np.float64)
+    widths = np.array([s.end for s in spans], dtype=np.float64) - starts
+    transfer, decode_only = kind in TRANSFER_KINDS, spans[0].request < 0
+    if transfer:
+        marker: dict[str, object] = dict(color=TRANSFER_COLOUR)
+    elif decode_only:
+        marker = dict(color=DECODE_COLOUR)
+    else:
+        marker = dict(color=np.array([s.request % len(REQUEST_COLOURS) for s in spans], dtype=np.int8),
+                      **_request_colours())
+    marker["line"] = dict(width=0.6 if len(spans) <= 300 else 0, color="white")
+    # JSON integers: as base64 typed arrays, the -1 of decode-only batches would cost far more bytes
+    customdata = [[s.stage, s.batch] if decode_only else [s.stage, s.batch, s.request, s.chunk] for s in spans]
+    return go.Bar(
+        name=f"{name} rank {rank} {kind}" + (" (decode-only)" if decode_only and kind != "decode" else ""),
+        orientation="h", y=np.full(len(spans), rank, dtype=np.int8), base=_typed(starts),
+        x=widths.astype(np.float32), width=0.8, marker=marker, showlegend=False, customdata=customdata,
+        hovertemplate=f"<b>{name} rank {rank}</b><br>{_what(kind, decode_only)}{_WHEN}",
+        text=None if transfer else [_label(s) if w >= min_label_s else "" for s, w in zip(spans, widths)],
+        textposition="inside", textangle=0, insidetextanchor="middle", textfont=dict(size=10, color="#1a1a1a"),
+    )
+
+
+def _title(run: PlotRun, drawn: list[Span], total: int) -> str:
+    if not total:
+        return f"{run.name}: stored without a timeline"
+    if len(drawn) == total:
+        return f"{run.name}: all {total} spans, {run.result.makespan_s:.4g} s"
+    window = drawn[-1].start
+    return f"{run.name}: first {len(drawn)} of {total} spans (0–{window:.4g} s of {run.result.makespan_s:.4g} s)"
+
+
+def _legend_keys(fig: go.Figure) -> None:
+    """Legend entries explaining the colours."""
+    keys = (("prefill / mixed batch: one colour per lead request", REQUEST_COLOURS[0]),
+            ("decode-only batch", DECODE_COLOUR), ("blocking transfer (send / recv / exchange)", TRANSFER_COLOUR))
+    for name, colour in keys:
+        fig.add_trace(go.Scatter(x=[None], y=[None], mode="markers", name=name, hoverinfo="skip",
+                                 marker=dict(symbol="square", size=13, color=colour)))
+
+
+def timelines(runs: Sequence[PlotRun], max_spans: int = MAX_SPANS) -> go.Figure:
+    """The pipeline timeline of each run, one subplot per run with one row per rank; bubbles are the gaps."""
+    ordered = [sorted(run.result.spans, key=lambda s: (s.start, s.rank)) for run in runs]
+    drawn = [spans[:n] for spans, n in zip(ordered, share_budget([len(s) for s in ordered], max_spans))]
+    heights = [ROW_PX * max(1, len(run.result.ranks)) for run in runs]
+    plot_px = sum(heights) + GAP_PX * (len(runs) - 1)
+    fig = make_subplots(rows=len(runs), cols=1, row_heights=heights, shared_xaxes=True,
+                        vertical_spacing=GAP_PX / plot_px if len(runs) > 1 else 0,
+                        subplot_titles=[_title(r, d, len(s)) for r, d, s in zip(runs, drawn, ordered)])
+    for row, (run, spans) in enumerate(zip(runs, drawn), start=1):
+        ranks = [r.rank for r in run.result.ranks] or [0]
+        groups: dict[tuple[int, int, bool, str], list[Span]] = {}
+        for span in spans:
+            groups.setdefault((span.rank, _kind_order(span.kind), span.request < 0, span.kind), []).append(span)
+        window = max((s.end for s in spans), default=0.0)
+        for (rank, _, _, kind), mine in sorted(groups.items()):
+            fig.add_trace(kind_trace(run.name, rank, kind, mine, LABEL_SHARE * window), row=row, col=1)
+        fig.update_yaxes(tickvals=ranks, ticktext=[f"rank {r}" for r in ranks], range=[max(ranks) + 0.5, -0.5],
+                         showgrid=False, zeroline=False, row=row, col=1)
+        fig.update_xaxes(showticklabels=True, row=row, col=1)
+        if not spans:
+            fig.update_xaxes(visible=False, row=row, col=1)
+            fig.update_yaxes(visible=False, row=row, col=1)
+            low, high = fig.layout[f"yaxis{row if row > 1 else ''}"].domain
+            fig.add_annotation(text="no timeline was stored for this run, so there is nothing to draw",
+                               xref="paper", yref="paper", x=0.5, y=(low + high) / 2, showarrow=False,
+                               font=dict(color="#777"))
+    last = max((row for row, spans in enumerate(drawn, start=1) if spans), default=len(runs))
+    fig.update_xaxes(title_text="time since the start of the run (s)", row=last, col=1)
+    _legend_keys(fig)
+    fig = styled(fig, "Pipeline timelines (gaps are bubbles; hover a bar for its request, chunk and times)",
+                 plot_px + TOP_PX + BOTTOM_PX, legend_row=True)
+    return fig.update_layout(barmode="overlay", bargap=0, uniformtext=dict(minsize=9, mode="hide"),
+                             margin=dict(b=BOTTOM_PX))
+
+
+def _kind_order(kind: str) -> int:
+    return KINDS.index(kind) if kind in KINDS else len(KINDS)

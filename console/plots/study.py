@@ -1,0 +1,177 @@
+"""A tuning study's figures: optimisation history, parameter importances, chunk against objective, best vs default."""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable, Sequence
+
+import numpy as np
+import optuna
+import plotly.graph_objects as go
+
+from ...backends.policies.modes import MODES
+from ...backends.tokens import format_tokens
+from ...store import TrialRow
+from .common import run_colour, styled
+from .table import CELL_PX
+
+OBJECTIVE_LABELS = {"goodput": "goodput (req/s)", "ttft": "mean TTFT (s)", "throughput": "throughput (tok/s)"}
+OBJECTIVE_METRICS = {"goodput": "goodput_rps", "ttft": "ttft_mean_s", "throughput": "throughput_tok_s"}
+PRUNED_COLOUR = "#9a9a9a"
+
+
+def objective_label(objective: str | None) -> str:
+    """The axis label of a study's objective."""
+    return OBJECTIVE_LABELS.get(objective or "", "objective")
+
+
+def completed(trials: Sequence[TrialRow]) -> list[TrialRow]:
+    """Trials that completed with an objective value (pruned trials' values are bounds, not results)."""
+    return [t for t in trials if t.state == "COMPLETE" and t.objective is not None and np.isfinite(t.objective)]
+
+
+def optuna_history(study: optuna.Study, label: str) -> go.Figure:
+    """Optuna's optimisation history (objective by trial, best so far) in the house style."""
+    fig = optuna.visualization.plot_optimization_history(study, target_name=label)
+    return _history_axes(fig, label, len(study.trials) - 1)
+
+
+def history_from_trials(trials: Sequence[TrialRow], direction: str, label: str) -> go.Figure:
+    """The optimisation history built from the run store's trials (when Optuna's storage is gone)."""
+    done = completed(trials)
+    numbers = [t.number for t in done]
+    values = np.array([t.objective for t in done], dtype=float)
+    best = np.maximum.accumulate(values) if direction == "maximize" else np.minimum.accumulate(values)
+    fig = go.Figure([
+        go.Scatter(x=numbers, y=values, mode="markers", name=label, marker=dict(color=run_colour(0), size=8),
+                   hovertemplate="trial %{x}<br>%{y:.4g}<extra></extra>"),
+        go.Scatter(x=numbers, y=best, mode="lines", name="best value", line=dict(color=run_colour(1), shape="hv"),
+                   hovertemplate="best after trial %{x}: %{y:.4g}<extra></extra>"),
+    ])
+    return _history_axes(fig, label, max(numbers, default=0))
+
+
+def _history_axes(fig: go.Figure, label: str, last: int) -> go.Figure:
+    """Title, axis titles and whole-number trial ticks (about a dozen) for a history figure."""
+    fig = styled(fig, f"{label} of each completed trial and the best so far", 460, legend_row=True)
+    fig.update_xaxes(title_text="trial", dtick=max(1, -(-last // 12)))
+    return fig.update_yaxes(title_text=label)
+
+
+def optuna_importances(study: optuna.Study) -> go.Figure | str:
+    """Optuna's parameter importances, or the reason they cannot be computed."""
+    done = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
+    varying = {name for name in {p for t in done for p in t.params}
+               if len({repr(t.params.get(name)) for t in done}) > 1}
+    if len(done) < 2 or not varying:
+        return (f"Parameter importances need at least two completed trials whose parameters differ; "
+                f"this study has {len(done)} completed trial(s).")
+    try:
+        with warnings.catch_warnings():  # "some regimes have less than 2 trials" on small studies
+            warnings.simplefilter("ignore")
+            fig = optuna.visualization.plot_param_importances(study)
+    except (ValueError, RuntimeError) as err:
+        return f"Optuna could not compute parameter importances: {str(err).splitlines()[0]}"
+    return styled(fig, "Parameter importances (share of the objective's variance)", 120 + 36 * len(varying))
+
+
+def _chunk_ticks(chunks: Sequence[int]) -> list[int]:
+    low, high = int(np.log2(min(chunks))), int(np.ceil(np.log2(max(chunks))))
+    return [2 ** k for k in range(low, high + 1)]
+
+
+def chunk_vs_objective(trials: Sequence[TrialRow], label: str, best: TrialRow | None = None) -> go.Figure:
+    """Completed trials' objective against their chunk size, one colour per pipeline mode; pruned trials grey."""
+    done = [t for t in completed(trials) if t.config]
+    pruned = [t for t in trials if t.state == "PRUNED" and t.config and t.objective is not None]
+    fig = go.Figure()
+    if pruned:
+        fig.add_trace(go.Scatter(
+            x=[t.config["chunk"] for t in pruned], y=[t.objective for t in pruned], mode="markers",
+            name="pruned: fails the SLO at this rate", marker=dict(symbol="x-thin", size=9, color=PRUNED_COLOUR,
+                                                                   line=dict(width=1.5, color=PRUNED_COLOUR)),
+            customdata=[[t.number, t.config["mode"]] for t in pruned],
+            hovertemplate="trial %{customdata[0]} (%{customdata[1]}), pruned<br>chunk %{x} tokens<br>"
+                          "fails the SLO at %{y:.4g}<extra></extra>"))
+    known = list(MODES)
+
+    def order(mode: str) -> int:
+        return known.index(mode) if mode in known else len(known)
+
+    for mode in sorted({str(t.config["mode"]) for t in done}, key=lambda m: (order(m), m)):
+        mine = [t for t in done if t.config["mode"] == mode]
+        fig.add_trace(go.Scatter(
+            x=[t.config["chunk"] for t in mine], y=[t.objective for t in mine], mode="markers", name=mode,
+            marker=dict(color=run_colour(order(mode)), size=10, opacity=0.85, line=dict(width=1, color="white")),
+            customdata=[[t.number, f"{t.config['tp']}×{t.config['pp']}", ",".join(map(str, t.config["layer_split"]))]
+                        for t in mine],
+            hovertemplate=(f"{mode}, trial %{{customdata[0]}}<br>chunk %{{x}} tokens, tp×pp %{{customdata[1]}}<br>"
+                           f"layer split %{{customdata[2]}}<br>{label} %{{y:.4g}}<extra></extra>"),
+        ))
+    if best is not None and best.config:
+        fig.add_trace(go.Scatter(x=[best.config["chunk"]], y=[best.objective], mode="markers",
+                                 name=f"best (trial {best.number})", hoverinfo="skip",
+                                 marker=dict(symbol="circle-open", size=20, color="#222", line=dict(width=2.5))))
+    ticks = _chunk_ticks([int(t.config["chunk"]) for t in done + pruned]) if done + pruned else []
+    fig.update_xaxes(type="log", title_text="chunk size (tokens, log scale)", tickvals=ticks,
+                     ticktext=[format_tokens(v) for v in ticks])
+    fig.update_yaxes(title_text=label, rangemode="tozero")
+    fig = styled(fig, f"Chunk size against {label} by pipeline mode", 460)
+    fig.update_layout(legend=dict(title_text="mode"))
+    return fig
+
+
+_CONFIG_ROWS: tuple[tuple[str, Callable[[dict], str]], ...] = (
+    ("mode", lambda c: str(c["mode"])),
+    ("tp × pp", lambda c: f"{c['tp']} × {c['pp']}"),
+    ("chunk (tokens)", lambda c: format_tokens(int(c["chunk"]))),
+    ("layer split", lambda c: ",".join(map(str, c["layer_split"]))),
+    ("DCPP smooth factor / min chunk", lambda c: f"{c['smooth_factor']:.3g} / {format_tokens(int(c['min_chunk']))}"
+     if c["mode"] == "dcpp" else "-"),
+    ("max running requests", lambda c: str(c["max_running"])),
+)
+
+
+_METRIC_ROWS = (("goodput_rps", "goodput (req/s)", 1.0, ".4g"), ("attainment", "SLO attainment", 1.0, ".1%"),
+                ("ttft_p90_s", "TTFT P90 (s)", 1.0, ".4g"), ("ttft_p99_s", "TTFT P99 (s)", 1.0, ".4g"),
+                ("tpot_p90_s", "TPOT P90 (ms)", 1e3, ".4g"), ("tpot_p99_s", "TPOT P99 (ms)", 1e3, ".4g"),
+                ("throughput_tok_s", "throughput (tok/s)", 1.0, ",.0f"), ("bubble_ratio", "bubble ratio", 1.0, ".1%"))
+
+
+def improvement(best: float, default: float, direction: str) -> float | None:
+    """How many times better best is than default (above 1 is better, whatever the direction)."""
+    if not best or not default:
+        return None
+    return best / default if direction == "maximize" else default / best
+
+
+def best_vs_default(best: TrialRow, default: TrialRow | None, objective: str | None, direction: str) -> go.Figure:
+    """A table of the best trial's config and metrics next to the default config's, with their ratio."""
+    label = objective_label(objective)
+    shown = [best] + ([default] if default is not None else [])
+    rows: list[list[str]] = []
+    for name, cell in _CONFIG_ROWS:
+        rows.append([name, *(cell(t.config) if t.config else "-" for t in shown), ""])
+    gain = improvement(best.objective, default.objective, direction) if default is not None else None
+    rows.append([f"<b>{label}</b>", *(f"<b>{t.objective:.4g}</b>" for t in shown),
+                 "" if gain is None else f"<b>{gain:.2f}× better</b>"])
+    for key, name, scale, fmt in _METRIC_ROWS:
+        if key == OBJECTIVE_METRICS.get(objective or "") or not any(key in t.metrics for t in shown):
+            continue
+        values = [t.metrics.get(key) for t in shown]
+        ratio = ""
+        if default is not None and None not in values and values[1]:
+            ratio = f"{values[0] / values[1]:.2f}×"
+        rows.append([name, *("-" if v is None else format(v * scale, fmt) for v in values), ratio])
+    headers = ["", f"best (trial {best.number})"] + ([f"default (trial {default.number})", "best / default"]
+                                                     if default is not None else [])
+    columns = [list(col) for col in zip(*rows)]
+    fig = go.Figure(go.Table(
+        columnwidth=[1.4, 1, 1, 0.8],
+        header=dict(values=[f"<b>{h}</b>" for h in headers], fill_color="#eef1f5", align="left", font=dict(size=13)),
+        cells=dict(values=columns[:len(headers)], align="left", height=CELL_PX, font=dict(size=13),
+                   fill_color=[["#ffffff", "#f8f9fb"] * len(rows)]),
+    ))
+    fig = styled(fig, "Best config against the engine default", 90 + (CELL_PX + 1) * (len(rows) + 1))
+    fig.update_layout(margin=dict(l=20, r=20, t=60, b=10))
+    return fig

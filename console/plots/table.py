@@ -1,0 +1,108 @@
+"""The compare page's metrics table: config and metrics per run, deltas against the first run."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import plotly.graph_objects as go
+
+from ...backends.result import RunResult
+from ...backends.tokens import format_tokens
+from ...tuner.slo import SLO
+from .common import PlotRun, styled
+
+BETTER, WORSE, PLAIN = "#1e8449", "#c0392b", "#222"
+CELL_PX = 30
+
+
+@dataclass(frozen=True)
+class Row:
+    """One table row: how to read the value from a run, how to print it, and which way is better."""
+
+    label: str
+    value: Callable[[RunResult, dict], object]
+    fmt: str = ""  # format spec of a numeric row; empty for text rows (no delta)
+    better: str | None = None  # "low" or "high" colours the delta; None leaves it plain
+    points: bool = False  # deltas in percentage points (for ratios) rather than relative
+
+
+def _pct(metric: str, p: str, scale: float = 1.0) -> Callable[[RunResult, dict], float]:
+    return lambda r, s: s[metric][p] * scale
+
+
+def _cfg(key: str, show: Callable[[object], str] = str) -> Callable[[RunResult, dict], str]:
+    return lambda r, s: "-" if r.config.get(key) is None else show(r.config[key])
+
+
+ROWS = (
+    Row("scenario", lambda r, s: r.scenario),
+    Row("requests", lambda r, s: str(s["requests"])),
+    Row("rate (req/s)", lambda r, s: "scenario default" if r.rate is None else f"{r.rate:.4g}"),
+    Row("mode", _cfg("mode")),
+    Row("tp × pp", lambda r, s: f"{r.config.get('tp')} × {r.config.get('pp')}"),
+    Row("chunk (tokens)", _cfg("chunk", lambda v: format_tokens(int(v)))),
+    Row("layer split", _cfg("layer_split", lambda v: ",".join(map(str, v)))),
+    Row("TTFT P50 (s)", _pct("ttft_s", "p50"), ".4g", "low"),
+    Row("TTFT P90 (s)", _pct("ttft_s", "p90"), ".4g", "low"),
+    Row("TTFT P99 (s)", _pct("ttft_s", "p99"), ".4g", "low"),
+    Row("TPOT P50 (ms)", _pct("tpot_s", "p50", 1e3), ".4g", "low"),
+    Row("TPOT P90 (ms)", _pct("tpot_s", "p90", 1e3), ".4g", "low"),
+    Row("TPOT P99 (ms)", _pct("tpot_s", "p99", 1e3), ".4g", "low"),
+    Row("throughput (tok/s)", lambda r, s: s["throughput_tok_s"], ",.0f", "high"),
+    Row("makespan (s)", lambda r, s: s["makespan_s"], ".4g", "low"),
+    Row("bubble ratio", lambda r, s: s["bubble_ratio"], ".1%", "low", points=True),
+    Row("steps", lambda r, s: s["steps"], ",d"),
+    Row("chunks", lambda r, s: s["chunks"], ",d"),
+)
+
+
+def _slo_rows(slo: SLO) -> tuple[Row, ...]:
+    return (Row(f"SLO {slo.text()}", lambda r, s: "met" if slo.met(r) else "missed"),
+            Row("SLO attainment", lambda r, s: slo.attainment(r), ".1%", "high", points=True))
+
+
+def _delta(row: Row, value: float, base: float) -> tuple[str, str]:
+    """The delta text against the first run's value and its colour."""
+    diff = value - base
+    if diff == 0:
+        return "", PLAIN
+    tint = PLAIN if row.better is None else BETTER if (diff < 0) == (row.better == "low") else WORSE
+    if row.points:
+        text = f"{diff * 100:+.1f} pp"
+    elif base == 0:
+        return "", PLAIN
+    else:
+        text = f"{diff / abs(base):+.1%}"
+    return f" ({text})", tint
+
+
+def metrics_table(runs: Sequence[PlotRun], slo: SLO | None = None) -> go.Figure:
+    """A table with one column per run; numeric cells carry their delta against the first run, green when better."""
+    rows = ROWS + (_slo_rows(slo) if slo is not None else ())
+    summaries = [run.result.summary() for run in runs]
+    columns, colours = [[f"<b>{row.label}</b>" for row in rows]], [[PLAIN] * len(rows)]
+    first = [row.value(runs[0].result, summaries[0]) for row in rows]
+    for run, summary in zip(runs, summaries):
+        cells, tints = [], []
+        for row, base in zip(rows, first):
+            value = row.value(run.result, summary)
+            if not row.fmt:
+                cells.append(str(value))
+                tints.append(PLAIN)
+                continue
+            delta, tint = _delta(row, float(value), float(base)) if run is not runs[0] else ("", PLAIN)
+            cells.append(format(value, row.fmt) + delta)
+            tints.append(tint)
+        columns.append(cells)
+        colours.append(tints)
+    fig = go.Figure(go.Table(
+        columnwidth=[1.3] + [1.0] * len(runs),
+        header=dict(values=["<b>metric</b>"] + [f"<b>{run.name}</b>" for run in runs], fill_color="#eef1f5",
+                    align="left", font=dict(size=13)),
+        cells=dict(values=columns, align="left", font=dict(color=colours, size=13), height=CELL_PX,
+                   fill_color=[["#ffffff", "#f8f9fb"] * len(rows)]),
+    ))
+    fig = styled(fig, "Metrics (deltas against the first run; green is better)", 90 + (CELL_PX + 1) * (len(rows) + 1))
+    fig.update_layout(margin=dict(l=20, r=20, t=60, b=10))
+    return fig

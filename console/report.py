@@ -1,0 +1,102 @@
+"""`pipedeck report --study NAME`: a tuning study as one self-contained HTML page."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+import optuna
+
+from ..store import RunStore, StudyRow, TrialRow
+from ..tuner.objective import OBJECTIVES
+from ..tuner.study import open_storage
+from .options import check_writable
+from .plots import (Section, best_vs_default, chunk_vs_objective, history_from_trials, optuna_history,
+                    optuna_importances, page)
+from .plots.common import slo_from_dict
+from .plots.study import completed, objective_label
+from .runs import READ_LOCK_WAIT_S, db_option, db_path, local_time
+
+
+@click.command()
+@click.option("--study", "name", required=True, help="The study's name (see `pipedeck tune`).")
+@click.option("--out", required=True, type=click.Path(dir_okay=False), help="The HTML file to write.")
+@db_option
+def report(name: str, **opts: object) -> None:
+    """Report a tuning study: history, parameter importances, chunk against objective, best against default."""
+    out = Path(str(opts["out"]))
+    check_writable(str(out), "--out")
+    with RunStore.open(db_path(opts), read_only=True, lock_timeout_s=READ_LOCK_WAIT_S) as store:
+        row = store.get_study(name)
+        trials = store.trials(name)
+        best = store.best_trial(name, _direction(row))
+    study, storage_note = load_optuna(row)
+    out.write_text(page(f"pipedeck report: study {name}", _meta(row, trials, storage_note),
+                        report_sections(row, trials, best, study)), encoding="utf-8")
+    click.echo(f"wrote {out}")
+
+
+def _direction(row: StudyRow) -> str:
+    return OBJECTIVES.get(row.objective or "", "maximize")
+
+
+def load_optuna(row: StudyRow) -> tuple[optuna.Study | None, str]:
+    """The study from its Optuna storage when that still exists, and a line saying which source the page uses."""
+    storage = row.storage or ""
+    local = storage.removeprefix("sqlite:///")  # an SQLite file is checked like a journal file
+    if not storage or ("://" not in local and not Path(local).is_file()):
+        return None, f"Optuna storage {storage or '(none)'} is gone: the history is built from the run store"
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    try:
+        return optuna.load_study(study_name=row.name, storage=open_storage(storage)), f"Optuna storage: {storage}"
+    except Exception as err:  # noqa: BLE001 - any storage failure falls back to the run store's copy of the trials
+        reason = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        return None, f"Optuna storage {storage} could not be read ({reason}): the history is built from the run store"
+
+
+def _meta(row: StudyRow, trials: list[TrialRow], storage_note: str) -> list[str]:
+    s = row.settings or {}
+    states = {state: sum(t.state == state for t in trials) for state in ("COMPLETE", "PRUNED", "FAIL")}
+    return [
+        f"{row.scenario} on {s.get('model')}, {s.get('devices')} × {s.get('hardware')}; objective {row.objective} "
+        f"({_direction(row)})" + (f"; SLO {slo_from_dict(row.slo).text()}" if row.slo else ""),
+        f"{len(trials)} trials: {states['COMPLETE']} completed, {states['PRUNED']} pruned, {states['FAIL']} failed; "
+        f"created {local_time(row.created_at)}",
+        storage_note,
+    ]
+
+
+def default_trial(trials: list[TrialRow]) -> TrialRow | None:
+    """The engine-default trial: `pipedeck tune` enqueues it as trial 0 (a retry repeats its parameters)."""
+    first = next((t for t in trials if t.number == 0), None)
+    if first is None:
+        return None
+    return next((t for t in completed(trials) if t.params == first.params), None)
+
+
+def report_sections(row: StudyRow, trials: list[TrialRow], best: TrialRow | None,
+                    study: optuna.Study | None) -> list[Section]:
+    """The page's sections: notes stand in for figures the study has no data for."""
+    label, direction = objective_label(row.objective), _direction(row)
+    if not completed(trials):
+        return [Section("No results yet", note=f"Study {row.name} has no completed trial: run pipedeck tune "
+                                               f"--study {row.name} to add some.")]
+    history = optuna_history(study, label) if study is not None else history_from_trials(trials, direction, label)
+    importances = optuna_importances(study) if study is not None else \
+        "Parameter importances need the study's Optuna storage, which is gone."
+    if isinstance(importances, str):
+        importance = Section("Parameter importances", note=importances)
+    else:
+        importance = Section("Parameter importances", importances, key="importances")
+    default = default_trial(trials)
+    return [
+        Section("Optimisation history", history, key="history",
+                note="Completed trials only: a pruned trial stopped early (it could not beat the best so far, "
+                     "or its config could not run)."),
+        importance,
+        Section("Chunk size against the objective", chunk_vs_objective(trials, label, best), key="chunk",
+                note="Each completed trial at its chunk size (the per-step token budget), one colour per pipeline "
+                     "mode; a pruned trial sits at the rate at which it already failed the SLO."),
+        Section("Best config", best_vs_default(best, default, row.objective, direction), key="best",
+                note="" if default is not None else "The engine-default trial (trial 0) has not completed."),
+    ]

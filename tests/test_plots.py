@@ -1,0 +1,327 @@
+"""`pipedeck compare` and `pipedeck report`: one self-contained HTML page each, holding the expected figures."""
+
+from __future__ import annotations
+
+import base64
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from pipedeck.backends.config import ServingConfig
+from pipedeck.backends.result import RunResult
+from pipedeck.backends.sim import SimBackend
+from pipedeck.console import compare as compare_module
+from pipedeck.console.cli import cli
+from pipedeck.console.errors import run_cli
+from pipedeck.console.plots.gantt import share_budget
+from pipedeck.scenarios import load_scenario
+from pipedeck.store import RunStore
+from pipedeck.tuner.objective import TuneSpec
+from pipedeck.tuner.study import run_study
+
+QWEN = dict(model="qwen2.5-14b", hardware="a100-40g-pcie", tp=2, pp=2)
+SLO = {"ttft": {"limit_s": 2.0, "percentile": 90.0}, "tpot": {"limit_s": 0.2, "percentile": 90.0}}
+COMPARE_FIGURES = {"cdf", "breakdown", "metrics", "timeline"}
+
+
+@dataclass(frozen=True)
+class Runs:
+    """A store with a few small runs: results and stored ids by name."""
+
+    db: Path
+    ids: dict[str, int]
+    results: dict[str, RunResult]
+
+    def argv(self, *names: str) -> list[str]:
+        return [str(self.ids[n]) for n in names] + ["--db", str(self.db)]
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory: pytest.TempPathFactory) -> Runs:
+    sim = SimBackend()
+    results = {
+        "cpp": sim.run(load_scenario("long-64k"), ServingConfig(mode="cpp")),
+        "vpp": sim.run(load_scenario("long-64k"), ServingConfig(mode="vpp", layer_split=(16, 15, 15, 15))),
+        "short": sim.run(load_scenario("short-4k"), ServingConfig(**QWEN), num_requests=8),
+    }
+    db = tmp_path_factory.mktemp("plots") / "runs.duckdb"
+    with RunStore.open(db) as store:
+        ids = {name: store.save_run(result, label=name if name == "short" else None) for name, result in results.items()}
+        ids["bare"] = store.save_run(results["short"], label="bare", keep_timeline=False)
+        store.save_study("tuned", scenario="long-64k", objective="goodput", slo=SLO, settings={}, storage="")
+        ids["studied"] = store.save_run(results["vpp"], study="tuned", trial=0, label="best")
+    results["bare"], results["studied"] = results["short"], results["vpp"]
+    return Runs(db, ids, results)
+
+
+def cli_run(capsys: pytest.CaptureFixture[str], argv: list[str]) -> tuple[int, str, str]:
+    status = run_cli(cli, argv)
+    out, err = capsys.readouterr()
+    return status, out, err
+
+
+def figures(page: Path) -> dict[str, dict]:
+    """Every figure embedded in a page, by div id: {"data": [...], "layout": {...}}."""
+    text = page.read_text(encoding="utf-8")
+    decoder = json.JSONDecoder()
+    found = {}
+    for match in re.finditer(r'Plotly\.newPlot\(\s*"([^"]+)",\s*', text):
+        data, end = decoder.raw_decode(text, match.end())
+        layout, _ = decoder.raw_decode(text, end + re.match(r"\s*,\s*", text[end:]).end())
+        found[match.group(1)] = {"data": data, "layout": layout}
+    return found
+
+
+def values(array: object) -> np.ndarray:
+    """A trace array, decoding plotly's base64 typed-array form."""
+    if isinstance(array, dict):
+        flat = np.frombuffer(base64.b64decode(array["bdata"]), dtype=array["dtype"])
+        shape = array.get("shape")
+        return flat.reshape([int(n) for n in shape.split(",")]) if shape else flat
+    return np.asarray(array)
+
+
+def compare(capsys, runs: Runs, tmp_path: Path, *names: str, extra: tuple[str, ...] = ()) -> dict[str, dict]:
+    out = tmp_path / "compare.html"
+    status, stdout, err = cli_run(capsys, ["compare", *runs.argv(*names), "--out", str(out), *extra])
+    assert status == 0, err
+    assert stdout.splitlines()[0] == f"wrote {out}"
+    return figures(out)
+
+
+def name(runs: Runs, key: str) -> str:
+    mode = runs.results[key].config["mode"]
+    return f"run {runs.ids[key]} {mode}" + (f" {key}" if key in ("short", "bare") else " best" if key == "studied" else "")
+
+
+# -- the page ---------------------------------------------------------------------------
+
+def test_compare_page_is_self_contained_and_holds_every_figure(capsys, runs, tmp_path):
+    found = compare(capsys, runs, tmp_path, "cpp", "vpp", "short", extra=("--slo", "ttft=2s,tpot=200ms"))
+    text = (tmp_path / "compare.html").read_text(encoding="utf-8")
+    assert set(found) == COMPARE_FIGURES
+    assert "plotly.js v" in text  # the library itself, inlined once
+    assert not re.search(r"<script[^>]+src=", text)  # no CDN (or any other) script to fetch
+    assert len(text) < 5_000_000
+
+
+def test_cdfs_draw_each_run_in_both_panels_with_slo_lines(capsys, runs, tmp_path):
+    cdf = compare(capsys, runs, tmp_path, "cpp", "short", extra=("--slo", "ttft=2s,tpot=200ms"))["cdf"]
+    for key in ("cpp", "short"):
+        lines = [t for t in cdf["data"] if t["name"] == name(runs, key)]
+        assert len(lines) == 2  # TTFT and TPOT
+        ttft, tpot = lines
+        assert np.allclose(values(ttft["x"]), np.sort(runs.results[key].ttfts()))
+        assert np.allclose(values(tpot["x"]), np.sort(runs.results[key].tpots()) * 1e3)  # TPOT in ms
+        assert values(ttft["y"])[-1] == 1.0
+    labels = [a["text"] for a in cdf["layout"]["annotations"]]
+    assert "SLO P90 ≤ 2 s" in labels and "SLO P90 ≤ 200 ms" in labels
+    limits = sorted(s["x0"] for s in cdf["layout"]["shapes"] if s["type"] == "line" and s["x0"] == s["x1"])
+    assert limits == [2.0, 200.0]
+
+
+def test_slo_lines_come_from_the_runs_study_or_are_absent(capsys, runs, tmp_path):
+    with_study = compare(capsys, runs, tmp_path, "cpp", "studied")["cdf"]
+    assert any("SLO P90 ≤ 200 ms" == a["text"] for a in with_study["layout"]["annotations"])
+    without = compare(capsys, runs, tmp_path, "cpp", "vpp")["cdf"]
+    assert not without["layout"].get("shapes")
+
+
+def test_breakdown_stacks_the_four_parts_per_run_and_per_rank(capsys, runs, tmp_path):
+    bars = compare(capsys, runs, tmp_path, "cpp", "short")["breakdown"]["data"]
+    mean = {t["name"]: t for t in bars if t.get("showlegend") is not False}
+    assert set(mean) == {"compute", "exposed communication", "bubble", "idle (no work queued)"}
+    assert [x.replace("<br>", " ") for x in mean["bubble"]["x"]] == [name(runs, "cpp"), name(runs, "short")]
+    assert np.allclose(values(mean["bubble"]["y"]), [runs.results[k].breakdown()["bubble"] for k in ("cpp", "short")])
+    per_rank = [t for t in bars if t.get("showlegend") is False]
+    totals = np.sum([values(t["y"]) for t in per_rank], axis=0)
+    makespans = [runs.results[k].makespan_s for k in ("cpp", "short") for _ in runs.results[k].ranks]
+    assert np.allclose(totals, makespans)  # the four parts of a rank add up to the makespan
+
+
+def test_metrics_table_shows_config_and_deltas_against_the_first_run(capsys, runs, tmp_path):
+    table = compare(capsys, runs, tmp_path, "cpp", "vpp", extra=("--slo", "ttft=15s"))["metrics"]["data"][0]
+    header = table["header"]["values"]
+    assert header[1:] == [f"<b>{name(runs, 'cpp')}</b>", f"<b>{name(runs, 'vpp')}</b>"]
+    labels, first, second = table["cells"]["values"]
+    rows = {re.sub("<.*?>", "", label): (a, b) for label, a, b in zip(labels, first, second)}
+    assert rows["mode"] == ("cpp", "vpp")
+    assert rows["layer split"] == ("31,30", "16,15,15,15")
+    assert rows["tp × pp"] == ("8 × 2", "8 × 2")
+    ttft = [runs.results[k].summary()["ttft_s"]["p90"] for k in ("cpp", "vpp")]
+    assert rows["TTFT P90 (s)"][0] == f"{ttft[0]:.4g}"
+    assert rows["TTFT P90 (s)"][1] == f"{ttft[1]:.4g} ({(ttft[1] - ttft[0]) / ttft[0]:+.1%})"
+    assert {"P50", "P99"} <= {label.split()[1] for label in rows if label.startswith("TPOT")}
+    for label in ("throughput (tok/s)", "makespan (s)", "bubble ratio", "steps", "chunks", "SLO attainment"):
+        assert label in rows
+
+
+# -- timelines ----------------------------------------------------------------------------
+
+def gantt_bars(timeline: dict, run_name: str) -> dict[int, list[dict]]:
+    """The run's bar traces by rank (one trace per rank and span kind, decode-only batches apart)."""
+    by_rank: dict[int, list[dict]] = {}
+    for trace in timeline["data"]:
+        match = re.fullmatch(re.escape(run_name) + r" rank (\d+) (\w+)( \(decode-only\))?", trace.get("name", ""))
+        if match:
+            by_rank.setdefault(int(match.group(1)), []).append(trace)
+    return by_rank
+
+
+def test_gantt_draws_every_span_on_its_rank_row(capsys, runs, tmp_path):
+    timeline = compare(capsys, runs, tmp_path, "cpp", "vpp", "short")["timeline"]
+    for key in ("cpp", "vpp", "short"):
+        result = runs.results[key]
+        by_rank = gantt_bars(timeline, name(runs, key))
+        assert sorted(by_rank) == [r.rank for r in result.ranks]
+        for rank, traces in by_rank.items():
+            spans = sorted((s for s in result.spans if s.rank == rank), key=lambda s: (s.start, s.end))
+            starts = np.concatenate([values(t["base"]) for t in traces])
+            widths = np.concatenate([values(t["x"]) for t in traces])
+            assert len(starts) == len(spans) and all(t["orientation"] == "h" for t in traces)
+            assert all(set(values(t["y"])) == {rank} for t in traces)
+            order = np.argsort(starts, kind="stable")
+            assert np.allclose(starts[order], [s.start for s in spans], atol=1e-5)
+            assert np.allclose(starts[order] + widths[order], [s.end for s in spans], atol=1e-5)
+    titles = [a["text"] for a in timeline["layout"]["annotations"]]
+    assert f"{name(runs, 'cpp')}: all 32 spans, {runs.results['cpp'].makespan_s:.4g} s" in titles
+
+
+def test_gantt_labels_stage_and_chunk_and_colours_transfers_dark(capsys, runs, tmp_path):
+    timeline = compare(capsys, runs, tmp_path, "cpp", "vpp")["timeline"]
+    traces = {t["name"]: t for t in timeline["data"]}
+    prefill = traces[f"{name(runs, 'vpp')} rank 0 prefill"]
+    assert prefill["text"][:5] == ["s0 c0", "s0 c1", "s0 c2", "s0 c3", "s3 c0"]  # the fold-back: s3 runs on rank 0
+    send = traces[f"{name(runs, 'cpp')} rank 0 send"]
+    assert send["marker"]["color"] == "#2e2e2e" and "text" not in send
+    assert "request %{customdata[2]} chunk %{customdata[3]}" in prefill["hovertemplate"]
+    assert "virtual stage %{customdata[0]} · batch %{customdata[1]}" in prefill["hovertemplate"]
+    assert values(prefill["customdata"])[4].tolist() == [3, 0, 0, 0]  # stage, batch, request, chunk
+
+
+def test_gantt_caps_long_runs_to_their_first_spans_and_says_so(capsys, runs, tmp_path):
+    timeline = compare(capsys, runs, tmp_path, "cpp", "short", extra=("--max-spans", "100"))["timeline"]
+    short = runs.results["short"]
+    drawn = sum(len(values(t["x"])) for traces in gantt_bars(timeline, name(runs, "short")).values() for t in traces)
+    assert drawn == 100 - 32  # the cpp run's 32 spans are all drawn; the rest of the budget goes to the other
+    titles = [a["text"] for a in timeline["layout"]["annotations"]]
+    assert any(t.startswith(f"{name(runs, 'short')}: first 68 of {len(short.spans)} spans (0–") for t in titles)
+
+
+def test_budget_is_shared_evenly_and_small_runs_pass_on_what_they_leave():
+    assert share_budget([32, 1036, 5000], 3000) == [32, 1036, 1932]
+    assert share_budget([5000, 5000], 3000) == [1500, 1500]
+    assert share_budget([0, 10], 3000) == [0, 10]
+
+
+def test_a_run_stored_without_timeline_says_so(capsys, runs, tmp_path):
+    timeline = compare(capsys, runs, tmp_path, "cpp", "bare")["timeline"]
+    assert not gantt_bars(timeline, name(runs, "bare"))
+    texts = [a["text"] for a in timeline["layout"]["annotations"]]
+    assert f"{name(runs, 'bare')}: stored without a timeline" in texts
+    assert any("no timeline was stored" in t for t in texts)
+
+
+# -- PNG and errors -------------------------------------------------------------------------
+
+def test_png_without_kaleido_prints_one_hint_and_still_writes_html(capsys, runs, tmp_path, monkeypatch):
+    monkeypatch.setattr(compare_module, "kaleido_installed", lambda: False)
+    out = tmp_path / "c.html"
+    status, stdout, err = cli_run(capsys, ["compare", *runs.argv("cpp", "vpp"), "--out", str(out), "--png"])
+    assert status == 0 and out.is_file() and not list(tmp_path.glob("*.png"))
+    assert stdout.splitlines() == [f"wrote {out}", "png: skipped: PNG export needs kaleido: pip install 'pipedeck[png]'"]
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["cpp"], "at least two run ids"),
+    (["cpp", "cpp"], "given twice"),
+    (["cpp", 999], "no run 999"),
+    (["cpp", "vpp", "--slo", "ttft=fast"], "slo:"),
+    (["cpp", "x"], "'x' is not a valid integer"),
+])
+def test_compare_errors_are_one_line_with_status_2(capsys, runs, tmp_path, argv, message):
+    ids = [str(runs.ids.get(a, a)) for a in argv]
+    out = tmp_path / "c.html"
+    status, stdout, err = cli_run(capsys, ["compare", *ids, "--db", str(runs.db), "--out", str(out)])
+    assert status == 2 and not out.exists()
+    assert len(err.strip().splitlines()) == 1 and message in err and err.startswith("pipedeck: error:")
+
+
+def test_unwritable_out_is_refused_before_reading_any_run(capsys, runs, tmp_path):
+    out = tmp_path / "missing" / "c.html"
+    status, _, err = cli_run(capsys, ["compare", str(runs.ids["cpp"]), "999", "--db", str(runs.db), "--out", str(out)])
+    assert status == 2 and "--out" in err and "does not exist" in err and len(err.strip().splitlines()) == 1
+
+
+# -- report -----------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def study(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, TuneSpec]:
+    folder = tmp_path_factory.mktemp("study")
+    spec = TuneSpec(study="small", storage=str(folder / "small.optuna.jsonl"), scenario="azure-conv", requests=60,
+                    model="qwen2.5-14b", hardware="a100-40g-pcie", devices=4, objective="goodput",
+                    slo="ttft=2s,tpot=200ms", trials=4)
+    run_study(spec, folder / "runs.duckdb")
+    return folder / "runs.duckdb", spec
+
+
+def report(capsys, db: Path, out: Path, name: str = "small") -> tuple[dict[str, dict], str]:
+    status, stdout, err = cli_run(capsys, ["report", "--study", name, "--db", str(db), "--out", str(out)])
+    assert status == 0, err
+    assert stdout.strip() == f"wrote {out}"
+    return figures(out), out.read_text(encoding="utf-8")
+
+
+def test_report_shows_history_importances_chunks_and_best(capsys, study, tmp_path):
+    db, spec = study
+    found, text = report(capsys, db, tmp_path / "report.html")
+    assert not re.search(r"<script[^>]+src=", text) and "plotly.js v" in text
+    with RunStore.open(db, read_only=True) as store:
+        trials = store.trials(spec.study)
+        best = store.best_trial(spec.study)
+    done = [t for t in trials if t.state == "COMPLETE"]
+    assert {"Best Value"} <= {t.get("name") for t in found["history"]["data"]}
+    objective = next(t for t in found["history"]["data"] if t.get("name") == "goodput (req/s)")
+    assert sorted(values(objective["y"])) == sorted(t.objective for t in done)
+    assert "importances" in found or "Parameter importances need" in text
+    by_mode = {t["name"]: t for t in found["chunk"]["data"] if t["name"] in {str(d.config["mode"]) for d in done}}
+    for mode, trace in by_mode.items():
+        assert sorted(values(trace["x"])) == sorted(t.config["chunk"] for t in done if t.config["mode"] == mode)
+    assert found["chunk"]["layout"]["xaxis"]["type"] == "log"
+    table = found["best"]["data"][0]
+    assert table["header"]["values"][1:3] == [f"<b>best (trial {best.number})</b>", "<b>default (trial 0)</b>"]
+    assert "better" in " ".join(table["cells"]["values"][3])
+
+
+def test_report_builds_the_history_from_the_store_when_optuna_storage_is_gone(capsys, study, tmp_path):
+    db, spec = study
+    moved = Path(spec.storage).rename(tmp_path / "elsewhere.jsonl")
+    try:
+        found, text = report(capsys, db, tmp_path / "report.html")
+    finally:
+        moved.rename(spec.storage)
+    assert {t["name"] for t in found["history"]["data"]} == {"goodput (req/s)", "best value"}
+    assert "is gone" in text and "importances" not in found
+    assert {"history", "chunk", "best"} <= set(found)
+
+
+def test_report_of_a_study_without_completed_trials_says_so(capsys, tmp_path):
+    db = tmp_path / "runs.duckdb"
+    with RunStore.open(db) as store:
+        store.save_study("empty", scenario="azure-conv", objective="goodput", slo=SLO, settings={}, storage="")
+    found, text = report(capsys, db, tmp_path / "r.html", "empty")
+    assert not found and "has no completed trial" in text
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--study", "nope"], "no study 'nope'"),
+    ([], "--study"),
+])
+def test_report_errors_are_one_line_with_status_2(capsys, study, tmp_path, argv, message):
+    db, _ = study
+    status, _, err = cli_run(capsys, ["report", *argv, "--db", str(db), "--out", str(tmp_path / "r.html")])
+    assert status == 2 and message in err and len(err.strip().splitlines()) == 1
