@@ -7,6 +7,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 
 import optuna
@@ -88,6 +89,21 @@ def test_study_runs_seeds_the_default_and_syncs_the_store(tmp_path):
     assert len({t.number for t in trials}) == len(trials) >= 6
     assert {r.label for r in runs} >= {"best"} and best_run.spans
     assert best_run.config == outcome.best.config
+
+
+def test_stop_request_interrupts_and_the_study_resumes(tmp_path):
+    stop = threading.Event()
+    seen = []
+
+    def progress(p):
+        seen.append(p.finished)
+        if p.finished >= 2:
+            stop.set()
+
+    first = run_study(spec(tmp_path, trials=200), tmp_path / "runs.duckdb", on_progress=progress, stop_requested=stop)
+    assert first.interrupted and 2 <= first.trials < 200
+    again = run_study(spec(tmp_path, trials=first.trials + 2), tmp_path / "runs.duckdb")
+    assert not again.interrupted and again.trials >= first.trials + 2
 
 
 def test_resume_after_a_killed_tune_keeps_every_finished_trial_once(tmp_path):

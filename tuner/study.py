@@ -237,8 +237,13 @@ class StoreSync:
 
 
 def run_study(spec: TuneSpec, db: str | Path, jobs: int = 1,
-              on_progress: Callable[[Progress], None] | None = None) -> TuneOutcome:
-    """Tune until the study has `spec.trials` finished trials or the deadline passes; Ctrl-C stops cleanly."""
+              on_progress: Callable[[Progress], None] | None = None,
+              stop_requested: threading.Event | None = None) -> TuneOutcome:
+    """Tune until the study has `spec.trials` finished trials or the deadline passes.
+
+    Ctrl-C, or setting `stop_requested` (from another thread), stops cleanly:
+    the trials in progress are abandoned and retried when the study resumes.
+    """
     study, _ = create_or_resume(spec)
     recover_abandoned(study)
     with open_store(db) as store:
@@ -263,6 +268,8 @@ def run_study(spec: TuneSpec, db: str | Path, jobs: int = 1,
             sync()
             if on_progress is not None:
                 on_progress(_progress(study, spec))
+            if stop_requested is not None and stop_requested.is_set():
+                raise KeyboardInterrupt
     except KeyboardInterrupt:
         interrupted = True
         stop.set()
