@@ -75,12 +75,15 @@ def runs_table(rows: list[RunRow], path: Path) -> Table:
         else:
             table.add_column(col, no_wrap=True, overflow="ellipsis", ratio=1)
     for r in rows:
-        scenario = r.scenario if r.rate is None else f"{r.scenario}@{r.rate:.3g}"
-        config = " ".join(part for part in (r.mode, f"{r.tp}×{r.pp}",
-                                            format_tokens(int(r.chunk)) if r.chunk is not None else None) if part)
-        label = " ".join(part for part in (r.label, None if r.trial is None else f"#{r.trial}") if part)
-        table.add_row(
-            str(r.id), r.created_at.astimezone().strftime("%m-%d %H:%M"), escape(scenario), escape(r.model or ""),
-            config, f"{r.ttft_p90_s:.4g}", f"{r.tpot_p90_s:.4g}", f"{r.bubble_ratio:.1%}", escape(label),
-        )
+        table.add_row(*map(escape, row_cells(r)))
     return table
+
+
+def row_cells(r: RunRow) -> tuple[str, ...]:
+    """A listed run as text cells: id, created, scenario, model, config, TTFT p90, TPOT p90, bubble, label."""
+    scenario = r.scenario if r.rate is None else f"{r.scenario}@{r.rate:.3g}"
+    config = " ".join(part for part in (r.mode, f"{r.tp}×{r.pp}",
+                                        format_tokens(int(r.chunk)) if r.chunk is not None else None) if part)
+    label = " ".join(part for part in (r.label, None if r.trial is None else f"#{r.trial}") if part)
+    return (str(r.id), r.created_at.astimezone().strftime("%m-%d %H:%M"), scenario, r.model or "", config,
+            f"{r.ttft_p90_s:.4g}", f"{r.tpot_p90_s:.4g}", f"{r.bubble_ratio:.1%}", label)

@@ -125,6 +125,7 @@ def _work(spec: TuneSpec, stop: object, index: int, in_process: bool) -> None:
             study.stop()
 
     pid, host = os.getpid(), socket.gethostname()
+    study.set_user_attr(f"worker/{host}/{pid}", time.time())  # so a resume can tell this worker is gone
 
     def objective(trial: optuna.Trial) -> float:
         trial.set_user_attr("worker", {"pid": pid, "host": host})
@@ -156,18 +157,22 @@ def _alive(pid: int) -> bool:
 def recover_abandoned(study: optuna.Study) -> int:
     """Retry trials a killed or interrupted run left behind; returns how many were re-queued.
 
-    A trial left RUNNING by a dead process of this host is failed; failed
-    trials that were interrupted or abandoned are queued again with their
-    parameters (once: the retry names its original), so no trial is lost and
-    none is counted twice.
+    A trial left RUNNING by a dead process of this host (or, when it died
+    before naming its worker, with no worker of the study alive) is failed;
+    failed trials that were interrupted or abandoned are queued again with
+    their parameters (once: the retry names its original), so no trial is
+    lost and none is counted twice.
     """
     host = socket.gethostname()
+    workers = [key.split("/")[1:] for key in study.user_attrs if key.startswith("worker/")]
+    any_alive = any(h != host or _alive(int(pid)) for h, pid in workers)
     trials = study.get_trials(deepcopy=False)
     retried = {t.user_attrs.get("retry_of") for t in trials}
     requeued = 0
     for t in trials:
-        worker = t.user_attrs.get("worker", {})
-        if t.state == TrialState.RUNNING and worker.get("host") == host and not _alive(worker.get("pid", -1)):
+        worker = t.user_attrs.get("worker")
+        dead = (not any_alive) if worker is None else (worker["host"] == host and not _alive(worker["pid"]))
+        if t.state == TrialState.RUNNING and dead:
             study._storage.set_trial_state_values(t._trial_id, TrialState.FAIL)
         elif not (t.state == TrialState.FAIL and t.user_attrs.get("interrupted")):
             continue
