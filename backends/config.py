@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from functools import cached_property
 
 from .errors import ConfigError
+from .knobs import KNOBS
 from .memory import kv_capacity_tokens, weight_bytes_per_device
 from .policies.layouts import LAYOUTS
 from .policies.modes import MODES, ModeSpec
@@ -58,8 +59,33 @@ class ServingConfig:
     layer_split: tuple[int, ...] | None = None
     max_running: int = 256
     kv_capacity: int | None = None
+    decode_in_budget: bool = True  # vLLM counts decodes against the chunk budget; SGLang does not
+    # DCPP (vLLM-Ascend profiling chunk)
     smooth_factor: float = 1.0
     min_chunk: int = 4096
+    # FastPP chunk controllers (fastpp-* modes; `chunk` is their largest chunk); defaults are FastPP's
+    slo_ttft_s: float = 2.0
+    slo_tpot_s: float = 0.2
+    controller_min_chunk: int = 128
+    controller_base_chunk: int = 128
+    controller_step: int = 128
+    kv_free_threshold: float = 0.10
+    tpot_violation: float = 1.08
+    ttft_low: float = 0.1
+    ttft_high: float = 0.3
+    tpot_safe: float = 0.85
+    alp_window_s: float = 10.0
+    slo_tpot_coeff: float = 1.05
+    rls_forgetting: float = 0.9975
+    # delay scheduling (decode micro-batch rebalancing), any mode
+    delay_scheduling: bool = False
+    waiting_tok_threshold: int = 1024
+    load_alpha: float = 0.4
+    base_unit: int = 128
+    delay_mode: str = "auto"
+    # vpp-adaptive
+    adaptive_threshold: float = 0.05
+    adaptive_fit_chunks: int = 3
 
     @cached_property
     def model_profile(self) -> ModelProfile:
@@ -127,14 +153,9 @@ class ServingConfig:
         if sum(split) != model.num_layers:
             raise ConfigError(f"layer_split: must sum to {model.name}'s {model.num_layers} layers, got {sum(split)}")
         chunk = parse_tokens(self.chunk, "chunk")
-        min_chunk = parse_tokens(self.min_chunk, "min_chunk")
-        if isinstance(self.smooth_factor, bool) or not isinstance(self.smooth_factor, (int, float)) or not 0 < self.smooth_factor <= 1:
-            raise ConfigError(f"smooth_factor: must be in (0, 1], got {self.smooth_factor!r}")
-        max_running = _positive_int("max_running", self.max_running)
-        resolved = dataclasses.replace(
-            self, tp=tp, pp=pp, virtual_stages=virtual, layer_split=split, chunk=chunk,
-            min_chunk=min_chunk, smooth_factor=float(self.smooth_factor), max_running=max_running,
-        )
+        knobs = {k.field: k.check(getattr(self, k.field)) for k in KNOBS}
+        resolved = dataclasses.replace(self, tp=tp, pp=pp, virtual_stages=virtual, layer_split=split, chunk=chunk,
+                                       **knobs)
         resolved.__dict__.update(model_profile=model, hardware_profile=hw)
         heaviest = max(resolved.layers_per_rank())
         weights = weight_bytes_per_device(model, tp, heaviest) / 1e9
@@ -149,7 +170,9 @@ class ServingConfig:
                 raise ConfigError(f"kv_capacity: no memory left for KV cache after {weights:.0f} GB of weights per device; use more devices")
         else:
             capacity = parse_tokens(self.kv_capacity, "kv_capacity")
-        return dataclasses.replace(resolved, kv_capacity=capacity)
+        final = dataclasses.replace(resolved, kv_capacity=capacity)
+        final.__dict__.update(model_profile=model, hardware_profile=hw)  # keep the profiles resolved against
+        return final
 
     def to_dict(self) -> dict[str, object]:
         """Plain-data view (for JSON, the store and exports)."""

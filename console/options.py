@@ -8,6 +8,7 @@ from collections.abc import Callable
 import click
 
 from ..backends.config import ServingConfig, parse_layer_split
+from ..backends.knobs import KNOBS, Knob
 from ..backends.policies.modes import MODES
 from ..backends.tokens import parse_tokens
 from ..scenarios import Scenario, load_scenario
@@ -15,8 +16,19 @@ from ..scenarios import Scenario, load_scenario
 _DEFAULT = ServingConfig()
 
 
+def _knob_option(knob: Knob) -> Callable:
+    """A click option for one scheduler knob; values are validated by ServingConfig.resolve()."""
+    default = getattr(_DEFAULT, knob.field)
+    if knob.kind == "bool":
+        return click.option(f"{knob.flag}/--no-{knob.flag[2:]}", knob.field, default=default, show_default=True,
+                            help=knob.help)
+    metavar = "[" + "|".join(knob.choices) + "]" if knob.kind == "choice" else knob.kind.upper()
+    return click.option(knob.flag, knob.field, default=str(default), show_default=True, help=knob.help,
+                        metavar=metavar)
+
+
 def config_options(fn: Callable) -> Callable:
-    """--model --hardware --tp --pp --mode --chunk --layer-split and the scheduler knobs."""
+    """--model --hardware --tp --pp --mode --chunk --layer-split --kv-capacity and every scheduler knob."""
     options = [
         click.option("--model", default=_DEFAULT.model, show_default=True, help="Model profile name, TOML file or HF config.json."),
         click.option("--hardware", default=_DEFAULT.hardware, show_default=True, help="Hardware profile name or TOML file."),
@@ -25,10 +37,8 @@ def config_options(fn: Callable) -> Callable:
         click.option("--mode", default=_DEFAULT.mode, show_default=True, help=f"Pipeline mode: {', '.join(MODES)}."),
         click.option("--chunk", default=str(_DEFAULT.chunk), show_default=True, help="Chunk size / step token budget (24k, 24K or 24576)."),
         click.option("--layer-split", default=None, help="Layers per virtual stage in execution order, e.g. 31,30 (default: vLLM's even split)."),
-        click.option("--max-running", type=int, default=_DEFAULT.max_running, show_default=True, help="Max running requests (--max-num-seqs)."),
         click.option("--kv-capacity", default=None, help="KV cache capacity in tokens (default: device memory minus weights)."),
-        click.option("--smooth-factor", type=float, default=_DEFAULT.smooth_factor, show_default=True, help="DCPP smooth factor in (0, 1]."),
-        click.option("--min-chunk", default=str(_DEFAULT.min_chunk), show_default=True, help="DCPP minimum chunk (tokens)."),
+        *(_knob_option(knob) for knob in KNOBS),
     ]
     for option in reversed(options):
         fn = option(fn)
@@ -40,9 +50,10 @@ def config_from_options(opts: dict[str, object]) -> ServingConfig:
     capacity = opts["kv_capacity"]
     return ServingConfig(
         model=opts["model"], hardware=opts["hardware"], tp=opts["tp"], pp=opts["pp"], mode=opts["mode"],
-        chunk=parse_tokens(opts["chunk"], "chunk"), layer_split=None if opts["layer_split"] is None else parse_layer_split(opts["layer_split"]),
-        max_running=opts["max_running"], kv_capacity=None if capacity is None else parse_tokens(capacity, "kv_capacity"),
-        smooth_factor=opts["smooth_factor"], min_chunk=parse_tokens(opts["min_chunk"], "min_chunk"),
+        chunk=parse_tokens(opts["chunk"], "chunk"),
+        layer_split=None if opts["layer_split"] is None else parse_layer_split(opts["layer_split"]),
+        kv_capacity=None if capacity is None else parse_tokens(capacity, "kv_capacity"),
+        **{knob.field: opts[knob.field] for knob in KNOBS},
     ).resolve()
 
 

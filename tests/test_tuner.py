@@ -53,6 +53,8 @@ def test_space_samples_valid_conditional_configs():
         assert sum(d["layer_split"]) == 61 and min(d["layer_split"]) >= 1
         assert 2048 <= d["chunk"] <= 65536 and d["chunk"] % 1024 == 0
         assert ("smooth_factor" in d) == (d["mode"] == "dcpp") == ("min_chunk" in d)
+        assert ("load_alpha" in d) == d["delay_scheduling"]
+        assert ("rls_forgetting" in d) == (d["mode"] == "fastpp-alp")
         if d["pp"] == 1:
             assert d["mode"] == "cpp"
         ServingConfig(**d).resolve()
@@ -62,7 +64,7 @@ def test_space_samples_valid_conditional_configs():
 
 def test_fix_pins_dimensions_and_pinning_everything_evaluates_one_config():
     ctx = SpaceContext("deepseek-v3.1", "ascend-910c", 16)
-    fixed = parse_fixes(["mode=vpp", "chunk=24k", "tp=8", "pp=2", "layer-split=16,15,15,15"])
+    fixed = parse_fixes(["mode=vpp", "chunk=24k", "tp=8", "pp=2", "layer-split=16,15,15,15", "delay-scheduling=off"])
     drafts = sample(ctx, fixed, n=5)
     assert all(d == drafts[0] for d in drafts)
     assert drafts[0]["chunk"] == 24576 and drafts[0]["layer_split"] == (16, 15, 15, 15)
@@ -71,7 +73,8 @@ def test_fix_pins_dimensions_and_pinning_everything_evaluates_one_config():
 
 def test_default_params_are_the_engine_default():
     ctx = SpaceContext("deepseek-v3.1", "ascend-910c", 16)
-    assert default_params(ctx, {}) == {"parallelism": "8x2", "mode": "cpp", "chunk": 8192, "split2_0": 0}
+    assert default_params(ctx, {}) == {"parallelism": "8x2", "mode": "cpp", "chunk": 8192, "split2_0": 0,
+                                       "delay_scheduling": False}
     assert default_params(ctx, parse_fixes(["mode=dcpp"]))["smooth_factor"] == 1.0
 
 

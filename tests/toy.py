@@ -44,3 +44,29 @@ def compute_spans(spans, rank):
 def gaps(spans):
     """Idle gaps between consecutive blocks."""
     return [b.start - a.end for a, b in zip(spans, spans[1:])]
+
+
+class ChunkShapeCost:
+    """tau(c, L) = t * (c / CHUNK) * g(position of the chunk's middle, in chunks): linear g gives the linear law."""
+
+    step_overhead_s = 0.0
+
+    def __init__(self, stages: int, g, t: float = 1.0):
+        self.stages, self.g, self.t = stages, g, t
+
+    def stage_costs(self, shape):
+        middle = (shape.prefix_tokens + shape.prefill_tokens / 2) / CHUNK
+        tau = self.t * shape.prefill_tokens / CHUNK * self.g(middle)
+        return [tau] * self.stages, [0.0] * self.stages
+
+    def transfer_time(self, tokens: int) -> float:
+        return 0.0
+
+
+def run_shaped(mode: str, chunks: int, g, pp: int = 2):
+    """One prompt of `chunks` full chunks under ChunkShapeCost."""
+    config = ServingConfig(model="qwen2.5-14b", hardware="a100-40g-pcie", tp=1, pp=pp, mode=mode,
+                           chunk=CHUNK).resolve()
+    engine = build_engine(config, timeline=True, cost=ChunkShapeCost(len(config.layer_split), g))
+    engine.run([SimRequest(0, 0.0, chunks * CHUNK, 1)], None)
+    return engine, sorted(engine.span_list(), key=lambda s: (s.rank, s.start))

@@ -133,6 +133,8 @@ class Objective:
 
     def __call__(self, trial: optuna.Trial) -> float:
         draft = suggest_config(trial, self.ctx, self.spec.fixed)
+        for limit in self.evaluator.slo.limits if self.evaluator.slo else ():
+            draft.setdefault(f"slo_{limit.metric}_s", limit.limit_s)  # SLO-driven controllers steer by the study's SLO
         try:
             config = ServingConfig(**draft).resolve()
         except ConfigError as err:  # a sampled combination the cluster cannot run

@@ -17,6 +17,7 @@ import optuna
 
 from ..backends.config import ServingConfig, default_layer_split, parse_layer_split
 from ..backends.errors import ConfigError
+from ..backends.knobs import KNOBS
 from ..backends.policies.modes import MODES
 from ..backends.tokens import parse_tokens
 
@@ -209,8 +210,22 @@ def _parse_fraction(text: str) -> float:
     return value
 
 
-def _is_dcpp(draft: Draft) -> bool:
-    return draft.get("mode") == "dcpp"
+def _mode_is(*modes: str) -> Callable[[Draft], bool]:
+    return lambda draft: draft.get("mode") in modes
+
+
+def _delaying(draft: Draft) -> bool:
+    return bool(draft.get("delay_scheduling"))
+
+
+def knob_dimension(field: str, sample: Callable[[optuna.Trial, str], object],
+                   active: Callable[[Draft], bool]) -> Dimension:
+    """A dimension for one scheduler knob: sampled by `sample`, defaulting to ServingConfig's value."""
+    knob = next(k for k in KNOBS if k.field == field)
+    default = getattr(ServingConfig(), field)
+    return Dimension(field.replace("_", "-"), (field,), knob.check,
+                     lambda trial, draft, ctx: {field: sample(trial, field)},
+                     lambda draft, ctx: {field: default}, active=active)
 
 
 register_dimension(Dimension("parallelism", ("tp", "pp"), _int_field("tp and pp"), _suggest_parallelism,
@@ -223,8 +238,37 @@ register_dimension(Dimension("layer-split", ("layer_split",), parse_layer_split,
 register_dimension(Dimension(
     "smooth-factor", ("smooth_factor",), _parse_fraction,
     lambda trial, draft, ctx: {"smooth_factor": trial.suggest_float("smooth_factor", 0.1, 1.0)},
-    lambda draft, ctx: {"smooth_factor": 1.0}, active=_is_dcpp))
+    lambda draft, ctx: {"smooth_factor": 1.0}, active=_mode_is("dcpp")))
 register_dimension(Dimension(
     "min-chunk", ("min_chunk",), lambda text: parse_tokens(text, "min_chunk"),
     lambda trial, draft, ctx: {"min_chunk": trial.suggest_int("min_chunk", 1024, 16384, step=1024)},
-    lambda draft, ctx: {"min_chunk": 4096}, active=_is_dcpp))
+    lambda draft, ctx: {"min_chunk": 4096}, active=_mode_is("dcpp")))
+
+# FastPP's controllers (their SLO targets come from the study's SLO, not the search)
+_greedy, _alp = _mode_is("fastpp-greedy"), _mode_is("fastpp-alp")
+for _field, _low, _high, _active in (
+    ("kv_free_threshold", 0.02, 0.3, _greedy), ("tpot_violation", 1.0, 1.3, _greedy),
+    ("ttft_low", 0.02, 0.3, _greedy), ("ttft_high", 0.15, 0.8, _greedy), ("tpot_safe", 0.6, 1.0, _greedy),
+    ("alp_window_s", 2.0, 30.0, _alp), ("slo_tpot_coeff", 0.8, 1.2, _alp),
+    ("rls_forgetting", 0.99, 0.9999, _alp),
+):
+    register_dimension(knob_dimension(
+        _field, lambda trial, name, lo=_low, hi=_high: trial.suggest_float(name, lo, hi), _active))
+register_dimension(knob_dimension(
+    "controller_min_chunk", lambda trial, name: trial.suggest_int(name, 128, 1024, step=128), _mode_is("fastpp-greedy", "fastpp-alp")))
+# vpp-adaptive
+register_dimension(knob_dimension(
+    "adaptive_threshold", lambda trial, name: trial.suggest_float(name, 0.01, 0.3, log=True), _mode_is("vpp-adaptive")))
+register_dimension(knob_dimension(
+    "adaptive_fit_chunks", lambda trial, name: trial.suggest_int(name, 2, 6), _mode_is("vpp-adaptive")))
+# delay scheduling, any mode: on or off, then its thresholds
+register_dimension(knob_dimension(
+    "delay_scheduling", lambda trial, name: trial.suggest_categorical(name, (False, True)), lambda draft: True))
+register_dimension(knob_dimension(
+    "waiting_tok_threshold", lambda trial, name: trial.suggest_int(name, 0, 8192, step=256), _delaying))
+register_dimension(knob_dimension(
+    "load_alpha", lambda trial, name: trial.suggest_float(name, 0.1, 0.8), _delaying))
+register_dimension(knob_dimension(
+    "base_unit", lambda trial, name: trial.suggest_categorical(name, (64, 128, 256)), _delaying))
+register_dimension(knob_dimension(
+    "delay_mode", lambda trial, name: trial.suggest_categorical(name, ("auto", "tpot_first", "e2e_first")), _delaying))

@@ -20,12 +20,27 @@ ALIGN = 64
 
 @dataclass(frozen=True, slots=True)
 class StepReport:
-    """What a completed scheduler step tells a policy that learns online."""
+    """What a completed scheduler step tells a policy that learns online.
+
+    Everything here is what a serving engine can measure itself: the step's
+    composition, its latency, and the requests' latencies it completed.
+    """
 
     finished_at: float
     latency_s: float  # from creation to completion of the micro-batch
+    stage_s: float  # the first virtual stage's execution time (what rank 0 measures)
     prefill_tokens: int
     decode_tokens: int
+    chunk_prefix: float  # sum over the step's prefill chunks of chunk x prefix
+    chunk_sq: float  # sum of chunk^2
+    decode_context: float  # sum of the decodes' context lengths
+    ttfts: tuple[float, ...]  # TTFT of each request whose first token this step emitted
+    token_gaps: tuple[float, ...]  # for each decode: time since that request's previous token
+    kv_free: float  # free fraction of the KV cache after the step
+    running: int  # admitted, unfinished requests
+    waiting: int  # arrived, not admitted
+    backlog_tokens: int  # prompt tokens not yet scheduled (waiting and partly prefilled requests)
+    arrived: int  # requests arrived so far
 
 
 class ChunkPolicy(Protocol):

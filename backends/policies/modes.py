@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from .admission import Admission, ContinuousAdmission, DrainPacking, SerialAdmission
+from .adaptive import AdaptiveChunk
 from .chunking import ChunkPolicy, DynamicChunk, FixedChunk
 
 if TYPE_CHECKING:
@@ -17,11 +18,16 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class PolicyEnv:
-    """What a backend offers policies: a resolved config and its latency probes."""
+    """What a backend offers policies: a resolved config and its latency probes.
+
+    The probes measure the backend itself (the simulator runs its cost model,
+    a real engine would time a forward pass), as a start-up profile would.
+    """
 
     config: "ServingConfig"
-    chunk_latency: Callable[[int], float]  # profiled latency of a lone chunk of l tokens at prefix 0
-    entry_stage_time: Callable[[int, int], float]  # predicted entry-stage time of (tokens, prefix)
+    chunk_latency: Callable[[int], float]  # latency of a lone chunk of l tokens at prefix 0, whole pipeline
+    entry_stage_time: Callable[[int, int], float]  # entry-stage time of a lone chunk (tokens, prefix)
+    decode_stage_time: Callable[[int], float]  # entry-stage time of a decode-only batch of n one-token contexts
 
 
 @dataclass(frozen=True)
@@ -62,6 +68,11 @@ def _dcpp(env: PolicyEnv) -> ChunkPolicy:
     return DynamicChunk(c.chunk, c.smooth_factor, min(c.min_chunk, c.chunk), env.chunk_latency)
 
 
+def _adaptive(env: PolicyEnv) -> ChunkPolicy:
+    c = env.config
+    return AdaptiveChunk(c.chunk, c.adaptive_threshold, c.adaptive_fit_chunks, env.entry_stage_time)
+
+
 def _continuous(env: PolicyEnv) -> Admission:
     return ContinuousAdmission()
 
@@ -89,3 +100,27 @@ register_mode(ModeSpec(
 register_mode(ModeSpec(
     "vpp", "vpp-async plus packing of the next prompt's leading chunks into the drain window",
     "foldback", False, 2, True, _fixed, _packing))
+register_mode(ModeSpec(
+    "vpp-adaptive", "vpp whose chunks are resized locally when stage times leave the linear law (e.g. DSA)",
+    "foldback", False, 2, True, _adaptive, _packing, ("adaptive_threshold", "adaptive_fit_chunks")))
+
+
+def _fastpp_greedy(env: PolicyEnv) -> ChunkPolicy:
+    from .fastpp_greedy import GreedyChunkController
+    return GreedyChunkController(env.config)
+
+
+def _fastpp_alp(env: PolicyEnv) -> ChunkPolicy:
+    from .fastpp_alp import PredictiveChunkController
+    return PredictiveChunkController(env)
+
+
+register_mode(ModeSpec(
+    "fastpp-greedy", "FastPP greedy: every pp steps reset, shrink or grow the chunk on free KV and observed TTFT/TPOT",
+    "linear", False, 0, False, _fastpp_greedy, _continuous,
+    ("slo_ttft_s", "slo_tpot_s", "controller_min_chunk", "controller_base_chunk", "controller_step",
+     "kv_free_threshold", "tpot_violation", "ttft_low", "ttft_high", "tpot_safe")))
+register_mode(ModeSpec(
+    "fastpp-alp", "FastPP ALP: the smallest chunk whose RLS-predicted latency keeps TPOT and prefill throughput",
+    "linear", False, 0, False, _fastpp_alp, _continuous,
+    ("slo_tpot_s", "controller_min_chunk", "controller_step", "alp_window_s", "slo_tpot_coeff", "rls_forgetting")))

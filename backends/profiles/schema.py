@@ -92,4 +92,7 @@ class HardwareProfile:
     p2p_bandwidth_gbs: float
     memory_utilization: float = 0.9
     activation_reserve_gb: float = 2.0
+    # Matmuls run in tiles of this many token rows: a batch one token past a tile
+    # boundary pays for a whole extra tile (the step shape delay scheduling exploits).
+    gemm_tile_tokens: int = 1
     sources: dict[str, str] = field(default_factory=dict, compare=False)

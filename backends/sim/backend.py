@@ -5,6 +5,7 @@ from __future__ import annotations
 from ...scenarios.scenario import Scenario
 from ..base import Capabilities, RunObserver
 from ..config import ServingConfig
+from ..policies.delay import DelayScheduler
 from ..policies.modes import MODES, PolicyEnv
 from ..result import RunResult
 from .costs import BatchShape, CostModel, capped_pairs
@@ -58,8 +59,13 @@ def build_engine(config: ServingConfig, timeline: bool = False, observer: RunObs
     def entry_stage_time(tokens: int, prefix: int) -> float:
         return cost.stage_costs(lone_chunk(tokens, prefix, topk))[0][0]
 
-    env = PolicyEnv(config, chunk_latency, entry_stage_time)
+    def decode_stage_time(batch: int) -> float:
+        return cost.stage_costs(BatchShape(batch, 0, 0, 0, batch, batch, 0, batch))[0][0]
+
+    env = PolicyEnv(config, chunk_latency, entry_stage_time, decode_stage_time)
+    delay = DelayScheduler(config.pp, config.slo_tpot_s, config.waiting_tok_threshold, config.load_alpha,
+                           config.base_unit, config.delay_mode) if config.delay_scheduling else None
     scheduler = StepScheduler(cost, spec.chunk_policy(env), spec.admission(env),
-                              config.max_running, config.kv_capacity, hops, topk)
+                              config.max_running, config.kv_capacity, hops, topk, delay, config.decode_in_budget)
     return Engine(cost, scheduler, ranks, spec.sync_transfers, config.pp + spec.extra_in_flight,
                   spec.entry_first, timeline, observer)

@@ -7,8 +7,9 @@ rank that runs it and the part of that time spent in TP collectives.
 Per layer and per device (weights and heads sharded over the TP group):
 - linear layers (attention projections, dense FFN, routed and shared experts):
   FLOPs / (peak * eff(m)), where eff(m) = matmul_efficiency * m / (m + half)
-  falls for small matmuls of m tokens (an expert sees n * k / E tokens), but
-  never faster than reading the weights the step touches (memory bound decode);
+  falls for small matmuls of m tokens (an expert sees n * k / E tokens), with
+  m rounded up to whole gemm_tile_tokens tiles, but never faster than reading
+  the weights the step touches (memory bound decode);
 - attention: causal query-key pairs * FLOPs per pair at attention_efficiency,
   or the KV bytes it reads, whichever is slower; DSA sparse attention caps each
   query at index_topk keys and adds its indexer, which scores every prefix key;
@@ -93,6 +94,7 @@ class CostModel:
         wb = m.weight_bytes
         self._flops, self._bw = flops, bw
         self._half = hw.matmul_half_tokens
+        self._tile = hw.gemm_tile_tokens
         self._mm_eff = hw.matmul_efficiency
         attn_rate = flops * hw.attention_efficiency
 
@@ -149,8 +151,14 @@ class CostModel:
         self._p2p_token = h * ACT_BYTES / (hw.p2p_bandwidth_gbs * 1e9)
 
     def _matmul(self, flops: float, tokens_per_gemm: float, weight_bytes: float) -> float:
-        """Time of a matmul: compute at size-dependent efficiency, or weight reads if slower."""
-        compute = flops * (tokens_per_gemm + self._half) / (self._flops * self._mm_eff * tokens_per_gemm)
+        """Time of a matmul: compute at size-dependent efficiency, or weight reads if slower.
+
+        Token rows are computed in whole tiles, so the compute term steps up at
+        every tile boundary.
+        """
+        tile = self._tile
+        padded = -(-tokens_per_gemm // tile) * tile if tile > 1 else tokens_per_gemm
+        compute = flops * (padded + self._half) / (self._flops * self._mm_eff * tokens_per_gemm)
         memory = weight_bytes / self._bw
         return compute if compute > memory else memory
 

@@ -279,24 +279,36 @@ class Engine:
 
     # -- completion -------------------------------------------------------------
     def _complete(self, t: float, b: Batch) -> None:
-        decode = 0
         token_out = self.sched.token_out
+        ttfts, gaps = [], []
         for q, kind in b.entries:
             if kind == DECODE:
-                decode += 1
+                gaps.append(t - q.last_token)
+                q.last_token = t
                 if token_out(q, False):
                     self._finish(q, t)
             elif kind == FIRST_TOKEN:
-                q.first_token = t
+                q.first_token = q.last_token = t
+                ttfts.append(t - q.arrival)
                 if token_out(q, True):
                     self._finish(q, t)
         if self.learns:
-            self.sched.policy.observe(StepReport(t, t - b.created, b.prefill_tokens, decode))
+            self.sched.policy.observe(self._report(t, b, ttfts, gaps))
         self.slots += 1
         self.in_flight -= 1
         if self.in_flight == 0:
             self.idle_start = t
         self._try_schedule(t)
+
+    def _report(self, t: float, b: Batch, ttfts: list[float], gaps: list[float]) -> StepReport:
+        """What a learning policy may know about a completed step."""
+        s = self.sched
+        return StepReport(
+            finished_at=t, latency_s=t - b.created, stage_s=b.busy[0], prefill_tokens=b.prefill_tokens,
+            decode_tokens=b.tokens - b.prefill_tokens, chunk_prefix=b.chunk_prefix, chunk_sq=b.chunk_sq,
+            decode_context=b.decode_context, ttfts=tuple(ttfts), token_gaps=tuple(gaps),
+            kv_free=1.0 - s.kv_used / s.kv_capacity, running=s.running, waiting=len(s.waiting),
+            backlog_tokens=s.backlog_tokens(), arrived=self.next_arrival)
 
     def _finish(self, q: SimRequest, t: float) -> None:
         q.finish = t

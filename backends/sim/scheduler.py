@@ -1,7 +1,8 @@
 """Step scheduler: forms each micro-batch from running and waiting requests.
 
 Like vLLM's v1 scheduler: one token budget per step shared by decodes (one
-token per running request whose previous token is out) and prefill chunks;
+token per running request whose previous token is out) and prefill chunks
+(with `decode_in_budget` off, as in SGLang, the budget bounds prefill only);
 a prompt's next chunk can be issued while its previous chunk is still in the
 pipeline (it only needs that chunk's KV on the first stage, which FIFO order
 guarantees). Admission of a waiting request needs KV capacity for its whole
@@ -16,6 +17,7 @@ from collections import deque
 
 from ..policies.admission import Admission
 from ..policies.chunking import ChunkPolicy
+from ..policies.delay import DelayScheduler
 from .costs import BatchShape, CostModel, capped_pairs
 
 PREFILL, FIRST_TOKEN, DECODE = 0, 1, 2
@@ -25,7 +27,7 @@ class SimRequest:
     """A request's progress inside the simulator."""
 
     __slots__ = ("id", "seq", "arrival", "prompt", "output", "scheduled", "chunks", "emitted",
-                 "first_token", "finish", "last_busy")
+                 "first_token", "last_token", "finish", "last_busy")
 
     def __init__(self, rid: int, arrival: float, prompt: int, output: int):
         self.id, self.arrival, self.prompt, self.output = rid, arrival, prompt, output
@@ -33,7 +35,7 @@ class SimRequest:
         self.scheduled = 0  # prompt tokens issued in chunks so far
         self.chunks = 0
         self.emitted = 0
-        self.first_token = self.finish = 0.0
+        self.first_token = self.last_token = self.finish = 0.0
         self.last_busy: list[float] | None = None  # stage times of its latest chunk
 
 
@@ -41,7 +43,7 @@ class Batch:
     """One micro-batch (scheduler step) travelling through the virtual stages."""
 
     __slots__ = ("id", "entries", "busy", "comm", "stage", "group", "lead", "chunk", "kind",
-                 "tokens", "prefill_tokens", "created")
+                 "tokens", "prefill_tokens", "created", "chunk_prefix", "chunk_sq", "decode_context")
 
     def __init__(self, bid: int, entries: list, created: float):
         self.id, self.entries, self.created = bid, entries, created
@@ -59,8 +61,11 @@ class StepScheduler:
     """
 
     def __init__(self, cost: CostModel, chunk_policy: ChunkPolicy, admission: Admission,
-                 max_running: int, kv_capacity: int, hops: int, topk: int = 0):
+                 max_running: int, kv_capacity: int, hops: int, topk: int = 0,
+                 delay: DelayScheduler | None = None, decode_in_budget: bool = True):
         self.cost, self.policy, self.admission = cost, chunk_policy, admission
+        self.delay = delay  # decode micro-batch rebalancing, when on
+        self.decode_in_budget = decode_in_budget
         self.hops = hops  # rank-to-rank transfers a micro-batch makes
         self.max_running, self.kv_capacity = max_running, kv_capacity
         self.topk = topk  # DSA keys per query (0 = dense attention)
@@ -75,12 +80,19 @@ class StepScheduler:
 
     def form(self, now: float) -> Batch | None:
         """Build the next micro-batch, or None when there is nothing to run."""
-        budget = self.policy.step_budget()
+        prefill_budget = self.policy.step_budget()
+        budget = prefill_budget if self.decode_in_budget else len(self.decodable)
         entries: list[tuple[SimRequest, int]] = []
-        prefill = pairs = capped = dec_pairs = dec_capped = prefix_sum = 0
+        prefill = pairs = capped = dec_pairs = dec_capped = prefix_sum = chunk_prefix = chunk_sq = 0
         lead = lead_chunk = group = -1
         topk = self.topk
         decodable = self.decodable
+        if self.delay is not None and len(decodable) > 1:
+            go, later = self.delay.split(list(decodable)[:budget], self.running - len(self.prefilling),
+                                         self.backlog_tokens(), now)
+            rest = list(decodable)[budget:]
+            decodable = deque(go)
+            self.decodable = deque(later + rest)  # held back: first in line next step
         while budget > 0 and decodable:
             q = decodable.popleft()
             budget -= 1
@@ -89,6 +101,8 @@ class StepScheduler:
             dec_capped += ctx if topk <= 0 or ctx < topk else topk
             entries.append((q, DECODE))
         decode_tokens = sampled = len(entries)
+        if not self.decode_in_budget:
+            budget = prefill_budget
 
         prefilling, waiting = self.prefilling, self.waiting
         lead_req = prefilling[0] if prefilling else None
@@ -131,6 +145,8 @@ class StepScheduler:
             if topk > 0:
                 capped += capped_pairs(start, tokens, topk)
             prefix_sum += start
+            chunk_prefix += tokens * start
+            chunk_sq += tokens * tokens
             if lead < 0:
                 lead, lead_chunk, group = q.id, q.chunks, q.seq
             q.chunks += 1
@@ -149,6 +165,7 @@ class StepScheduler:
         self.batches += 1
         b.tokens = decode_tokens + prefill
         b.prefill_tokens = prefill
+        b.chunk_prefix, b.chunk_sq, b.decode_context = chunk_prefix, chunk_sq, dec_pairs
         b.lead, b.chunk = lead, lead_chunk
         b.group = group if group >= 0 else (lead_req.seq if lead_req is not None else self.admitted)
         b.kind = "decode" if not prefill else ("prefill" if not decode_tokens else "mixed")
@@ -161,6 +178,10 @@ class StepScheduler:
                     if q is drained_lead:
                         self.admission.on_drain(b.busy, prev, self.cost.transfer_time(b.tokens) * self.hops)
         return b
+
+    def backlog_tokens(self) -> int:
+        """Prompt tokens not yet issued: waiting requests and the rest of partly prefilled ones."""
+        return sum(q.prompt for q in self.waiting) + sum(q.prompt - q.scheduled for q in self.prefilling)
 
     def token_out(self, q: SimRequest, first: bool) -> bool:
         """Record a token emitted for q; True when q has finished."""

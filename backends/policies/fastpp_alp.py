@@ -1,0 +1,161 @@
+"""FastPP's predictive chunk controller (ALP): pick each step's chunk from a learned latency model.
+
+Stage latency of a step (what the entry rank measures, StepReport.stage_s):
+
+    tau = max(a0 + a1 N, floor) + theta . [chunk x prefix / 1e6, chunk^2 / 1e6,
+                                          decode context / 1e6, eager]
+
+a0, a1 and floor come from an offline profile of the backend itself:
+decode-only batches of n one-token contexts (env.decode_stage_time). Such a
+batch has no prefill chunk, so no chunk-vs-prefix or within-chunk attention,
+and its decodes read one key each: its time is the linear layers
+(projections, FFN) plus per-step constants. a0 + a1 N is fitted by least
+squares at the step sizes the controller can create (controller_step
+multiples up to chunk); floor is the one-token batch, the time to read the
+weights, which no smaller step beats (without it the line, fitted where
+compute dominates, undershoots every small decode step). eager is 1 for a
+step that carries prefill: the profile's decode-only batches replay a
+captured graph, mixed steps launch their kernels eagerly. theta
+(milliseconds per unit) is learned online by recursive least squares on the
+residual stage_s - max(a0 + a1 N, floor).
+
+Each completed step the controller re-chooses the chunk (the step's token
+budget) among controller_min_chunk..chunk in controller_step steps. A step with
+budget c is predicted to hold the last step's decodes d (at most c when decodes
+count against the budget, with their context sum scaled alike) and a prefill
+chunk of p = c - d tokens (p = c when they do not, as in SGLang) at the last
+step's mean prefill prefix (chunk_prefix / prefill_tokens; 0 if it had no
+prefill). Predicted TPOT = pp x tau(c): with pp micro-batches in flight a
+decode's next token waits for pp steps on every rank. Prefill throughput =
+p / tau(c) (the pipeline finishes a step every tau). Demand = arrival rate x
+mean prompt length over the last alp_window_s seconds plus backlog /
+alp_window_s. Chosen: the smallest chunk with pp tau <= slo_tpot_coeff x
+slo_tpot_s and throughput >= demand; else the largest that keeps TPOT; else
+the smallest.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from typing import TYPE_CHECKING, NamedTuple
+
+import numpy as np
+
+from .chunking import StepReport
+from .rls import RecursiveLeastSquares
+
+if TYPE_CHECKING:
+    from .modes import PolicyEnv
+
+PAIR_UNIT = 1e6  # attention features in millions of token pairs
+RESIDUAL_UNIT = 1e3  # residuals in milliseconds, so features and coefficients are of order one
+
+
+class _Sample(NamedTuple):
+    """What the arrival estimate keeps of one completed step."""
+
+    at: float
+    arrived: int
+    backlog: int
+    prefilled: int  # prompt tokens of all steps completed so far
+
+
+class PredictiveChunkController:
+    """ALP: the smallest chunk that keeps both the TPOT SLO and prefill throughput, by a learned model."""
+
+    def __init__(self, env: "PolicyEnv"):
+        c = env.config
+        self.pp, self.window_s = c.pp, c.alp_window_s
+        self.tpot_budget = c.slo_tpot_coeff * c.slo_tpot_s
+        self.shared_budget = c.decode_in_budget  # decodes take part of the chunk budget (vLLM) or not (SGLang)
+        low = min(c.controller_min_chunk, c.chunk)
+        self.candidates = list(range(low, c.chunk + 1, c.controller_step))
+        # the sizes steps can have; half the chunk too, so that a one-size grid still fits a line
+        sizes = sorted({*range(c.controller_step, c.chunk + 1, c.controller_step), c.chunk, max(1, c.chunk // 2)})
+        a1, a0 = np.polyfit(sizes, [env.decode_stage_time(n) for n in sizes], 1)
+        self.a0, self.a1 = float(a0), float(a1)
+        self.floor = env.decode_stage_time(1)
+        self.model = RecursiveLeastSquares(4, c.rls_forgetting)
+        self._decodes, self._context, self._prefix = 0, 0.0, 0.0
+        self._samples: deque[_Sample] = deque()
+        self._prefilled = 0
+        self._ape_sum, self._seen = 0.0, 0
+        self.chunk = self._choose()
+        self.history = [self.chunk]  # the chunk in force after each decision, the start first
+
+    @property
+    def mape(self) -> float:
+        """Mean absolute percentage error (%) of the stage-latency prediction made before each update."""
+        return 100 * self._ape_sum / self._seen if self._seen else math.nan
+
+    def step_budget(self) -> int:
+        return self.chunk
+
+    def request_chunk(self, prefix: int) -> int:
+        return self.chunk
+
+    def linear(self, tokens: int) -> float:
+        """The profiled linear-layer seconds of a step of `tokens` tokens."""
+        return max(self.a0 + self.a1 * tokens, self.floor)
+
+    def predict(self, prefill: int, decodes: int, chunk_prefix: float, chunk_sq: float,
+                decode_context: float) -> float:
+        """Predicted entry-stage seconds of a step with this composition."""
+        x = self._features(prefill, chunk_prefix, chunk_sq, decode_context)
+        return self.linear(prefill + decodes) + self.model.predict(x) / RESIDUAL_UNIT
+
+    def observe(self, report: StepReport) -> None:
+        r = report
+        if r.stage_s > 0:
+            predicted = self.predict(r.prefill_tokens, r.decode_tokens, r.chunk_prefix, r.chunk_sq, r.decode_context)
+            self._ape_sum += abs(predicted - r.stage_s) / r.stage_s
+            self._seen += 1
+        x = self._features(r.prefill_tokens, r.chunk_prefix, r.chunk_sq, r.decode_context)
+        self.model.update(x, (r.stage_s - self.linear(r.prefill_tokens + r.decode_tokens)) * RESIDUAL_UNIT)
+        self._decodes, self._context = r.decode_tokens, r.decode_context
+        self._prefix = r.chunk_prefix / r.prefill_tokens if r.prefill_tokens else 0.0
+        self._prefilled += r.prefill_tokens
+        self._samples.append(_Sample(r.finished_at, r.arrived, r.backlog_tokens, self._prefilled))
+        while self._samples[0].at < r.finished_at - self.window_s:
+            self._samples.popleft()
+        self.chunk = self._choose()
+        self.history.append(self.chunk)
+
+    def demand(self) -> float:
+        """Prompt tokens per second prefill must sustain: arrival rate x mean prompt + backlog / window."""
+        if not self._samples:
+            return 0.0
+        old, new = self._samples[0], self._samples[-1]
+        span, arrivals = new.at - old.at, new.arrived - old.arrived
+        inflow = 0.0
+        if span > 0 and arrivals > 0:
+            # prompt tokens that arrived = backlog growth + what prefill took meanwhile
+            mean_prompt = max(0, new.backlog - old.backlog + new.prefilled - old.prefilled) / arrivals
+            inflow = arrivals / span * mean_prompt
+        return inflow + new.backlog / self.window_s
+
+    def _choose(self) -> int:
+        """The smallest chunk meeting TPOT and demand; else the largest meeting TPOT; else the smallest."""
+        demand = self.demand()
+        t_prefix, t_sq, t_context, t_eager = (self.model.coefficients / RESIDUAL_UNIT).tolist()
+        context_each = self._context / self._decodes if self._decodes else 0.0
+        keeps_tpot = []
+        shared = self.shared_budget
+        for c in self.candidates:  # predict(), unrolled: this runs every step
+            decodes = min(self._decodes, c) if shared else self._decodes
+            prefill = c - decodes if shared else c
+            attention = (t_prefix * prefill * self._prefix + t_sq * prefill * prefill
+                         + t_context * decodes * context_each) / PAIR_UNIT
+            stage = self.linear(prefill + decodes) + attention + (t_eager if prefill else 0.0)
+            if self.pp * stage > self.tpot_budget:
+                continue
+            if prefill >= demand * stage:
+                return c
+            keeps_tpot.append(c)
+        return keeps_tpot[-1] if keeps_tpot else self.candidates[0]
+
+    @staticmethod
+    def _features(prefill: int, chunk_prefix: float, chunk_sq: float, decode_context: float) -> np.ndarray:
+        eager = 1.0 if prefill else 0.0
+        return np.array([chunk_prefix / PAIR_UNIT, chunk_sq / PAIR_UNIT, decode_context / PAIR_UNIT, eager])
