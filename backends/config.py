@@ -60,6 +60,7 @@ class ServingConfig:
     max_running: int = 256
     kv_capacity: int | None = None
     decode_in_budget: bool = True  # vLLM counts decodes against the chunk budget; SGLang does not
+    mixed_batches: bool = True  # decodes ride along with prefill chunks (SGLang without mixed chunk: no)
     # DCPP (vLLM-Ascend profiling chunk)
     smooth_factor: float = 1.0
     min_chunk: int = 4096

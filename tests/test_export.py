@@ -177,6 +177,30 @@ def test_sglang_flags(tmp_path):
     assert env == {}
 
 
+@pytest.mark.parametrize("mode, strategy", [("fastpp-greedy", "greedy"), ("fastpp-alp", "alp")])
+def test_fastpp_on_sglang_is_the_forks_dynamic_chunk_launch(tmp_path, mode, strategy):
+    files = export(tmp_path, "sglang", **QWEN, tp=1, pp=4, mode=mode, chunk=2048, tpot_violation=1.2)
+    env, argv = parse_script(files["serve.sh"])
+    flags = options(argv)
+    assert flags["--dynamic-chunk-strategy"] == strategy and flags["--chunked-prefill-size"] == "2048"
+    for switch in ("--enable-dynamic-chunk", "--disable-radix-cache", "--enable-mixed-chunk",
+                   "--disable-overlap-schedule"):
+        assert flags[switch] is True
+    assert "--enable-batch-rebalancing" not in flags
+    script = files["serve.sh"].read_text()
+    assert "FastPP fork of SGLang 0.4.1" in script
+    assert ("tpot_violation=1.2" in script) == (mode == "fastpp-greedy")  # only the knobs the mode reads
+
+
+def test_delay_scheduling_is_batch_rebalancing_on_sglang_and_refused_elsewhere(tmp_path):
+    flags = options(parse_script(export(tmp_path, "sglang", **QWEN, tp=2, pp=2, delay_scheduling=True)["serve.sh"])[1])
+    assert flags["--enable-batch-rebalancing"] is True
+    with pytest.raises(ExportError) as err:
+        write_export(best(**QWEN, tp=2, pp=2, delay_scheduling=True), "vllm", tmp_path / "out")
+    assert str(err.value) == ("format: delay scheduling cannot run on vllm; "
+                              "engines that can: sglang (FastPP fork of SGLang 0.4.1)")
+
+
 def test_sglang_dcpp_is_dynamic_chunking_with_the_smooth_factor_env(tmp_path):
     path = export(tmp_path, "sglang", **QWEN, tp=2, pp=2, mode="dcpp", smooth_factor=0.75)["serve.sh"]
     env, argv = parse_script(path)
@@ -289,6 +313,9 @@ def test_script_launches_the_engine_with_its_environment(tmp_path, engine, progr
     ("sglang", "vpp-async",
      "format: mode vpp-async cannot run on sglang; engines that can: vllm-ascend (VPP development branch)"),
     ("vllm", "dcpp", "format: mode dcpp cannot run on vllm; engines that can: vllm-ascend, sglang"),
+    ("vllm", "fastpp-alp",
+     "format: mode fastpp-alp cannot run on vllm; engines that can: sglang (FastPP fork of SGLang 0.4.1)"),
+    ("vllm-ascend", "vpp-adaptive", "format: mode vpp-adaptive cannot run on vllm-ascend; engines that can: none"),
 ])
 def test_mode_engine_mismatch_is_one_line_naming_the_engines_that_can(tmp_path, engine, mode, message):
     with pytest.raises(ExportError) as err:

@@ -186,8 +186,13 @@ def test_alp_profiles_the_linear_layers_by_running_decode_only_batches():
     profiled: list[int] = []
     c = alp(profiled)
     assert set(range(128, 2049, 128)) <= set(profiled) and 1 in profiled
-    assert c.a0 == pytest.approx(A0) and c.a1 == pytest.approx(A1) and c.floor == FLOOR
-    assert c.linear(10) == FLOOR and c.linear(1000) == pytest.approx(A0 + A1 * 1000)
+    assert max(profiled) >= 2048 + 256  # a step holds its chunk and up to max_running decodes
+    assert c.linear(10) == pytest.approx(FLOOR) and c.linear(1000) == pytest.approx(A0 + A1 * 1000)
+    assert c.linear(1000) == pytest.approx(decode_time(1000))  # the table follows the probe, floor included
+
+
+def decode_time(n: int) -> float:
+    return max(A0 + A1 * n, FLOOR)
 
 
 def test_alp_mape_compares_the_prediction_made_before_the_update():
@@ -291,13 +296,13 @@ def controllers(monkeypatch):
 @pytest.mark.parametrize("mode", ["fastpp-greedy", "fastpp-alp"])
 def test_fastpp_end_to_end_on_azure_conv(mode, controllers):
     config = ServingConfig(model="qwen2.5-32b", hardware="a100-40g-pcie", tp=1, pp=4, mode=mode, chunk=2048)
-    result = SimBackend().run(load_scenario("azure-conv"), config, rate=4, num_requests=200, timeline=False)
+    result = SimBackend().run(load_scenario("azure-conv"), config, rate=8, num_requests=200, timeline=False)
     assert len(result.records) == 200 and all(r.finish_s >= r.first_token_s > 0 for r in result.records)
     history = controllers[mode].history
     assert len(set(history)) > 1
     assert all(128 <= chunk <= 2048 and chunk % 128 == 0 for chunk in history)
     if mode == "fastpp-alp":
         mape = controllers[mode].mape
-        print(f"\nALP stage-latency MAPE on azure-conv, qwen2.5-32b, 4 x A100 PCIe, rate 4: {mape:.3f}% "
+        print(f"\nALP stage-latency MAPE on azure-conv, qwen2.5-32b, 4 x A100 PCIe, rate 8: {mape:.3f}% "
               f"over {len(history) - 1} steps")
         assert math.isfinite(mape) and mape < 5

@@ -8,6 +8,7 @@ engine (an SGLang fork) is a `register_engine` call; a new mode on an engine
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -92,6 +93,7 @@ class Engine:
     config_file: str | None = None  # name of the engine's `--config` YAML; None if it reads none
     config_model_key: str = "model"
     modes: dict[str, ModeSupport] = field(default_factory=dict)
+    delay_scheduling: ModeSupport | None = None  # how it runs decode rebalancing, if it can
 
 
 ENGINES: dict[str, Engine] = {}
@@ -130,7 +132,14 @@ def plan_launch(config: ServingConfig, engine_name: str) -> tuple[Engine, Launch
         raise ExportError(f"format: mode {config.mode} cannot run on {engine.name}; engines that can: {able}")
     if config.pp < support.min_pp:
         raise ExportError(f"pp: mode {config.mode} on {engine.name} needs pp >= {support.min_pp}, got {config.pp}")
-    return engine, engine.common(config) + support.render(config)
+    launch = engine.common(config) + support.render(config)
+    if config.delay_scheduling:
+        if engine.delay_scheduling is None:
+            able = ", ".join(f"{e.name} ({e.delay_scheduling.requires})" for e in ENGINES.values()
+                             if e.delay_scheduling) or "none"
+            raise ExportError(f"format: delay scheduling cannot run on {engine.name}; engines that can: {able}")
+        launch += engine.delay_scheduling.render(config)
+    return engine, launch
 
 
 # -- what the engines share ---------------------------------------------------------
@@ -268,3 +277,44 @@ register_support("vllm-ascend", "dcpp", ModeSupport(_ascend_dcpp, min_pp=2))
 register_support("sglang", "dcpp", ModeSupport(_sglang_dcpp, min_pp=2))
 for _mode in ("vpp-sync", "vpp-async", "vpp"):
     register_support("vllm-ascend", _mode, ModeSupport(_ascend_vpp, requires="VPP development branch"))
+
+
+# -- FastPP (an SGLang 0.4.1 fork) ------------------------------------------------------
+
+FASTPP = "FastPP fork of SGLang 0.4.1"
+_FASTPP_DEFAULTS = {"kv_free_threshold": 0.10, "tpot_violation": 1.08, "ttft_low": 0.1, "ttft_high": 0.3,
+                    "tpot_safe": 0.85, "alp_window_s": 10.0, "slo_tpot_coeff": 1.05, "rls_forgetting": 0.9975,
+                    "controller_min_chunk": 128, "waiting_tok_threshold": 1024, "load_alpha": 0.4,
+                    "base_unit": 128, "delay_mode": "auto"}
+
+
+def _fastpp_tuned(config: ServingConfig, fields: tuple[str, ...]) -> tuple[str, ...]:
+    """Notes for tuned values that differ from FastPP's defaults (it takes them from its own config)."""
+    changed = [f"{f}={getattr(config, f)!r}" for f in fields if getattr(config, f) != _FASTPP_DEFAULTS[f]]
+    return (f"Tuned FastPP settings that differ from its defaults (set them in the fork's config): "
+            f"{', '.join(changed)}",) if changed else ()
+
+
+def _fastpp(strategy: str) -> Render:
+    def render(config: ServingConfig) -> Launch:
+        fields = config.mode_spec.params
+        return Launch(
+            flags=(Flag("--enable-dynamic-chunk"), Flag("--dynamic-chunk-strategy", strategy),
+                   Flag("--disable-radix-cache"), Flag("--enable-mixed-chunk"), Flag("--disable-overlap-schedule")),
+            notes=(f"This launch needs the {FASTPP}: --enable-dynamic-chunk and --dynamic-chunk-strategy are its flags.",
+                   f"The controller steers by TTFT {config.slo_ttft_s:g} s and TPOT {config.slo_tpot_s:g} s.")
+            + _fastpp_tuned(config, tuple(f for f in fields if f in _FASTPP_DEFAULTS)),
+        )
+    return render
+
+
+def _fastpp_rebalancing(config: ServingConfig) -> Launch:
+    return Launch(flags=(Flag("--enable-batch-rebalancing"),),
+                  notes=(f"Delay scheduling is the {FASTPP}'s --enable-batch-rebalancing.",)
+                  + _fastpp_tuned(config, ("waiting_tok_threshold", "load_alpha", "base_unit", "delay_mode")))
+
+
+register_support("sglang", "fastpp-greedy", ModeSupport(_fastpp("greedy"), requires=FASTPP))
+register_support("sglang", "fastpp-alp", ModeSupport(_fastpp("alp"), requires=FASTPP))
+ENGINES["sglang"] = dataclasses.replace(ENGINES["sglang"], delay_scheduling=ModeSupport(_fastpp_rebalancing,
+                                                                                         requires=FASTPP))

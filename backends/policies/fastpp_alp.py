@@ -2,22 +2,20 @@
 
 Stage latency of a step (what the entry rank measures, StepReport.stage_s):
 
-    tau = max(a0 + a1 N, floor) + theta . [chunk x prefix / 1e6, chunk^2 / 1e6,
-                                          decode context / 1e6, eager]
+    tau = L(N) + theta . [chunk x prefix / 1e6, chunk^2 / 1e6, decode context / 1e6, eager]
 
-a0, a1 and floor come from an offline profile of the backend itself:
-decode-only batches of n one-token contexts (env.decode_stage_time). Such a
-batch has no prefill chunk, so no chunk-vs-prefix or within-chunk attention,
-and its decodes read one key each: its time is the linear layers
-(projections, FFN) plus per-step constants. a0 + a1 N is fitted by least
-squares at the step sizes the controller can create (controller_step
-multiples up to chunk); floor is the one-token batch, the time to read the
-weights, which no smaller step beats (without it the line, fitted where
-compute dominates, undershoots every small decode step). eager is 1 for a
-step that carries prefill: the profile's decode-only batches replay a
-captured graph, mixed steps launch their kernels eagerly. theta
-(milliseconds per unit) is learned online by recursive least squares on the
-residual stage_s - max(a0 + a1 N, floor).
+L, the linear-layer cost of a step of N tokens, comes from an offline
+profile of the backend itself: decode-only batches of n one-token contexts
+(env.decode_stage_time) at every PROFILE_STEP tokens up to the largest step,
+interpolated. Such a batch has no prefill chunk, so no chunk-vs-prefix or
+within-chunk attention, and its decodes read one key each: its time is the
+linear layers (projections, FFN) plus per-step constants. A table rather
+than FastPP's line a0 + a1 N: the line cannot follow the weight-read floor
+of small steps nor the matmul-tile steps, and then the controller takes
+small chunks for cheaper than they are. eager is 1 for a step that carries
+prefill: the profile's decode-only batches replay a captured graph, mixed
+steps launch their kernels eagerly. theta (milliseconds per unit) is learned
+online by recursive least squares on the residual stage_s - L(N).
 
 Each completed step the controller re-chooses the chunk (the step's token
 budget) among controller_min_chunk..chunk in controller_step steps. A step with
@@ -48,6 +46,7 @@ from .rls import RecursiveLeastSquares
 if TYPE_CHECKING:
     from .modes import PolicyEnv
 
+PROFILE_STEP = 16  # tokens between profiled step sizes
 PAIR_UNIT = 1e6  # attention features in millions of token pairs
 RESIDUAL_UNIT = 1e3  # residuals in milliseconds, so features and coefficients are of order one
 
@@ -71,11 +70,9 @@ class PredictiveChunkController:
         self.shared_budget = c.decode_in_budget  # decodes take part of the chunk budget (vLLM) or not (SGLang)
         low = min(c.controller_min_chunk, c.chunk)
         self.candidates = list(range(low, c.chunk + 1, c.controller_step))
-        # the sizes steps can have; half the chunk too, so that a one-size grid still fits a line
-        sizes = sorted({*range(c.controller_step, c.chunk + 1, c.controller_step), c.chunk, max(1, c.chunk // 2)})
-        a1, a0 = np.polyfit(sizes, [env.decode_stage_time(n) for n in sizes], 1)
-        self.a0, self.a1 = float(a0), float(a1)
-        self.floor = env.decode_stage_time(1)
+        largest = c.chunk + c.max_running  # a step's tokens: its chunk and at most every running decode
+        self.sizes = np.array([1, *range(PROFILE_STEP, largest + PROFILE_STEP, PROFILE_STEP)], dtype=float)
+        self.times = np.array([env.decode_stage_time(int(n)) for n in self.sizes])
         self.model = RecursiveLeastSquares(4, c.rls_forgetting)
         self._decodes, self._context, self._prefix = 0, 0.0, 0.0
         self._samples: deque[_Sample] = deque()
@@ -97,7 +94,7 @@ class PredictiveChunkController:
 
     def linear(self, tokens: int) -> float:
         """The profiled linear-layer seconds of a step of `tokens` tokens."""
-        return max(self.a0 + self.a1 * tokens, self.floor)
+        return float(np.interp(tokens, self.sizes, self.times))
 
     def predict(self, prefill: int, decodes: int, chunk_prefix: float, chunk_sq: float,
                 decode_context: float) -> float:

@@ -66,6 +66,7 @@ def build_engine(config: ServingConfig, timeline: bool = False, observer: RunObs
     delay = DelayScheduler(config.pp, config.slo_tpot_s, config.waiting_tok_threshold, config.load_alpha,
                            config.base_unit, config.delay_mode) if config.delay_scheduling else None
     scheduler = StepScheduler(cost, spec.chunk_policy(env), spec.admission(env),
-                              config.max_running, config.kv_capacity, hops, topk, delay, config.decode_in_budget)
+                              config.max_running, config.kv_capacity, hops, topk, delay, config.decode_in_budget,
+                              config.mixed_batches)
     return Engine(cost, scheduler, ranks, spec.sync_transfers, config.pp + spec.extra_in_flight,
                   spec.entry_first, timeline, observer)

@@ -2,7 +2,9 @@
 
 Like vLLM's v1 scheduler: one token budget per step shared by decodes (one
 token per running request whose previous token is out) and prefill chunks
-(with `decode_in_budget` off, as in SGLang, the budget bounds prefill only);
+(with `decode_in_budget` off, as in SGLang, the budget bounds prefill only;
+with `mixed_batches` off, as in SGLang without --enable-mixed-chunk, a step
+is either all prefill, whenever prompt work is ready, or all decode);
 a prompt's next chunk can be issued while its previous chunk is still in the
 pipeline (it only needs that chunk's KV on the first stage, which FIFO order
 guarantees). Admission of a waiting request needs KV capacity for its whole
@@ -62,10 +64,11 @@ class StepScheduler:
 
     def __init__(self, cost: CostModel, chunk_policy: ChunkPolicy, admission: Admission,
                  max_running: int, kv_capacity: int, hops: int, topk: int = 0,
-                 delay: DelayScheduler | None = None, decode_in_budget: bool = True):
+                 delay: DelayScheduler | None = None, decode_in_budget: bool = True,
+                 mixed_batches: bool = True):
         self.cost, self.policy, self.admission = cost, chunk_policy, admission
         self.delay = delay  # decode micro-batch rebalancing, when on
-        self.decode_in_budget = decode_in_budget
+        self.decode_in_budget, self.mixed_batches = decode_in_budget, mixed_batches
         self.hops = hops  # rank-to-rank transfers a micro-batch makes
         self.max_running, self.kv_capacity = max_running, kv_capacity
         self.topk = topk  # DSA keys per query (0 = dense attention)
@@ -81,7 +84,11 @@ class StepScheduler:
     def form(self, now: float) -> Batch | None:
         """Build the next micro-batch, or None when there is nothing to run."""
         prefill_budget = self.policy.step_budget()
-        budget = prefill_budget if self.decode_in_budget else len(self.decodable)
+        if not self.mixed_batches and self._prompt_work_ready():
+            decode_slots = 0  # a prefill-only step: decodes wait for the next one
+        else:
+            decode_slots = prefill_budget if self.decode_in_budget else len(self.decodable)
+        budget = decode_slots
         entries: list[tuple[SimRequest, int]] = []
         prefill = pairs = capped = dec_pairs = dec_capped = prefix_sum = chunk_prefix = chunk_sq = 0
         lead = lead_chunk = group = -1
@@ -101,7 +108,7 @@ class StepScheduler:
             dec_capped += ctx if topk <= 0 or ctx < topk else topk
             entries.append((q, DECODE))
         decode_tokens = sampled = len(entries)
-        if not self.decode_in_budget:
+        if not self.decode_in_budget or not decode_slots:
             budget = prefill_budget
 
         prefilling, waiting = self.prefilling, self.waiting
@@ -178,6 +185,14 @@ class StepScheduler:
                     if q is drained_lead:
                         self.admission.on_drain(b.busy, prev, self.cost.transfer_time(b.tokens) * self.hops)
         return b
+
+    def _prompt_work_ready(self) -> bool:
+        """Whether a prompt chunk could be scheduled now (a partly prefilled or an admissible request)."""
+        if any(q.scheduled < q.prompt for q in self.prefilling):
+            return True
+        waiting = self.waiting
+        return bool(waiting) and self.running < self.max_running and \
+            self.kv_used + waiting[0].prompt + waiting[0].output <= self.kv_capacity
 
     def backlog_tokens(self) -> int:
         """Prompt tokens not yet issued: waiting requests and the rest of partly prefilled ones."""

@@ -1,0 +1,49 @@
+"""Engine semantics knobs: whether decodes share the chunk budget, whether steps mix decodes and prefill."""
+
+import pytest
+
+from pipedeck.backends.config import ServingConfig
+from pipedeck.backends.sim.backend import build_engine
+from pipedeck.backends.sim.scheduler import SimRequest
+from pipedeck.scenarios import load_scenario
+
+CHUNK = 512
+
+
+def batches(**knobs):
+    """Every micro-batch (prefill tokens, all tokens) of a short azure-conv run on qwen2.5-14b, PP2."""
+    config = ServingConfig(model="qwen2.5-14b", hardware="a100-40g-pcie", tp=2, pp=2, chunk=CHUNK, **knobs).resolve()
+    engine = build_engine(config)
+    seen: list[tuple[int, int]] = []
+    form = engine.sched.form
+
+    def recording(now: float):
+        batch = form(now)
+        if batch is not None:
+            seen.append((batch.prefill_tokens, batch.tokens))
+        return batch
+
+    engine.sched.form = recording
+    workload = load_scenario("azure-conv").workload(seed=0, rate=20.0, num_requests=120)
+    engine.run([SimRequest(r.id, r.arrival_s, r.prompt_tokens, r.output_tokens) for r in workload.requests], None)
+    assert len(engine.records) == 120
+    return seen
+
+
+def test_vllm_semantics_keep_every_step_within_the_budget():
+    seen = batches()
+    assert all(tokens <= CHUNK for _, tokens in seen)
+    assert any(0 < prefill < tokens for prefill, tokens in seen)  # mixed steps happen
+
+
+def test_sglang_budget_bounds_prefill_only():
+    seen = batches(decode_in_budget=False)
+    assert all(prefill <= CHUNK for prefill, _ in seen)
+    assert any(tokens > CHUNK and prefill > 0 for prefill, tokens in seen)
+
+
+@pytest.mark.parametrize("decode_in_budget", [True, False])
+def test_unmixed_steps_are_all_prefill_or_all_decode(decode_in_budget):
+    seen = batches(mixed_batches=False, decode_in_budget=decode_in_budget)
+    assert all(prefill in (0, tokens) for prefill, tokens in seen)
+    assert any(prefill == 0 for prefill, _ in seen) and any(prefill > 0 for prefill, _ in seen)
