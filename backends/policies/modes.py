@@ -11,6 +11,8 @@ from typing import TYPE_CHECKING
 from .admission import Admission, ContinuousAdmission, DrainPacking, SerialAdmission
 from .adaptive import AdaptiveChunk
 from .chunking import ChunkPolicy, DynamicChunk, FixedChunk
+from .fastpp_alp import PredictiveChunkController
+from .fastpp_greedy import GreedyChunkController
 
 if TYPE_CHECKING:
     from ..config import ServingConfig
@@ -106,12 +108,10 @@ register_mode(ModeSpec(
 
 
 def _fastpp_greedy(env: PolicyEnv) -> ChunkPolicy:
-    from .fastpp_greedy import GreedyChunkController
     return GreedyChunkController(env.config)
 
 
 def _fastpp_alp(env: PolicyEnv) -> ChunkPolicy:
-    from .fastpp_alp import PredictiveChunkController
     return PredictiveChunkController(env)
 
 
