@@ -32,10 +32,19 @@ class Goodput:
     evaluations: int
     pruned: bool = False  # stopped early: the rate cannot beat `beat`
 
+    @property
+    def capped(self) -> bool:
+        """The SLO still held at the search's ceiling: the workload is too small to find the goodput."""
+        return self.rate > 0 and self.upper == math.inf
+
 
 def find_goodput(evaluate: Callable[[float], RunResult], slo: SLO, start_rate: float,
-                 precision: float = 0.02, beat: float | None = None) -> Goodput:
-    """Search the goodput of one config; with `beat`, stop as soon as it provably cannot exceed it."""
+                 precision: float = 0.02, beat: float | None = None, max_rate: float = MAX_RATE) -> Goodput:
+    """Search the goodput of one config; with `beat`, stop as soon as it provably cannot exceed it.
+
+    The search never goes above `max_rate`; a config that still meets the SLO
+    there comes back `capped` (see `workload_ceiling`).
+    """
     evaluations = 0
 
     def met(rate: float) -> tuple[bool, RunResult]:
@@ -45,7 +54,7 @@ def find_goodput(evaluate: Callable[[float], RunResult], slo: SLO, start_rate: f
         return slo.met(result), result
 
     lo, hi, lo_result = 0.0, math.inf, None
-    rate = beat if beat else start_rate
+    rate = min(beat if beat else start_rate, max_rate)
     ok, result = met(rate)
     if ok:
         lo, lo_result = rate, result
@@ -53,8 +62,8 @@ def find_goodput(evaluate: Callable[[float], RunResult], slo: SLO, start_rate: f
         hi = rate
         if beat:
             return Goodput(0.0, hi, 0.0, None, evaluations, pruned=True)
-    while ok and rate < MAX_RATE:  # grow until a rate fails
-        rate *= 2
+    while ok and rate < max_rate:  # grow until a rate fails
+        rate = min(rate * 2, max_rate)
         ok, result = met(rate)
         if ok:
             lo, lo_result = rate, result
@@ -77,3 +86,14 @@ def find_goodput(evaluate: Callable[[float], RunResult], slo: SLO, start_rate: f
         else:
             hi = mid
     return Goodput(lo, hi, slo.attainment(lo_result), lo_result, evaluations)
+
+
+def workload_ceiling(num_requests: int, slo: SLO) -> float:
+    """The highest rate worth searching: beyond it the whole workload arrives within one TTFT limit.
+
+    Faster than that, every request is effectively queued at once and the
+    run measures a burst, not a sustained rate; a config that passes there
+    has a goodput this workload is too small to find.
+    """
+    window = max([l.limit_s for l in slo.limits if l.metric == "ttft"] or [1.0])
+    return max(MIN_RATE, num_requests / window)

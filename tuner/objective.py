@@ -12,7 +12,7 @@ from ..backends.errors import ConfigError
 from ..backends.result import RunResult
 from ..backends.sim import SimBackend
 from ..scenarios import Scenario, load_scenario
-from .goodput import find_goodput
+from .goodput import find_goodput, workload_ceiling
 from .slo import SLO, parse_slo
 from .space import SpaceContext, suggest_config
 
@@ -92,9 +92,11 @@ class Evaluator:
     def measure(self, config: ServingConfig, beat: float | None = None) -> Measurement:
         """The spec's objective for one config (goodput may stop early when it cannot beat `beat`)."""
         if self.spec.objective == "goodput":
+            ceiling = workload_ceiling(self.spec.requests or self.scenario.num_requests, self.slo)
             found = find_goodput(lambda rate: self.run(config, rate), self.slo, self.scenario.rate or 1.0,
-                                 self.spec.precision, beat)
-            metrics = {"goodput_rps": found.rate, "attainment": found.attainment, "evaluations": found.evaluations}
+                                 self.spec.precision, beat, ceiling)
+            metrics = {"goodput_rps": found.rate, "attainment": found.attainment, "evaluations": found.evaluations,
+                       "capped": found.capped}
             if found.result is not None:
                 metrics.update(_latency_metrics(found.result))
             if found.pruned:
