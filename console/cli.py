@@ -7,6 +7,7 @@ import click
 from ..store import StoreError
 from .errors import exit_with, register_user_error, run_cli
 from .compare import compare
+from .console_cmd import console
 from .export import export
 from .report import report
 from .runs import runs
@@ -31,6 +32,7 @@ cli.add_command(tune)
 cli.add_command(export)
 cli.add_command(compare)
 cli.add_command(report)
+cli.add_command(console)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -40,17 +40,24 @@ def compare(run_ids: tuple[int, ...], **opts: object) -> None:
     with RunStore.open(db_path(opts), read_only=True, lock_timeout_s=READ_LOCK_WAIT_S) as store:
         stored = [store.get_run(i) for i in run_ids]
         if slo is None:
-            slo = _study_slo(store, stored)
-    sections = compare_sections(stored, slo, int(opts["max_spans"]))
-    out.write_text(page(f"pipedeck compare: runs {', '.join(map(str, run_ids))}", _meta(stored, slo), sections),
-                   encoding="utf-8")
+            slo = study_slo(store, stored)
+    sections = write_compare_page(stored, slo, out, int(opts["max_spans"]))
     click.echo(f"wrote {out}")
     if opts["png"]:
         for line in write_pngs(sections, out):
             click.echo(line)
 
 
-def _study_slo(store: RunStore, stored: list[StoredRun]) -> SLO | None:
+def write_compare_page(stored: list[StoredRun], slo: SLO | None, out: Path,
+                       max_spans: int = MAX_SPANS) -> list[Section]:
+    """Write the comparison page of these stored runs to `out`; return its sections (for the PNGs)."""
+    sections = compare_sections(stored, slo, max_spans)
+    title = f"pipedeck compare: runs {', '.join(str(s.id) for s in stored)}"
+    out.write_text(page(title, _meta(stored, slo), sections), encoding="utf-8")
+    return sections
+
+
+def study_slo(store: RunStore, stored: list[StoredRun]) -> SLO | None:
     """The SLO of the first run's study that has one (a study since deleted is skipped)."""
     limits = {study.name: study.slo for study in store.list_studies()}
     return next((slo_from_dict(limits[s.study]) for s in stored if limits.get(s.study or "")), None)

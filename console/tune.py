@@ -3,48 +3,28 @@
 from __future__ import annotations
 
 import json
-import re
-import time
 
 import click
-import optuna
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from ..backends.config import ServingConfig
-from ..backends.errors import ConfigError
-from ..backends.memory import kv_capacity_tokens, weight_bytes_per_device
 from ..backends.tokens import format_tokens
 from ..store import RunStore, default_db_path
-from ..backends.policies.modes import MODES
 from ..tuner.engines import get_engine
 from ..tuner.objective import OBJECTIVES, TuneSpec
-from ..tuner.slo import parse_slo
-from ..tuner.space import SpaceContext, default_params, parse_fixes, suggest_config
-from ..tuner.study import SAMPLERS, TuneOutcome, default_storage, make_sampler, open_store, run_study
+from ..tuner.study import SAMPLERS, TuneOutcome, open_store, run_study
 from .export import export_best
-from .options import scenario_from_options, workload_options
-
-
-def default_devices(model: str, hardware: str) -> int:
-    """The fewest devices (a power of two) that hold the weights with a tenth of memory left for KV cache."""
-    profile = ServingConfig(model=model, hardware=hardware)
-    m, hw = profile.model_profile, profile.hardware_profile
-    devices = 1
-    while devices <= 1024:
-        per_device = weight_bytes_per_device(m, devices, m.num_layers) / 1e9
-        if per_device <= hw.memory_gb * hw.memory_utilization - hw.activation_reserve_gb - 0.1 * hw.memory_gb:
-            return devices
-        devices *= 2
-    raise ConfigError(f"devices: {model} does not fit on up to 1024 {hardware} devices")
+from .options import workload_options
+from .tunespec import DEFAULT_SCENARIO, TuneInputError, TuneInputs, build_spec, default_engine, value_text
 
 
 @click.command()
 @click.option("--model", default=ServingConfig.model, show_default=True, help="Model profile name, TOML file or HF config.json.")
 @click.option("--hardware", default=ServingConfig.hardware, show_default=True, help="Hardware profile name or TOML file.")
 @click.option("--devices", type=int, default=None, help="Devices to use (default: what the model needs on that hardware).")
-@workload_options("azure-conv")
+@workload_options(DEFAULT_SCENARIO)
 @click.option("--slo", default=None, help="Limits such as ttft=2s,tpot=200ms (percentile p90 unless ttft@p99=3s).")
 @click.option("--objective", type=click.Choice(list(OBJECTIVES)), default=None,
               help="goodput (default with --slo), ttft (mean, for one-at-a-time long prompts) or throughput.")
@@ -71,7 +51,7 @@ def tune(**opts: object) -> None:
 
         def show(p) -> None:
             best = "no config meets the SLO yet" if p.best_value is None else \
-                f"best {_value_text(spec.objective, p.best_value)} (trial {p.best_trial})"
+                f"best {value_text(spec.objective, p.best_value)} (trial {p.best_trial})"
             bar.update(task, completed=p.finished, description=f"{spec.study}: {best}")
 
         outcome = run_study(spec, opts["db"], jobs=jobs, on_progress=show)
@@ -87,45 +67,19 @@ def tune(**opts: object) -> None:
 
 def _spec_from_options(opts: dict[str, object]) -> tuple[TuneSpec, int]:
     """Validate every option before any work and build the worker spec."""
-    scenario = scenario_from_options(opts)
-    objective = opts["objective"] or ("goodput" if opts["slo"] else None)
-    if objective is None:
-        raise click.BadParameter("give --slo (for goodput) or --objective ttft|throughput", param_hint="--slo")
-    slo = parse_slo(opts["slo"]) if opts["slo"] else None
-    if objective == "goodput":
-        if slo is None:
-            raise click.BadParameter("the goodput objective needs an SLO such as ttft=2s,tpot=200ms", param_hint="--slo")
-        if not scenario.requires_rate:
-            raise click.BadParameter(f"goodput searches Poisson rates; scenario {scenario.name} has no rate "
-                                     "(use azure-conv, sharegpt, cnn, cnn-reversed or --objective ttft)",
-                                     param_hint="--scenario")
-    for name in ("trials", "jobs"):
-        if opts[name] is not None and opts[name] < 1:
-            raise click.BadParameter(f"must be a positive integer, got {opts[name]}", param_hint=f"--{name}")
-    if opts["timeout"] is not None and not opts["timeout"] > 0:
-        raise click.BadParameter(f"must be a positive number of seconds, got {opts['timeout']}", param_hint="--timeout")
-    fixed = parse_fixes(list(opts["fixes"]))
-    model, hardware = str(opts["model"]), str(opts["hardware"])
-    devices = opts["devices"] or _devices_from_fixes(fixed) or default_devices(model, hardware)
-    if devices < 1:
-        raise click.BadParameter(f"must be a positive integer, got {devices}", param_hint="--devices")
-    if "tp" in fixed and "pp" in fixed and int(fixed["tp"]) * int(fixed["pp"]) != devices:
-        raise ConfigError(f"fix: tp x pp = {int(fixed['tp']) * int(fixed['pp'])} but --devices is {devices}")
-    engine = _export_engine(opts, hardware)
-    modes = tuple(m for m in MODES if m in get_engine(engine).modes) if engine else None
-    ctx = SpaceContext(model, hardware, devices, modes=modes)
-    default = suggest_config(optuna.trial.FixedTrial(default_params(ctx, fixed)), ctx, fixed)
-    ServingConfig(**default).resolve()  # the pins must leave at least the engine default runnable
-    db = opts["db"] or str(default_db_path())
-    opts["db"] = db
-    trials = opts["trials"] if opts["trials"] is not None else (None if opts["timeout"] else 50)
-    name = opts["study"] or _default_study_name(scenario.name, model, hardware, devices, objective, slo.text() if slo else "")
-    make_sampler(str(opts["sampler"]), 0)
-    spec = TuneSpec(study=name, storage=opts["storage"] or default_storage(db), scenario=str(opts["scenario"]),
-                    model=model, hardware=hardware, devices=devices, objective=objective,
-                    slo=slo.text() if slo else None, seed=int(opts["seed"]), requests=opts["num_requests"],
-                    fixed=fixed, sampler=str(opts["sampler"]), trials=trials,
-                    deadline=None if opts["timeout"] is None else time.time() + float(opts["timeout"]), modes=modes)
+    if opts["jobs"] is not None and opts["jobs"] < 1:
+        raise click.BadParameter(f"must be a positive integer, got {opts['jobs']}", param_hint="--jobs")
+    opts["db"] = opts["db"] or str(default_db_path())
+    inputs = TuneInputs(
+        scenario=str(opts["scenario"]), model=str(opts["model"]), hardware=str(opts["hardware"]),
+        devices=opts["devices"], slo=opts["slo"], objective=opts["objective"], fixes=tuple(opts["fixes"]),
+        trials=opts["trials"], timeout=opts["timeout"], study=opts["study"], storage=opts["storage"],
+        sampler=str(opts["sampler"]), seed=int(opts["seed"]), rate=opts["rate"], requests=opts["num_requests"],
+        engine=_export_engine(opts, str(opts["hardware"])))
+    try:
+        spec = build_spec(inputs, str(opts["db"]))
+    except TuneInputError as err:
+        raise click.BadParameter(str(err), param_hint=f"--{err.option}") from None
     return spec, int(opts["jobs"])
 
 
@@ -135,22 +89,9 @@ def _export_engine(opts: dict[str, object], hardware: str) -> str | None:
         if opts["export_format"]:
             raise click.BadParameter("--format needs --export DIR", param_hint="--format")
         return None
-    engine = str(opts["export_format"] or ("vllm-ascend" if hardware.startswith("ascend") else "vllm"))
+    engine = str(opts["export_format"] or default_engine(hardware))
     get_engine(engine)
     return engine
-
-
-def _devices_from_fixes(fixed: dict[str, object]) -> int | None:
-    return int(fixed["tp"]) * int(fixed["pp"]) if "tp" in fixed and "pp" in fixed else None
-
-
-def _default_study_name(*parts: object) -> str:
-    return re.sub(r"[^A-Za-z0-9.@=,-]+", "-", "-".join(str(p) for p in parts if p != ""))
-
-
-def _value_text(objective: str, value: float) -> str:
-    return {"goodput": f"{value:.3g} req/s", "ttft": f"{value:.4g} s mean TTFT",
-            "throughput": f"{value:.4g} tok/s"}[objective]
 
 
 def _print_outcome(spec: TuneSpec, outcome: TuneOutcome, exported: list) -> None:
@@ -170,6 +111,10 @@ def _print_outcome(spec: TuneSpec, outcome: TuneOutcome, exported: list) -> None
             continue
         table.add_row(name, *(cell(spec, t) for _, t in shown))
     console.print(table)
+    for label, trial in shown:
+        if trial.metrics.get("capped"):
+            console.print(f"[yellow]{label}: goodput capped by the workload[/]: the SLO still held with every request "
+                          "arriving within one TTFT limit; rerun with more --requests")
     if outcome.ratio is not None:
         console.print(f"best / default: [bold]{outcome.ratio:.2f}x[/] {_objective_column(spec.objective)} on the same traffic")
     if outcome.best_run_id is not None:
@@ -190,7 +135,7 @@ _ROWS = [
     ("layer split", lambda spec, t: ",".join(map(str, t.config["layer_split"]))),
     ("dcpp smooth / min chunk", lambda spec, t: f"{t.config['smooth_factor']:.2f} / {t.config['min_chunk']}"
      if t.config["mode"] == "dcpp" else "-"),
-    ("objective", lambda spec, t: _value_text(spec.objective, t.value)),
+    ("objective", lambda spec, t: value_text(spec.objective, t.value)),
     ("attainment", _metric("attainment", ".1%")),
     ("TTFT P90 (s)", _metric("ttft_p90_s", ".3f")),
     ("TPOT P90 (s)", _metric("tpot_p90_s", ".3f")),

@@ -77,25 +77,44 @@ def _delta(row: Row, value: float, base: float) -> tuple[str, str]:
     return f" ({text})", tint
 
 
+@dataclass(frozen=True)
+class Cell:
+    """One value of the table: its text and colour (PLAIN unless its delta is better or worse)."""
+
+    text: str
+    colour: str = PLAIN
+
+
+def metric_rows(slo: SLO | None = None) -> tuple[Row, ...]:
+    """The table's rows, with the SLO's verdict and attainment when one is given."""
+    return ROWS + (_slo_rows(slo) if slo is not None else ())
+
+
+def run_cells(results: Sequence[RunResult], slo: SLO | None = None) -> list[list[Cell]]:
+    """Per run, one cell per row; numbers after the first run's carry their delta against it."""
+    rows = metric_rows(slo)
+    summaries = [result.summary() for result in results]
+    first = [row.value(results[0], summaries[0]) for row in rows]
+    columns = []
+    for index, (result, summary) in enumerate(zip(results, summaries)):
+        cells = []
+        for row, base in zip(rows, first):
+            value = row.value(result, summary)
+            if not row.fmt:
+                cells.append(Cell(str(value)))
+                continue
+            delta, tint = _delta(row, float(value), float(base)) if index else ("", PLAIN)
+            cells.append(Cell(format(value, row.fmt) + delta, tint))
+        columns.append(cells)
+    return columns
+
+
 def metrics_table(runs: Sequence[PlotRun], slo: SLO | None = None) -> go.Figure:
     """A table with one column per run; numeric cells carry their delta against the first run, green when better."""
-    rows = ROWS + (_slo_rows(slo) if slo is not None else ())
-    summaries = [run.result.summary() for run in runs]
-    columns, colours = [[f"<b>{row.label}</b>" for row in rows]], [[PLAIN] * len(rows)]
-    first = [row.value(runs[0].result, summaries[0]) for row in rows]
-    for run, summary in zip(runs, summaries):
-        cells, tints = [], []
-        for row, base in zip(rows, first):
-            value = row.value(run.result, summary)
-            if not row.fmt:
-                cells.append(str(value))
-                tints.append(PLAIN)
-                continue
-            delta, tint = _delta(row, float(value), float(base)) if run is not runs[0] else ("", PLAIN)
-            cells.append(format(value, row.fmt) + delta)
-            tints.append(tint)
-        columns.append(cells)
-        colours.append(tints)
+    rows = metric_rows(slo)
+    cells = run_cells([run.result for run in runs], slo)
+    columns = [[f"<b>{row.label}</b>" for row in rows], *([c.text for c in column] for column in cells)]
+    colours = [[PLAIN] * len(rows), *([c.colour for c in column] for column in cells)]
     fig = go.Figure(go.Table(
         columnwidth=[1.3] + [1.0] * len(runs),
         header=dict(values=["<b>metric</b>"] + [f"<b>{run.name}</b>" for run in runs], fill_color="#eef1f5",

@@ -1,0 +1,23 @@
+"""`pipedeck console`: the interactive console over the run store."""
+
+from __future__ import annotations
+
+import click
+import optuna
+
+from ..store import RunStore
+from .runs import WRITE_LOCK_WAIT_S, db_option, db_path
+
+
+@click.command()
+@db_option
+def console(**opts: object) -> None:
+    """Open the interactive console: live runs, tuning, stored runs and the config form."""
+    path = db_path(opts)
+    RunStore.open(path, lock_timeout_s=WRITE_LOCK_WAIT_S).close()  # a bad --db fails here, before the screen opens
+    from .tui import PipedeckApp  # Textual loads only for this command
+
+    # Optuna's log handler would write under the screen, and a study cancelled on quitting logs its abandoned
+    # trial while the process ends; the views report what goes wrong themselves.
+    optuna.logging.disable_default_handler()
+    PipedeckApp(path).run()

@@ -1,0 +1,65 @@
+"""The comparison of selected runs: metrics side by side with deltas against the first, and its HTML report."""
+
+from __future__ import annotations
+
+import webbrowser
+from pathlib import Path
+
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Vertical
+from textual.screen import ModalScreen
+from textual.widgets import DataTable, Footer, Static
+
+from ..plots.table import PLAIN, Cell
+from .view import shown_path
+
+
+def gui_browser() -> webbrowser.BaseBrowser | None:
+    """The browser `webbrowser` would open, unless there is none or only one that runs in this terminal."""
+    try:
+        browser = webbrowser.get()
+    except webbrowser.Error:
+        return None
+    if isinstance(browser, webbrowser.GenericBrowser) and not isinstance(browser, webbrowser.BackgroundBrowser):
+        return None  # lynx, w3m, links ...: they would take over the terminal the console draws on
+    return browser
+
+
+def open_report(path: Path) -> str:
+    """Open the report in a browser; what happened, as one line."""
+    browser = gui_browser()
+    if browser is None:
+        return f"no graphical browser found here; open {shown_path(path)} on a machine with one"
+    browser.open(path.resolve().as_uri())
+    return f"opened {shown_path(path)} in a browser"
+
+
+class CompareScreen(ModalScreen[None]):
+    """Metrics of the selected runs side by side; numbers after the first run carry their delta against it."""
+
+    BINDINGS = [Binding("o", "open", "Open report"), Binding("escape,q", "dismiss", "Close")]
+
+    def __init__(self, names: list[str], rows: list[str], cells: list[list[Cell]], report: Path) -> None:
+        super().__init__()
+        self.names, self.rows, self.cells, self.report = names, rows, cells, report
+
+    def compose(self) -> ComposeResult:
+        with Vertical(id="compare-panel", classes="panel"):
+            yield DataTable(id="compare-table", cursor_type="row", zebra_stripes=True)
+            yield Static(Text(f"report: {shown_path(self.report)}   o opens it in a browser, esc closes"),
+                         id="compare-report")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.query_one("#compare-panel").border_title = "comparison (deltas against the first run; green is better)"
+        table = self.query_one(DataTable)
+        table.add_columns("metric", *self.names)
+        for index, label in enumerate(self.rows):
+            table.add_row(label, *(Text(column[index].text, style="" if column[index].colour == PLAIN
+                                        else column[index].colour) for column in self.cells))
+
+    def action_open(self) -> None:
+        """Open the HTML report in a graphical browser, or say there is none."""
+        self.notify(open_report(self.report), timeout=6, markup=False)

@@ -1,0 +1,131 @@
+"""Typed messages the console's thread workers post to its views."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from textual.message import Message
+
+from ...backends.config import ServingConfig
+from ...backends.result import RunResult
+from ...store import ConfigRow, RunRow, StudyRow, TrialRow
+from ...tuner.study import Progress, TuneOutcome
+from ..plots.table import Cell
+from .pacing import Frame
+
+
+@dataclass
+class RunStarted(Message):
+    """A Live run's config resolved and its backend started."""
+
+    scenario: str
+    config: str  # the config on one line
+    ranks: int
+    total: int  # requests in the workload
+
+
+@dataclass
+class RunProgress(Message):
+    """A Live run reported progress."""
+
+    frame: Frame
+
+
+@dataclass
+class RunFinished(Message):
+    """A Live run finished and was stored as `run_id`."""
+
+    result: RunResult
+    run_id: int
+
+
+@dataclass
+class RunStopped(Message):
+    """A Live run was cancelled at simulated time `at_s`; nothing was stored."""
+
+    at_s: float
+
+
+@dataclass
+class RunFailed(Message):
+    """A Live run could not start, run or be stored."""
+
+    error: str
+
+
+@dataclass
+class TrialsUpdated(Message):
+    """A study made progress; `trials` are its finished trials as the store holds them."""
+
+    progress: Progress
+    trials: list[TrialRow]
+
+
+@dataclass
+class TuneEnded(Message):
+    """A study stopped: done, paused (outcome.interrupted) or stopped and finalised."""
+
+    outcome: TuneOutcome
+
+
+@dataclass
+class TuneFailed(Message):
+    """A study could not start or failed."""
+
+    error: str
+
+
+@dataclass
+class Exported(Message):
+    """The best config was exported to these files."""
+
+    paths: list[Path]
+
+
+@dataclass
+class StoreListed(Message):
+    """What the store holds, for the Runs view and the config pickers."""
+
+    runs: list[RunRow]
+    studies: list[StudyRow]
+    configs: list[ConfigRow]
+
+
+@dataclass
+class Compared(Message):
+    """Stored runs were compared: their names, the metric rows, per run its cells, and the report written."""
+
+    names: list[str]
+    rows: list[str]
+    cells: list[list[Cell]]
+    path: Path
+
+
+@dataclass
+class WorkFailed(Message):
+    """A background read, write or export failed; the view shows it as an error."""
+
+    error: str
+
+
+@dataclass
+class ConfigChosen(Message):
+    """The Config view's config is to be run (target "live") or tuned around (target "tune")."""
+
+    config: ServingConfig
+    target: str
+
+
+@dataclass
+class ConfigLoaded(Message):
+    """A named config or a stored run's config was read, to fill the form."""
+
+    config: ServingConfig
+
+
+@dataclass
+class ConfigSaved(Message):
+    """The form's config was saved under `name`."""
+
+    name: str

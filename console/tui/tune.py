@@ -1,0 +1,356 @@
+"""The Tune view: run, pause, resume and stop an Optuna study, watch its trials, export the best config."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable
+from pathlib import Path
+
+from rich.text import Text
+from textual import on, work
+from textual.app import ComposeResult, SystemCommand
+from textual.binding import Binding
+from textual.containers import Grid, Horizontal, Vertical
+from textual.widget import Widget
+from textual.widgets import Button, DataTable, Input, Label, Select, Static
+from textual.worker import get_current_worker
+
+from ...backends.config import ServingConfig
+from ...backends.profiles import hardware_names, model_names
+from ...backends.tokens import format_tokens
+from ...scenarios import catalog
+from ...store import TrialRow
+from ...tuner.engines import ENGINES
+from ...tuner.export import export_best
+from ...tuner.objective import OBJECTIVES, TuneSpec
+from ...tuner.slo import SLOError
+from ...tuner.study import Progress, open_store, run_study
+from ..tunespec import (DEFAULT_SCENARIO, DEFAULT_TRIALS, TuneInputError, TuneInputs, build_spec, default_engine,
+                        value_text)
+from .fields import error_field, form_fields
+from .messages import Exported, TrialsUpdated, TuneEnded, TuneFailed, WorkFailed
+from .view import DEFAULT_SLO, View, choose, one_line, shown_path, typed_number
+from .widgets import TrialChart
+
+SHOWN_PARAMS = ("parallelism", "mode", "chunk")  # trial parameters with their own columns
+STATES = {"COMPLETE": "done", "PRUNED": "pruned", "FAIL": "failed", "RUNNING": "running", "WAITING": "queued"}
+ALIASES = {"num_requests": "requests"}
+
+
+def trial_cells(trial: TrialRow, objective: str) -> tuple[str, ...]:
+    """A trial as table cells: number, state, objective, mode, tp x pp, chunk, layer split, other parameters."""
+    config = trial.config or {}
+    value = "-" if trial.objective is None or trial.state != "COMPLETE" else value_text(objective, trial.objective)
+    other = " ".join(f"{k}={v:.3g}" if isinstance(v, float) else f"{k}={v}" for k, v in sorted(trial.params.items())
+                     if k not in SHOWN_PARAMS and not k.startswith("split"))
+    return (str(trial.number), STATES.get(trial.state, trial.state.lower()), value, str(config.get("mode", "-")),
+            f"{config['tp']}×{config['pp']}" if config else str(trial.params.get("parallelism", "-")),
+            format_tokens(int(config["chunk"])) if config else "-",
+            ",".join(map(str, config.get("layer_split") or ())) or "-", other)
+
+
+def engine_for(mode: str, preferred: str) -> str:
+    """The preferred engine if it runs `mode`, else the first that does (else the preferred, which will say why)."""
+    if mode in ENGINES[preferred].modes:
+        return preferred
+    return next((name for name, engine in ENGINES.items() if mode in engine.modes), preferred)
+
+
+def best_text(trial: TrialRow | None, objective: str, ratio: float | None) -> Text:
+    """The best trial so far, its config and latencies, and (when known) how it compares with the default."""
+    if trial is None or trial.objective is None:
+        return Text("no completed trial yet", style="dim")
+    config, metrics = trial.config or {}, trial.metrics or {}
+    text = Text.assemble((f"trial {trial.number}: ", "bold"), (value_text(objective, trial.objective), "bold green"))
+    split = ",".join(map(str, config.get("layer_split") or ()))
+    text.append(f"\n{config.get('mode')} {config.get('tp')}×{config.get('pp')} chunk "
+                f"{format_tokens(int(config.get('chunk', 0)))}\nsplit {split}")
+    for key, label, fmt in (("attainment", "attainment", "{:.1%}"), ("ttft_p90_s", "TTFT P90", "{:.3g} s"),
+                            ("tpot_p90_s", "TPOT P90", "{:.3g} s")):
+        if key in metrics:
+            text.append(f"\n{label} {fmt.format(metrics[key])}")
+    if ratio is not None:
+        text.append(f"\n{ratio:.2f}x the default config", style="bold")
+    return text
+
+
+class TuneScreen(View):
+    """Study settings, start / pause / resume / stop, the trials table, the best so far, a chart, and export."""
+
+    MODE = "tune"
+    BINDINGS = [Binding("s", "start", "Start/Resume"), Binding("p", "pause", "Pause"), Binding("x", "stop", "Stop"),
+                Binding("e", "export", "Export")]
+    INPUTS = ("scenario", "objective", "slo", "requests", "model", "hardware", "devices", "trials", "fix", "study")
+
+    def __init__(self, *args: object, **kwargs: object) -> None:
+        super().__init__(*args, **kwargs)
+        self.spec: TuneSpec | None = None  # the study last started (Export writes its best); None before any
+        self.phase = "idle"  # idle, running, paused, finalising
+        self.finalise = False  # set by Stop: after the interruption, store the best and default runs
+        self.trials: dict[int, TrialRow] = {}
+        self.finished = 0
+        self.best: int | None = None
+
+    def body(self) -> ComposeResult:
+        defaults = ServingConfig()
+        with Grid(id="tune-controls", classes="controls"):
+            yield Label("scenario")
+            yield Select([(name, name) for name in catalog()], value=DEFAULT_SCENARIO, allow_blank=False,
+                         compact=True, id="scenario")
+            yield Label("objective")
+            yield Select([(name, name) for name in OBJECTIVES], value="goodput", allow_blank=False, compact=True,
+                         id="objective")
+            yield Label("SLO")
+            yield Input(DEFAULT_SLO, compact=True, id="slo")
+            yield Label("requests")
+            yield Input(placeholder="scenario's", compact=True, id="requests")
+            yield Label("model")
+            yield Select([(n, n) for n in model_names()], value=defaults.model, allow_blank=False, compact=True,
+                         id="model")
+            yield Label("hardware")
+            yield Select([(n, n) for n in hardware_names()], value=defaults.hardware, allow_blank=False,
+                         compact=True, id="hardware")
+            yield Label("devices")
+            yield Input(placeholder="what the model needs", compact=True, id="devices")
+            yield Label("trials")
+            yield Input(str(DEFAULT_TRIALS), compact=True, id="trials")
+            yield Label("fix")
+            yield Input(placeholder="mode=vpp chunk=24k tp=8 ...", compact=True, id="fix")
+            yield Label("study")
+            yield Input(placeholder="named from the settings", compact=True, id="study")
+        with Horizontal(classes="actions"):
+            yield Button("Start", id="start", variant="success", compact=True)
+            yield Button("Pause", id="pause", variant="warning", compact=True, disabled=True)
+            yield Button("Stop", id="stop", variant="error", compact=True, disabled=True)
+            yield Static("set the SLO and scenario, then Start (s)", id="tune-status")
+        with Horizontal(id="tune-main"):
+            yield DataTable(id="trials-table", cursor_type="row", zebra_stripes=True, classes="panel")
+            with Vertical(id="tune-side"):
+                yield Static(best_text(None, "goodput", None), id="best", classes="panel")
+                yield TrialChart(id="chart")
+        with Horizontal(classes="actions", id="export-row"):
+            yield Label("export")
+            yield Select([(name, name) for name in ENGINES], value=default_engine(defaults.hardware),
+                         allow_blank=False, compact=True, id="engine")
+            yield Input("deploy", compact=True, id="out")
+            yield Button("Export", id="export", compact=True)
+            yield Static("", id="export-status")
+
+    def on_mount(self) -> None:
+        table = self.query_one(DataTable)
+        table.add_columns("#", "state", "objective", "mode", "tp×pp", "chunk", "layer split", "other")
+        self.query_one("#trials-table").border_title = "trials"
+        self.query_one("#best").border_title = "best so far"
+        self.query_one("#chart").border_title = "objective by trial"
+
+    def palette_commands(self) -> Iterable[SystemCommand]:
+        yield SystemCommand("Start or resume study", "Run the study the Tune settings describe", self.action_start)
+        yield SystemCommand("Pause study", "Stop starting trials; Start resumes the same study", self.action_pause)
+        yield SystemCommand("Stop study", "End the study and store its best and default runs", self.action_stop)
+        yield SystemCommand("Export best config", "Write serve.sh, engine YAML and pipedeck-best.json",
+                            self.action_export)
+
+    def use_config(self, config: ServingConfig) -> None:
+        """Tune around a config: its model and hardware, its devices, and its tp x pp pinned."""
+        if self.phase != "idle":
+            self.error("a study is running or paused: stop it before tuning another config")
+            return
+        choose(self.query_one("#model", Select), model_names(), config.model)
+        choose(self.query_one("#hardware", Select), hardware_names(), config.hardware)
+        self.query_one("#devices", Input).value = str(config.devices)
+        self.query_one("#fix", Input).value = f"tp={config.tp} pp={config.pp}"
+
+    # -- start, pause, stop ------------------------------------------------------------
+
+    def action_start(self) -> None:
+        """Start a study from the settings, or resume the paused one."""
+        if self.phase == "paused":
+            self._launch(self.spec, resume=True)
+        elif self.phase == "idle":
+            try:
+                spec = build_spec(self._inputs(), self.session.db)
+            except (ValueError, SLOError) as err:
+                self._invalid(err)
+                return
+            self.trials, self.best = {}, None
+            self.query_one(DataTable).clear()
+            self._launch(spec, resume=True)
+
+    def action_pause(self) -> None:
+        """Stop starting trials; the trial in progress is abandoned and retried when the study resumes."""
+        if self.phase == "running":
+            self.finalise = False
+            self.workers.cancel_group(self, "tune")
+            self._status("pausing: abandoning the trial in progress...")
+
+    def action_stop(self) -> None:
+        """End the study where it is: no more trials; the best and default configs are measured and stored."""
+        if self.phase == "running":
+            self.finalise = True
+            self.workers.cancel_group(self, "tune")
+            self._status("stopping...")
+        elif self.phase == "paused":
+            self._launch(self.spec, resume=False)
+
+    def action_export(self) -> None:
+        """Export the study's best completed trial for the chosen engine."""
+        try:
+            study = self.spec.study if self.spec else build_spec(self._inputs(), self.session.db).study
+        except (ValueError, SLOError) as err:
+            self._invalid(err)
+            return
+        self._export(study, str(self.query_one("#engine", Select).value), Path(self.query_one("#out", Input).value))
+
+    def _launch(self, spec: TuneSpec | None, resume: bool) -> None:
+        assert spec is not None
+        self.spec, self.finalise = spec, False
+        self.query_one("#trials-table").border_title = f"trials of {spec.study}"
+        self._set_phase("running" if resume else "finalising")
+        self._status("starting..." if resume else "storing the best and default runs...")
+        self._tune(spec, resume)
+
+    def _inputs(self) -> TuneInputs:
+        text = {name: self.query_one(f"#{name}", Input).value.strip()
+                for name in ("slo", "requests", "devices", "trials", "fix", "study")}
+        return TuneInputs(
+            scenario=str(self.query_one("#scenario", Select).value), model=str(self.query_one("#model", Select).value),
+            hardware=str(self.query_one("#hardware", Select).value),
+            devices=typed_number(text["devices"], int, "devices"), slo=text["slo"] or None,
+            objective=str(self.query_one("#objective", Select).value), fixes=tuple(text["fix"].split()),
+            trials=typed_number(text["trials"], int, "trials"), study=text["study"] or None,
+            requests=typed_number(text["requests"], int, "requests"))
+
+    def _invalid(self, err: Exception) -> None:
+        """Show an input error and mark the field it names (a config field can only come from the pins)."""
+        message = f"{err.option}: {err}" if isinstance(err, TuneInputError) else one_line(err)
+        config_fields = [f.name for f in form_fields()]
+        name = ALIASES.get(message.partition(": ")[0]) or error_field(message, self.INPUTS) or \
+            ("fix" if error_field(message, config_fields) else None)
+        if name is not None:
+            self.query_one(f"#{name}", Widget).add_class("-invalid")
+        self.error(message)
+
+    @on(Input.Changed)
+    @on(Select.Changed)
+    def _edited(self, event: Input.Changed | Select.Changed) -> None:
+        event.control.remove_class("-invalid")
+        if event.control.id == "hardware" and event.value != Select.BLANK:
+            self.query_one("#engine", Select).value = default_engine(str(event.value))
+
+    @on(Button.Pressed)
+    def _pressed(self, event: Button.Pressed) -> None:
+        actions = {"start": self.action_start, "pause": self.action_pause, "stop": self.action_stop,
+                   "export": self.action_export}
+        actions[str(event.button.id)]()
+
+    # -- workers --------------------------------------------------------------------------
+
+    @work(thread=True, group="tune")
+    def _tune(self, spec: TuneSpec, resume: bool) -> None:
+        """Run the study (resume) or store its best and default runs without new trials (not resume)."""
+        stop = get_current_worker().cancelled_event
+        shown: Progress | None = None
+        trials: list[TrialRow] = []
+
+        def progress(p: Progress) -> None:
+            nonlocal shown, trials
+            if shown is None or p.finished != shown.finished:  # the store gains trials only as they finish
+                with open_store(self.session.db) as store:
+                    trials = store.trials(spec.study)
+            if p != shown:
+                shown = p
+                self.post_message(TrialsUpdated(p, trials))
+
+        try:
+            outcome = run_study(spec, self.session.db, on_progress=progress, stop_requested=stop) if resume else None
+            if outcome is None or (outcome.interrupted and self.finalise):
+                done = self.finished if outcome is None else outcome.trials
+                outcome = run_study(dataclasses.replace(spec, trials=done), self.session.db, on_progress=progress)
+        except Exception as err:  # noqa: BLE001 - a tuner failure becomes a notification
+            self.post_message(TuneFailed(one_line(err)))
+            return
+        self.post_message(TuneEnded(outcome))
+
+    @work(thread=True, group="export")
+    def _export(self, study: str, engine: str, out: Path) -> None:
+        """Write the study's best config for `engine` into `out`."""
+        try:
+            with open_store(self.session.db) as store:
+                paths = export_best(store, study, engine, out)
+        except Exception as err:  # noqa: BLE001 - ExportError, StoreError, ConfigError: shown, never a crash
+            self.post_message(WorkFailed(one_line(err)))
+            return
+        self.post_message(Exported(paths))
+
+    # -- messages ---------------------------------------------------------------------------
+
+    def on_trials_updated(self, message: TrialsUpdated) -> None:
+        p, objective = message.progress, self._objective
+        table = self.query_one(DataTable)
+        for trial in message.trials:
+            if trial.number not in self.trials:
+                table.add_row(*trial_cells(trial, objective), key=str(trial.number))
+            self.trials[trial.number] = trial
+        self.finished, self.best = p.finished, p.best_trial
+        self._show_best(None)
+        target = f"/{p.target}" if p.target else ""
+        running = f", {p.running} running" if p.running else ""
+        best = "" if p.best_value is None else f"; best {value_text(objective, p.best_value)} (trial {p.best_trial})"
+        if self.phase == "running":
+            self._status(f"{p.finished}{target} trials{running}{best}")
+
+    def on_tune_ended(self, message: TuneEnded) -> None:
+        outcome = message.outcome
+        self.finished = outcome.trials
+        self._show_best(outcome.ratio)
+        if outcome.interrupted:
+            self._set_phase("paused")
+            self._status(f"paused after {outcome.trials} trials: Resume (s) continues, Stop (x) ends the study")
+            return
+        self._set_phase("idle")
+        runs = "" if outcome.best_run_id is None else \
+            f"; stored runs best {outcome.best_run_id}, default {outcome.default_run_id}"
+        self._status(f"finished: {outcome.trials} trials{runs}")
+        self.notify(f"study {outcome.study} finished", timeout=4, markup=False)
+
+    def on_tune_failed(self, message: TuneFailed) -> None:
+        self.spec = None
+        self._set_phase("idle")
+        self._status(f"failed: {message.error}")
+        self.error(message.error)
+
+    def on_exported(self, message: Exported) -> None:
+        folder = shown_path(message.paths[0].parent)
+        self.query_one("#export-status", Static).update(
+            Text(f"wrote {folder}/: {', '.join(p.name for p in message.paths)}"))
+        self.notify(f"exported {len(message.paths)} files", timeout=4)
+
+    # -- drawing ------------------------------------------------------------------------------
+
+    @property
+    def _objective(self) -> str:
+        return self.spec.objective if self.spec else str(self.query_one("#objective", Select).value)
+
+    def _show_best(self, ratio: float | None) -> None:
+        objective = self._objective
+        best = self.trials.get(self.best) if self.best is not None else None
+        self.query_one("#best", Static).update(best_text(best, objective, ratio))
+        if best is not None and best.config:
+            engine = self.query_one("#engine", Select)
+            engine.value = engine_for(str(best.config["mode"]), str(engine.value))
+        points = [(n, t.objective if t.state == "COMPLETE" else None) for n, t in sorted(self.trials.items())]
+        self.query_one(TrialChart).show(points, self.best)
+
+    def _set_phase(self, phase: str) -> None:
+        self.phase = phase
+        start = self.query_one("#start", Button)
+        start.label = "Resume" if phase == "paused" else "Start"
+        start.disabled = phase not in ("idle", "paused")
+        self.query_one("#pause", Button).disabled = phase != "running"
+        self.query_one("#stop", Button).disabled = phase not in ("running", "paused")
+        for name in self.INPUTS:
+            self.query_one(f"#{name}", Widget).disabled = phase != "idle"
+
+    def _status(self, text: str) -> None:
+        self.query_one("#tune-status", Static).update(Text(text))
+

@@ -1,0 +1,127 @@
+"""A tuning spec from what the operator typed: shared by `pipedeck tune` and the console's Tune view."""
+
+from __future__ import annotations
+
+import re
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import optuna
+
+from ..backends.config import ServingConfig
+from ..backends.errors import ConfigError
+from ..backends.memory import weight_bytes_per_device
+from ..backends.policies.modes import MODES
+from ..scenarios import load_scenario
+from ..tuner.engines import get_engine
+from ..tuner.objective import TuneSpec
+from ..tuner.slo import parse_slo
+from ..tuner.space import SpaceContext, default_params, parse_fixes, suggest_config
+from ..tuner.study import default_storage, make_sampler
+
+DEFAULT_SCENARIO = "azure-conv"
+DEFAULT_TRIALS = 50
+
+
+class TuneInputError(ValueError):
+    """A tune input is not allowed; `option` names the command-line flag (and the console field) it belongs to."""
+
+    def __init__(self, option: str, message: str):
+        super().__init__(message)
+        self.option = option
+
+
+@dataclass(frozen=True)
+class TuneInputs:
+    """A tune as the operator asks for it, before validation (None: the default)."""
+
+    scenario: str = DEFAULT_SCENARIO
+    model: str = ServingConfig.model
+    hardware: str = ServingConfig.hardware
+    devices: int | None = None
+    slo: str | None = None
+    objective: str | None = None
+    fixes: tuple[str, ...] = ()
+    trials: int | None = None
+    timeout: float | None = None
+    study: str | None = None
+    storage: str | None = None
+    sampler: str = "tpe"
+    seed: int = 0
+    rate: float | None = None
+    requests: int | None = None
+    engine: str | None = None  # search only the modes this engine can run
+
+
+def default_devices(model: str, hardware: str) -> int:
+    """The fewest devices (a power of two) that hold the weights with a tenth of memory left for KV cache."""
+    profile = ServingConfig(model=model, hardware=hardware)
+    m, hw = profile.model_profile, profile.hardware_profile
+    devices = 1
+    while devices <= 1024:
+        per_device = weight_bytes_per_device(m, devices, m.num_layers) / 1e9
+        if per_device <= hw.memory_gb * hw.memory_utilization - hw.activation_reserve_gb - 0.1 * hw.memory_gb:
+            return devices
+        devices *= 2
+    raise ConfigError(f"devices: {model} does not fit on up to 1024 {hardware} devices")
+
+
+def default_engine(hardware: str) -> str:
+    """The engine an export targets unless told: vLLM-Ascend on Ascend hardware, else vLLM."""
+    return "vllm-ascend" if hardware.startswith("ascend") else "vllm"
+
+
+def build_spec(inputs: TuneInputs, db: str | Path) -> TuneSpec:
+    """Validate every input before any work and build the worker spec (study and storage named after `db`)."""
+    scenario = load_scenario(inputs.scenario)
+    scenario.workload(seed=inputs.seed, rate=inputs.rate, num_requests=inputs.requests)
+    objective = inputs.objective or ("goodput" if inputs.slo else None)
+    if objective is None:
+        raise TuneInputError("slo", "give --slo (for goodput) or --objective ttft|throughput")
+    slo = parse_slo(inputs.slo) if inputs.slo else None
+    if objective == "goodput":
+        if slo is None:
+            raise TuneInputError("slo", "the goodput objective needs an SLO such as ttft=2s,tpot=200ms")
+        if not scenario.requires_rate:
+            raise TuneInputError("scenario", f"goodput searches Poisson rates; scenario {scenario.name} has no rate "
+                                             "(use azure-conv, sharegpt, cnn, cnn-reversed or --objective ttft)")
+    if inputs.trials is not None and inputs.trials < 1:
+        raise TuneInputError("trials", f"must be a positive integer, got {inputs.trials}")
+    if inputs.timeout is not None and not inputs.timeout > 0:
+        raise TuneInputError("timeout", f"must be a positive number of seconds, got {inputs.timeout}")
+    fixed = parse_fixes(list(inputs.fixes))
+    devices = inputs.devices or _devices_from_fixes(fixed) or default_devices(inputs.model, inputs.hardware)
+    if devices < 1:
+        raise TuneInputError("devices", f"must be a positive integer, got {devices}")
+    if "tp" in fixed and "pp" in fixed and int(fixed["tp"]) * int(fixed["pp"]) != devices:
+        raise ConfigError(f"fix: tp x pp = {int(fixed['tp']) * int(fixed['pp'])} but --devices is {devices}")
+    modes = tuple(m for m in MODES if m in get_engine(inputs.engine).modes) if inputs.engine else None
+    ctx = SpaceContext(inputs.model, inputs.hardware, devices, modes=modes)
+    default = suggest_config(optuna.trial.FixedTrial(default_params(ctx, fixed)), ctx, fixed)
+    ServingConfig(**default).resolve()  # the pins must leave at least the engine default runnable
+    trials = inputs.trials if inputs.trials is not None else (None if inputs.timeout else DEFAULT_TRIALS)
+    slo_text = slo.text() if slo else ""
+    name = inputs.study or default_study_name(scenario.name, inputs.model, inputs.hardware, devices, objective,
+                                              slo_text)
+    make_sampler(inputs.sampler, 0)
+    return TuneSpec(study=name, storage=inputs.storage or default_storage(db), scenario=inputs.scenario,
+                    model=inputs.model, hardware=inputs.hardware, devices=devices, objective=objective,
+                    slo=slo_text or None, seed=inputs.seed, requests=inputs.requests, fixed=fixed,
+                    sampler=inputs.sampler, trials=trials,
+                    deadline=None if inputs.timeout is None else time.time() + inputs.timeout, modes=modes)
+
+
+def value_text(objective: str, value: float) -> str:
+    """An objective value with its unit: 7.18 req/s, 1.234 s mean TTFT, 2187 tok/s."""
+    return {"goodput": f"{value:.3g} req/s", "ttft": f"{value:.4g} s mean TTFT",
+            "throughput": f"{value:.4g} tok/s"}[objective]
+
+
+def default_study_name(*parts: object) -> str:
+    """A study name made of the settings that define it, so the same settings resume the same study."""
+    return re.sub(r"[^A-Za-z0-9.@=,-]+", "-", "-".join(str(p) for p in parts if p != ""))
+
+
+def _devices_from_fixes(fixed: dict[str, object]) -> int | None:
+    return int(fixed["tp"]) * int(fixed["pp"]) if "tp" in fixed and "pp" in fixed else None

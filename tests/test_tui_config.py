@@ -1,0 +1,71 @@
+"""The console's Config view: a form generated from ServingConfig, validated inline, saved, run and tuned."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+
+from textual.widgets import Input, Select, Static
+
+from pipedeck.backends.config import ServingConfig
+from pipedeck.console.tui import PipedeckApp
+from pipedeck.console.tui.config import ConfigScreen
+from pipedeck.store import RunStore
+from tests.tui_support import QWEN, SIZE, fill, wait_for
+
+
+def message(screen: ConfigScreen, field: str) -> str:
+    return str(screen.query_one(f"#m-{field}", Static).content)
+
+
+def test_every_config_field_has_a_control_and_an_invalid_value_shows_under_its_field(tmp_path):
+    async def scenario() -> None:
+        app = PipedeckApp(tmp_path / "c.duckdb", QWEN)
+        async with app.run_test(size=SIZE) as pilot:
+            await pilot.press("4")
+            form = app.screen
+            assert isinstance(form, ConfigScreen)
+            assert {f.name for f in dataclasses.fields(ServingConfig)} == {f.name for f in form.fields}
+            assert form.query_one("#f-mode", Select).value == "cpp" and form.problem is None
+            fill(form, {"f-tp": "3"})
+            await pilot.pause()
+            assert message(form, "tp").startswith("must divide qwen2.5-14b's 40 attention heads")
+            assert form.query_one("#f-tp", Input).has_class("-invalid") and message(form, "pp") == ""
+            fill(form, {"f-tp": "2", "f-chunk": "lots"})
+            await pilot.pause()
+            assert message(form, "tp") == "" and "expected a token count" in message(form, "chunk")
+            fill(form, {"f-chunk": "16k", "f-layer_split": "20,28"})
+            await pilot.pause()
+            assert form.problem is None and app.session.config.chunk == 16384
+            assert app.session.config.layer_split == (20, 28)
+            assert message(form, "kv_capacity").startswith("derived: ")
+
+    asyncio.run(scenario())
+
+
+def test_a_saved_config_runs_in_live_and_tunes_with_its_shape(tmp_path):
+    db = tmp_path / "c.duckdb"
+
+    async def scenario() -> None:
+        app = PipedeckApp(db, QWEN)
+        async with app.run_test(size=SIZE) as pilot:
+            await pilot.press("4")
+            form = app.screen
+            fill(form, {"f-mode": "vpp", "config-name": "qwen-vpp"})
+            await pilot.pause()
+            await pilot.press("ctrl+s")
+            await wait_for(pilot, lambda: RunStore.open(db).get_config("qwen-vpp")["mode"] == "vpp"
+                           if _has_config(db) else False)
+            await pilot.press("ctrl+r")
+            assert app.current_mode == "live" and app.screen.query_one("#config", Select).value == "form"
+            await pilot.press("4", "ctrl+t")
+            assert app.current_mode == "tune"
+            assert app.screen.query_one("#fix", Input).value == "tp=2 pp=2"
+            assert app.screen.query_one("#model", Select).value == "qwen2.5-14b"
+
+    asyncio.run(scenario())
+
+
+def _has_config(db) -> bool:  # noqa: ANN001 - a path
+    with RunStore.open(db) as store:
+        return any(row.name == "qwen-vpp" for row in store.list_configs())

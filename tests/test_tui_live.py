@@ -1,0 +1,77 @@
+"""The console's Live view: a paced simulated run fills the metrics and the pipeline strip and is stored."""
+
+from __future__ import annotations
+
+import asyncio
+
+from textual.widgets import Static
+
+from pipedeck.console.tui import PipedeckApp
+from pipedeck.console.tui.live import LiveScreen
+from pipedeck.console.tui.widgets import PipelineStrip
+from pipedeck.store import RunStore
+from tests.tui_support import QWEN, SIZE, fill, notifications, wait_for
+
+SHORT = {"scenario": "short-4k", "requests": "8"}
+
+
+def test_a_run_at_max_speed_fills_metrics_and_timeline_and_is_stored(tmp_path):
+    db = tmp_path / "c.duckdb"
+
+    async def scenario() -> None:
+        app = PipedeckApp(db, QWEN)
+        async with app.run_test(size=SIZE) as pilot:
+            live = app.screen
+            assert isinstance(live, LiveScreen)
+            fill(live, {**SHORT, "speed": "max"})
+            await pilot.press("s")
+            await wait_for(pilot, lambda: live.worker is None and live.stats is not None)
+            stats = live.stats
+            assert stats.done == 8 and stats.last.in_flight == 0
+            assert len(stats.history["throughput"]) > 2 and max(stats.history["kv"]) > 0
+            assert str(live.query_one("#v-done", Static).content) == "8/8"
+            start, end, spans = live.query_one(PipelineStrip)._view
+            assert end > start and len(spans) == 2 and all(spans)
+            assert "stored run 1" in str(live.query_one("#live-status", Static).content)
+
+    asyncio.run(scenario())
+    with RunStore.open(db, read_only=True) as store:
+        (row,) = store.list_runs()
+        assert row.requests == 8 and (row.model, row.tp, row.pp) == ("qwen2.5-14b", 2, 2)
+        assert store.count_spans(row.id) > 0
+
+
+def test_cancelling_a_paced_run_stores_nothing(tmp_path):
+    db = tmp_path / "c.duckdb"
+
+    async def scenario() -> None:
+        app = PipedeckApp(db, QWEN)
+        async with app.run_test(size=SIZE) as pilot:
+            live = app.screen
+            fill(live, {**SHORT, "speed": "1"})
+            await pilot.press("s")
+            await wait_for(pilot, lambda: live.stats is not None and live.stats.now >= 1.0)
+            await pilot.press("x")
+            await wait_for(pilot, lambda: live.worker is None)
+            assert live.stats.done < 8
+            assert "nothing stored" in str(live.query_one("#live-status", Static).content)
+
+    asyncio.run(scenario())
+    with RunStore.open(db, read_only=True) as store:
+        assert store.list_runs() == []
+        assert [store.con.execute(f"SELECT count(*) FROM {table}").fetchone()[0]
+                for table in ("runs", "run_ranks", "requests", "spans")] == [0, 0, 0, 0]
+
+
+def test_a_backend_error_is_a_notification_not_a_crash(tmp_path):
+    async def scenario() -> None:
+        app = PipedeckApp(tmp_path / "c.duckdb", QWEN.replace(kv_capacity=1000))  # no 4k prompt fits
+        async with app.run_test(size=SIZE) as pilot:
+            live = app.screen
+            fill(live, {**SHORT, "speed": "max"})
+            await pilot.press("s")
+            await wait_for(pilot, lambda: live.worker is None and notifications(app))
+            assert any(sev == "error" and msg.startswith("kv_capacity: request") for sev, msg in notifications(app))
+            assert app.is_running
+
+    asyncio.run(scenario())

@@ -1,0 +1,106 @@
+"""The console's Tune view: a study runs in a worker, fills the trials table, pauses, resumes and exports."""
+
+from __future__ import annotations
+
+import asyncio
+
+from textual.widgets import DataTable, Static
+
+from pipedeck.console.tui import PipedeckApp
+from pipedeck.console.tui.tune import TuneScreen
+from pipedeck.store import RunStore
+from pipedeck.tuner.engines import ENGINES
+from tests.tui_support import SIZE, fill, notifications, wait_for
+
+SMALL_STUDY = {"scenario": "azure-conv", "requests": "60", "model": "qwen2.5-14b", "hardware": "a100-40g-pcie",
+               "devices": "4", "slo": "ttft=2s,tpot=200ms", "trials": "5"}
+
+
+async def open_tune(pilot) -> TuneScreen:  # noqa: ANN001 - a Pilot
+    await pilot.press("2")
+    tune = pilot.app.screen
+    assert isinstance(tune, TuneScreen)
+    fill(tune, SMALL_STUDY)
+    return tune
+
+
+def test_a_five_trial_study_fills_the_table_and_the_best_config_exports(tmp_path):
+    db, out = tmp_path / "c.duckdb", tmp_path / "deploy"
+
+    async def scenario() -> None:
+        app = PipedeckApp(db)
+        async with app.run_test(size=SIZE) as pilot:
+            tune = await open_tune(pilot)
+            await pilot.press("s")
+            await wait_for(pilot, lambda: tune.phase == "idle", timeout=60)
+            assert tune.query_one(DataTable).row_count == 5
+            best = str(tune.query_one("#best", Static).content)
+            assert "req/s" in best and "the default config" in best
+            assert "finished: 5 trials; stored runs best" in str(tune.query_one("#tune-status", Static).content)
+            mode = tune.trials[tune.best].config["mode"]
+            engines = [name for name, engine in ENGINES.items() if mode in engine.modes]
+            fill(tune, {"out": str(out), "engine": engines[0] if engines else "vllm"})
+            await pilot.press("e")
+            if engines:
+                await wait_for(pilot, lambda: "wrote" in str(tune.query_one("#export-status", Static).content))
+            else:  # a mode no exporter supports yet: refused with the reason, as `pipedeck export` does
+                await wait_for(pilot, lambda: ("error", f"format: mode {mode} cannot run on vllm; engines that can: "
+                                                         "none") in notifications(app))
+
+    asyncio.run(scenario())
+    if out.exists():
+        assert {p.name for p in out.iterdir()} >= {"serve.sh", "pipedeck-best.json"}
+    with RunStore.open(db, read_only=True) as store:
+        (study,) = store.list_studies()
+        assert study.completed + sum(t.state == "PRUNED" for t in store.trials(study.name)) == 5
+        assert {row.label for row in store.list_runs(study=study.name)} <= {"best", "default"}
+
+
+def test_keys_are_answered_while_a_study_runs_and_pause_resumes_the_same_study(tmp_path):
+    db = tmp_path / "c.duckdb"
+
+    async def scenario() -> None:
+        app = PipedeckApp(db)
+        async with app.run_test(size=SIZE) as pilot:
+            tune = await open_tune(pilot)
+            app.simulate_key("s")
+            await wait_for(pilot, lambda: tune.phase == "running")
+            for key, mode in (("1", "live"), ("2", "tune")):  # answered at once, though the tuner keeps a core busy
+                app.simulate_key(key)
+                await wait_for(pilot, lambda: app.current_mode == mode, timeout=1.0)
+                assert tune.phase == "running"
+            app.simulate_key("p")
+            await wait_for(pilot, lambda: tune.phase == "paused")
+            study, paused_at = tune.spec.study, tune.finished
+            assert str(tune.query_one("#start").label) == "Resume"
+            app.simulate_key("s")
+            await wait_for(pilot, lambda: tune.phase == "running" and tune.finished > paused_at)  # the study goes on
+            assert tune.spec.study == study
+            app.simulate_key("p")
+            await wait_for(pilot, lambda: tune.phase == "paused")
+            app.simulate_key("x")  # stopping a paused study ends it: best and default measured and stored
+            await wait_for(pilot, lambda: tune.phase == "idle")
+            assert "finished" in str(tune.query_one("#tune-status", Static).content)
+
+    asyncio.run(scenario())
+    with RunStore.open(db, read_only=True) as store:
+        (study,) = store.list_studies()
+        numbers = [t.number for t in store.trials(study.name)]
+        assert len(numbers) == len(set(numbers)) and study.completed >= 1
+        assert "best" in {row.label for row in store.list_runs(study=study.name)}
+
+
+def test_a_bad_setting_is_refused_and_its_field_marked(tmp_path):
+    async def scenario() -> None:
+        app = PipedeckApp(tmp_path / "c.duckdb")
+        async with app.run_test(size=SIZE) as pilot:
+            tune = await open_tune(pilot)
+            fill(tune, {"fix": "tp=3"})
+            await pilot.press("s")
+            assert tune.phase == "idle" and tune.query_one("#fix").has_class("-invalid")
+            assert ("error", "tp: must divide the 4 devices, got 3") in notifications(app)
+            fill(tune, {"fix": "", "scenario": "long-64k"})
+            await pilot.press("s")
+            assert tune.query_one("#scenario").has_class("-invalid") and tune.phase == "idle"
+
+    asyncio.run(scenario())

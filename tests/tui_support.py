@@ -1,0 +1,93 @@
+"""Shared by the console's tests: a small config, waiting on the app, filling controls, stores, a scripted backend."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from textual.app import App
+from textual.pilot import Pilot
+from textual.widget import Widget
+
+from pipedeck.backends.base import Capabilities, RunCancelled, RunObserver, Snapshot
+from pipedeck.backends.config import ServingConfig
+from pipedeck.backends.result import RankTime, RequestRecord, RunResult, Span
+from pipedeck.backends.sim import SimBackend
+from pipedeck.scenarios import Scenario, load_scenario
+from pipedeck.store import RunStore
+
+QWEN = ServingConfig(model="qwen2.5-14b", hardware="a100-40g-pcie", tp=2, pp=2)
+SIZE = (100, 30)
+POLL_S = 0.2  # between checks: each pause repaints the screen, which takes the GIL from the workers
+
+
+async def wait_for(pilot: Pilot, condition: Callable[[], bool], timeout: float = 30.0) -> None:
+    """Let the app work until `condition()` holds; fail after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "timed out waiting for the console"
+        await pilot.pause(POLL_S)
+
+
+def fill(screen: Widget, values: dict[str, object]) -> None:
+    """Set controls by id as a user would leave them (Input text, Select value)."""
+    for control_id, value in values.items():
+        screen.query_one(f"#{control_id}").value = value  # type: ignore[attr-defined]
+
+
+def store_runs(db: Path) -> list[int]:
+    """Store two short runs of qwen2.5-14b (cpp, then vpp) and return their ids."""
+    scenario = load_scenario("short-4k")
+    with RunStore.open(db) as store:
+        return [store.save_run(SimBackend().run(scenario, QWEN.replace(mode=mode), num_requests=8))
+                for mode in ("cpp", "vpp")]
+
+
+def notifications(app: App) -> list[tuple[str, str]]:
+    """The app's current notifications as (severity, message)."""
+    return [(n.severity, n.message) for n in app._notifications]
+
+
+def scripted_result(config: dict[str, object], chunk_s: float = 0.3, requests: int = 4) -> RunResult:
+    """A small fixed run on two ranks: each request's two prefill chunks through both ranks, then its decode."""
+    spans, records, t, batch = [], [], 0.0, 0
+    for request in range(requests):
+        for chunk in range(2):
+            busy = chunk_s * (chunk + 1)
+            spans += [Span(0, 0, batch, request, chunk, t, t + busy, "prefill"),
+                      Span(1, 1, batch, request, chunk, t + busy, t + 2 * busy, "prefill")]
+            t, batch = t + busy, batch + 1
+        first_token = t + busy
+        records.append(RequestRecord(request, 0.0, 4096, 8, first_token, first_token + 0.5 + 0.1 * request))
+    makespan = max(r.finish_s for r in records)
+    ranks = [RankTime(rank, busy, 0.0, makespan - busy, 0.0)
+             for rank, busy in enumerate(sum(s.end - s.start for s in spans if s.rank == r) for r in (0, 1))]
+    return RunResult(config=config, scenario="short-4k", backend="scripted", seed=0, rate=None, records=records,
+                     ranks=ranks, makespan_s=makespan, steps=batch, chunks=batch, stage_executions=len(spans),
+                     spans=spans)
+
+
+class ScriptedBackend:
+    """Replays `scripted_result` through the observer every 0.5 s of its time: fixed data for snapshots."""
+
+    name = "scripted"
+    capabilities = Capabilities(modes=("cpp",), timeline=True, reconfigurable=True, paced=False)
+
+    def run(self, scenario: Scenario, config: ServingConfig, rate: float | None = None, seed: int = 0,
+            num_requests: int | None = None, observer: RunObserver | None = None,
+            timeline: bool = True) -> RunResult:
+        result = scripted_result(config.to_dict(), requests=num_requests or 4)
+        spans, records = list(result.spans), sorted(result.records, key=lambda r: r.finish_s)
+        tick = 0.0
+        while spans or records:
+            tick += 0.5
+            while spans and spans[0].start < tick:
+                observer.span(spans.pop(0))
+            while records and records[0].finish_s <= tick:
+                observer.request_done(records.pop(0))
+            left = len(records)
+            observer.snapshot(Snapshot(tick, len(result.records) - left, min(left, 2), max(0, left - 2), 0.1 * left))
+            if observer.should_stop():
+                raise RunCancelled()
+        return result
