@@ -96,7 +96,14 @@ def build_spec(inputs: TuneInputs, db: str | Path) -> TuneSpec:
         raise TuneInputError("devices", f"must be a positive integer, got {devices}")
     if "tp" in fixed and "pp" in fixed and int(fixed["tp"]) * int(fixed["pp"]) != devices:
         raise ConfigError(f"fix: tp x pp = {int(fixed['tp']) * int(fixed['pp'])} but --devices is {devices}")
-    modes = tuple(m for m in MODES if m in get_engine(inputs.engine).modes) if inputs.engine else None
+    modes = None
+    if inputs.engine:  # search only what that engine can run
+        engine = get_engine(inputs.engine)
+        modes = tuple(m for m in MODES if m in engine.modes)
+        if engine.delay_scheduling is None:
+            if fixed.get("delay_scheduling"):
+                raise ConfigError(f"fix: delay scheduling cannot run on {engine.name}, the --format of --export")
+            fixed.setdefault("delay_scheduling", False)
     ctx = SpaceContext(inputs.model, inputs.hardware, devices, modes=modes)
     default = suggest_config(optuna.trial.FixedTrial(default_params(ctx, fixed)), ctx, fixed)
     ServingConfig(**default).resolve()  # the pins must leave at least the engine default runnable

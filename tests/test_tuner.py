@@ -176,6 +176,8 @@ def test_tune_json_reports_best_default_and_ratio(tmp_path, capsys):
     (["--scenario", "long-64k"], "pipedeck: error: Invalid value for --scenario: goodput searches Poisson rates"),
     (["--jobs", "0"], "pipedeck: error: Invalid value for --jobs: must be a positive integer, got 0"),
     (["--sampler", "grid"], "pipedeck: error: Invalid value for '--sampler'"),
+    (["--export", "out", "--format", "vllm", "--fix", "delay-scheduling=on"],
+     "pipedeck: error: fix: delay scheduling cannot run on vllm, the --format of --export"),
 ])
 def test_tune_rejects_bad_input_with_one_line(tmp_path, capsys, extra, message):
     status = run_cli(cli, ["tune", *SMALL, "--trials", "2", "--db", str(tmp_path / "r.duckdb"), *extra])
