@@ -30,6 +30,7 @@ from ..backends.config import ServingConfig
 from ..backends.errors import ConfigError
 from ..store import RunStore
 from .objective import FINISHED, Evaluator, Objective, TuneInterrupted, TuneSpec
+from .slo import parse_slo
 from .space import SpaceContext, default_params
 
 SAMPLERS = ("tpe", "random")
@@ -173,7 +174,7 @@ def recover_abandoned(study: optuna.Study) -> int:
         worker = t.user_attrs.get("worker")
         dead = (not any_alive) if worker is None else (worker["host"] == host and not _alive(worker["pid"]))
         if t.state == TrialState.RUNNING and dead:
-            study._storage.set_trial_state_values(t._trial_id, TrialState.FAIL)
+            study.tell(t.number, state=TrialState.FAIL)
         elif not (t.state == TrialState.FAIL and t.user_attrs.get("interrupted")):
             continue
         if t.number not in retried:
@@ -253,7 +254,7 @@ def run_study(spec: TuneSpec, db: str | Path, jobs: int = 1,
     recover_abandoned(study)
     with open_store(db) as store:
         store.save_study(spec.study, scenario=spec.scenario, objective=spec.objective,
-                         slo=({} if spec.slo is None else Evaluator(spec).slo.to_dict()),
+                         slo=({} if spec.slo is None else parse_slo(spec.slo).to_dict()),
                          settings=spec.settings(), storage=spec.storage)
     sync = StoreSync(db, study)
     context = multiprocessing.get_context("spawn")
