@@ -272,7 +272,7 @@ class Engine:
             self.comm[r] += t - self.blocked_since[r]
             self.state[r] = FREE
             self.idle_since[r] = t
-        for src, dst, b, stage in transfers:
+        for _, dst, b, stage in transfers:
             self._enqueue(dst, b, stage, t, None)
         for r in roles:
             self._dispatch(r, t)
