@@ -60,6 +60,7 @@ class ServingConfig:
     max_running: int = 256
     kv_capacity: int | None = None
     decode_in_budget: bool = True  # vLLM counts decodes against the chunk budget; SGLang does not
+    output_reserve: float = 1.0  # share of running requests' remaining output that KV admission keeps free
     mixed_batches: bool = True  # decodes ride along with prefill chunks (SGLang without mixed chunk: no)
     # DCPP (vLLM-Ascend profiling chunk)
     smooth_factor: float = 1.0

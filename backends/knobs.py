@@ -76,6 +76,8 @@ KNOBS: tuple[Knob, ...] = (
     Knob("max_running", "int", "Max running requests (--max-num-seqs).", 1),
     Knob("decode_in_budget", "bool", "Decodes count against the chunk budget (vLLM: on; SGLang: off)."),
     Knob("mixed_batches", "bool", "Steps mix decodes with prefill chunks (vLLM, SGLang --enable-mixed-chunk: on)."),
+    Knob("output_reserve", "float", "KV admission keeps this share of running outputs free (1: never preempt; "
+         "SGLang settles at 0.098, vLLM 0).", 0, 1),
     Knob("smooth_factor", "float", "DCPP: pull dynamic chunks towards the base chunk, in (0, 1].", 0, 1, low_open=True),
     Knob("min_chunk", "tokens", "DCPP: smallest dynamic chunk (tokens).", 1),
     Knob("slo_ttft_s", "float", "FastPP controllers: the TTFT target they steer by (s).", 0, low_open=True),

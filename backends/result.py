@@ -84,6 +84,7 @@ class RunResult:
     chunks: int
     stage_executions: int
     spans: list[Span] = field(default_factory=list)
+    preemptions: int = 0  # requests evicted from the KV cache to be recomputed
 
     def ttfts(self) -> np.ndarray:
         return np.fromiter((r.ttft_s for r in self.records), float, len(self.records))
@@ -118,6 +119,7 @@ class RunResult:
             "steps": self.steps,
             "chunks": self.chunks,
             "stage_executions": self.stage_executions,
+            "preemptions": self.preemptions,
             "breakdown_s": breakdown,
             "bubble_ratio": breakdown["bubble"] / span,
             "per_rank": [r._asdict() for r in self.ranks],

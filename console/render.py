@@ -31,6 +31,7 @@ def print_run(result: RunResult, console: Console | None = None) -> None:
     console.print(
         f"requests {s['requests']}  makespan {s['makespan_s']:.3f} s  throughput {s['throughput_tok_s']:.0f} tok/s "
         f"(output {s['output_throughput_tok_s']:.0f} tok/s)  steps {s['steps']}  chunks {s['chunks']}"
+        + (f"  preemptions {s['preemptions']}" if s["preemptions"] else "")
     )
     ranks = Table(title="time per rank (s)", title_justify="left")
     for col in ("rank", "compute", "exposed comm", "bubble", "idle"):

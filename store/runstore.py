@@ -150,17 +150,20 @@ class RunStore:
         with self._reading() as con:
             row = con.execute(
                 "SELECT id, created_at, study, trial, label, pipedeck_version, backend, scenario, seed, rate, config, "
-                "makespan_s, steps, chunks, stage_executions FROM runs WHERE id = ?", [run_id]).fetchone()
+                "makespan_s, steps, chunks, stage_executions, "
+                "coalesce(CAST(json_extract(summary, '$.preemptions') AS BIGINT), 0) FROM runs WHERE id = ?",
+                [run_id]).fetchone()
             if row is None:
                 raise self._no_run(run_id)
             (rid, created, study, trial, label, version, backend, scenario, seed, rate, config,
-             makespan, steps, chunks, execs) = row
+             makespan, steps, chunks, execs, preemptions) = row
             result = RunResult(
                 config=json.loads(config), scenario=scenario, backend=backend, seed=seed, rate=rate,
                 records=read_rows(con, "requests", rid, REQUEST_COLUMNS, RequestRecord),
                 ranks=read_rows(con, "run_ranks", rid, RANK_COLUMNS, RankTime),
                 makespan_s=makespan, steps=steps, chunks=chunks, stage_executions=execs,
                 spans=read_rows(con, "spans", rid, SPAN_COLUMNS, Span) if timeline else [],
+                preemptions=preemptions,
             )
         return StoredRun(id=rid, created_at=_utc(created), study=study, trial=trial, label=label,
                          pipedeck_version=version, result=result)

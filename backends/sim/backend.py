@@ -39,6 +39,7 @@ class SimBackend:
             records=sorted(engine.records, key=lambda r: r.id), ranks=engine.rank_times(makespan),
             makespan_s=makespan, steps=engine.steps, chunks=engine.sched.chunks,
             stage_executions=engine.stage_execs, spans=engine.span_list() if timeline else [],
+            preemptions=engine.sched.preemptions,
         )
 
 
@@ -67,6 +68,6 @@ def build_engine(config: ServingConfig, timeline: bool = False, observer: RunObs
                            config.base_unit, config.delay_mode) if config.delay_scheduling else None
     scheduler = StepScheduler(cost, spec.chunk_policy(env), spec.admission(env),
                               config.max_running, config.kv_capacity, hops, topk, delay, config.decode_in_budget,
-                              config.mixed_batches)
+                              config.mixed_batches, config.output_reserve)
     return Engine(cost, scheduler, ranks, spec.sync_transfers, config.pp + spec.extra_in_flight,
                   spec.entry_first, timeline, observer)

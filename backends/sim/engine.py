@@ -26,7 +26,7 @@ from ..policies.chunking import FixedChunk, StepReport
 from ..result import RankTime, RequestRecord, Span
 from ..errors import ConfigError
 from .costs import CostModel
-from .scheduler import DECODE, FIRST_TOKEN, Batch, SimRequest, StepScheduler
+from .scheduler import FIRST_TOKEN, PREFILL, Batch, SimRequest, StepScheduler
 
 DONE, WAKE, ARRIVE, XFER = 0, 1, 2, 3
 FREE, COMPUTE, BLOCKED = 0, 1, 2
@@ -282,16 +282,16 @@ class Engine:
         token_out = self.sched.token_out
         ttfts, gaps = [], []
         for q, kind in b.entries:
-            if kind == DECODE:
-                gaps.append(t - q.last_token)
-                q.last_token = t
-                if token_out(q, False):
-                    self._finish(q, t)
-            elif kind == FIRST_TOKEN:
-                q.first_token = q.last_token = t
+            if kind == PREFILL:
+                continue
+            if kind == FIRST_TOKEN:
+                q.first_token = t
                 ttfts.append(t - q.arrival)
-                if token_out(q, True):
-                    self._finish(q, t)
+            else:  # a decode, or the recompute of a preempted request
+                gaps.append(t - q.last_token)
+            q.last_token = t
+            if token_out(q, kind):
+                self._finish(q, t)
         if self.learns:
             self.sched.policy.observe(self._report(t, b, ttfts, gaps))
         self.slots += 1

@@ -7,8 +7,15 @@ with `mixed_batches` off, as in SGLang without --enable-mixed-chunk, a step
 is either all prefill, whenever prompt work is ready, or all decode);
 a prompt's next chunk can be issued while its previous chunk is still in the
 pipeline (it only needs that chunk's KV on the first stage, which FIFO order
-guarantees). Admission of a waiting request needs KV capacity for its whole
-context (prompt + output, so nothing is preempted) and a free running slot.
+guarantees). KV is held as it is written: a prompt chunk's tokens when the
+chunk is scheduled, one token per decode. Admission of a waiting request
+needs a free running slot and room for its prompt, the rest of the admitted
+prompts and `output_reserve` of every running request's remaining output
+(1 reserves it all, so nothing is ever preempted; SGLang's new-token ratio
+settles at 0.098, vLLM reserves none). When a decode finds the cache full the
+youngest decodable request is preempted (recompute, as vLLM and SGLang's
+retraction do): its KV is freed and it waits at the head of the queue to
+prefill its prompt and generated tokens again, which yields its next token.
 How large chunks are and whose prompts may be chunked now is left to the
 mode's chunk and admission policies.
 """
@@ -22,19 +29,21 @@ from ..policies.chunking import ChunkPolicy
 from ..policies.delay import DelayScheduler
 from .costs import BatchShape, CostModel, capped_pairs
 
-PREFILL, FIRST_TOKEN, DECODE = 0, 1, 2
+PREFILL, FIRST_TOKEN, DECODE, RESUME = 0, 1, 2, 3
 
 
 class SimRequest:
     """A request's progress inside the simulator."""
 
-    __slots__ = ("id", "seq", "arrival", "prompt", "output", "scheduled", "chunks", "emitted",
+    __slots__ = ("id", "seq", "arrival", "prompt", "output", "target", "scheduled", "held", "chunks", "emitted",
                  "first_token", "last_token", "finish", "last_busy")
 
     def __init__(self, rid: int, arrival: float, prompt: int, output: int):
         self.id, self.arrival, self.prompt, self.output = rid, arrival, prompt, output
         self.seq = -1  # admission order
-        self.scheduled = 0  # prompt tokens issued in chunks so far
+        self.target = prompt  # tokens to prefill: the prompt, plus the generated tokens after a preemption
+        self.scheduled = 0  # of target, issued in chunks so far
+        self.held = 0  # KV tokens written for it
         self.chunks = 0
         self.emitted = 0
         self.first_token = self.last_token = self.finish = 0.0
@@ -65,18 +74,21 @@ class StepScheduler:
     def __init__(self, cost: CostModel, chunk_policy: ChunkPolicy, admission: Admission,
                  max_running: int, kv_capacity: int, hops: int, topk: int = 0,
                  delay: DelayScheduler | None = None, decode_in_budget: bool = True,
-                 mixed_batches: bool = True):
+                 mixed_batches: bool = True, output_reserve: float = 1.0):
         self.cost, self.policy, self.admission = cost, chunk_policy, admission
         self.delay = delay  # decode micro-batch rebalancing, when on
         self.decode_in_budget, self.mixed_batches = decode_in_budget, mixed_batches
         self.hops = hops  # rank-to-rank transfers a micro-batch makes
-        self.max_running, self.kv_capacity = max_running, kv_capacity
+        self.max_running, self.kv_capacity, self.output_reserve = max_running, kv_capacity, output_reserve
         self.topk = topk  # DSA keys per query (0 = dense attention)
         self.waiting: deque[SimRequest] = deque()
         self.prefilling: list[SimRequest] = []
         self.decodable: deque[SimRequest] = deque()
         self.running = 0
         self.kv_used = 0
+        self.pending_prompt = 0  # tokens admitted requests still have to prefill
+        self.output_left = 0  # tokens running requests still have to generate
+        self.preemptions = 0
         self.admitted = 0
         self.batches = 0
         self.chunks = 0
@@ -102,7 +114,14 @@ class StepScheduler:
             self.decodable = deque(later + rest)  # held back: first in line next step
         while budget > 0 and decodable:
             q = decodable.popleft()
+            if self.kv_used >= self.kv_capacity:  # no room for this token's KV
+                victim = self._preempt(q, decodable)
+                if victim is not q:
+                    decodable.appendleft(q)
+                continue
             budget -= 1
+            q.held += 1
+            self.kv_used += 1
             ctx = q.prompt + q.emitted
             dec_pairs += ctx
             dec_capped += ctx if topk <= 0 or ctx < topk else topk
@@ -113,8 +132,8 @@ class StepScheduler:
 
         prefilling, waiting = self.prefilling, self.waiting
         lead_req = prefilling[0] if prefilling else None
-        draining = lead_req is not None and lead_req.scheduled == lead_req.prompt
-        candidates = [q for q in prefilling if q.scheduled < q.prompt]
+        draining = lead_req is not None and lead_req.scheduled == lead_req.target
+        candidates = [q for q in prefilling if q.scheduled < q.target]
         drained_lead = None
         next_candidate = 0
         while budget > 0:
@@ -122,14 +141,16 @@ class StepScheduler:
                 q = candidates[next_candidate]
                 next_candidate += 1
                 fresh = False
-            elif waiting and self.running < self.max_running and \
-                    self.kv_used + waiting[0].prompt + waiting[0].output <= self.kv_capacity:
+            elif waiting and self._admissible(waiting[0]):
                 q = waiting[0]
                 fresh = True
             else:
                 break
+            room = self.kv_capacity - self.kv_used
+            if room <= 0:
+                break
             is_lead = lead_req is None or q is lead_req
-            want = min(q.prompt - q.scheduled, budget, self.policy.request_chunk(q.scheduled))
+            want = min(q.target - q.scheduled, budget, self.policy.request_chunk(q.scheduled), room)
             tokens = self.admission.allowance(is_lead, draining, want, q.scheduled)
             if tokens <= 0:
                 if fresh:
@@ -140,12 +161,16 @@ class StepScheduler:
                 q.seq = self.admitted
                 self.admitted += 1
                 self.running += 1
-                self.kv_used += q.prompt + q.output
+                self.pending_prompt += q.target
+                self.output_left += q.output - q.emitted
                 prefilling.append(q)
                 if lead_req is None:
                     lead_req = q
             start = q.scheduled
             q.scheduled += tokens
+            q.held += tokens
+            self.kv_used += tokens
+            self.pending_prompt -= tokens
             prefill += tokens
             budget -= tokens
             pairs += tokens * start + tokens * (tokens + 1) / 2
@@ -158,9 +183,9 @@ class StepScheduler:
                 lead, lead_chunk, group = q.id, q.chunks, q.seq
             q.chunks += 1
             self.chunks += 1
-            if q.scheduled == q.prompt:
+            if q.scheduled == q.target:
                 sampled += 1
-                entries.append((q, FIRST_TOKEN))
+                entries.append((q, RESUME if q.emitted else FIRST_TOKEN))
                 if q is lead_req:
                     drained_lead = q
             else:
@@ -188,26 +213,46 @@ class StepScheduler:
 
     def _prompt_work_ready(self) -> bool:
         """Whether a prompt chunk could be scheduled now (a partly prefilled or an admissible request)."""
-        if any(q.scheduled < q.prompt for q in self.prefilling):
+        if any(q.scheduled < q.target for q in self.prefilling):
             return True
-        waiting = self.waiting
-        return bool(waiting) and self.running < self.max_running and \
-            self.kv_used + waiting[0].prompt + waiting[0].output <= self.kv_capacity
+        return bool(self.waiting) and self._admissible(self.waiting[0])
+
+    def _admissible(self, q: SimRequest) -> bool:
+        """A running slot is free and the KV cache has room for q's prompt and the reserved outputs."""
+        reserved = self.output_reserve * (self.output_left + q.output - q.emitted)
+        return self.running < self.max_running and \
+            self.kv_used + self.pending_prompt + q.target + reserved <= self.kv_capacity
+
+    def _preempt(self, q: SimRequest, decodable: deque[SimRequest]) -> SimRequest:
+        """Free the KV of the youngest request among q and the decodable ones; it waits to recompute."""
+        pools = [decodable] if decodable is self.decodable else [decodable, self.decodable]
+        victim = max([q, *(r for pool in pools for r in pool)], key=lambda r: r.seq)
+        for pool in pools:
+            if victim in pool:
+                pool.remove(victim)
+        self.kv_used -= victim.held
+        victim.held = victim.scheduled = 0
+        victim.target = victim.prompt + victim.emitted
+        self.running -= 1
+        self.output_left -= victim.output - victim.emitted
+        self.preemptions += 1
+        self.waiting.appendleft(victim)
+        return victim
 
     def backlog_tokens(self) -> int:
         """Prompt tokens not yet issued: waiting requests and the rest of partly prefilled ones."""
-        return sum(q.prompt for q in self.waiting) + sum(q.prompt - q.scheduled for q in self.prefilling)
+        return sum(q.target for q in self.waiting) + self.pending_prompt
 
-    def token_out(self, q: SimRequest, first: bool) -> bool:
-        """Record a token emitted for q; True when q has finished."""
-        if first:
-            q.emitted = 1
+    def token_out(self, q: SimRequest, kind: int) -> bool:
+        """Record a token emitted for q by an entry of this kind; True when q has finished."""
+        if kind != DECODE:
             self.prefilling.remove(q)
-        else:
-            q.emitted += 1
+        q.emitted += 1
+        self.output_left -= 1
         if q.emitted >= q.output:
             self.running -= 1
-            self.kv_used -= q.prompt + q.output
+            self.kv_used -= q.held
+            q.held = 0
             return True
         self.decodable.append(q)
         return False

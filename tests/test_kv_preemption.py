@@ -1,0 +1,122 @@
+"""KV admission with a partial output reserve, and preemption by recompute when the cache fills."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+import pytest
+
+from pipedeck.backends.config import ServingConfig
+from pipedeck.backends.errors import ConfigError
+from pipedeck.backends.sim import SimBackend
+from pipedeck.backends.sim.backend import build_engine
+from pipedeck.backends.sim.scheduler import DECODE, SimRequest
+from pipedeck.scenarios import load_scenario
+from pipedeck.store import RunStore
+
+KV = 40_000  # tokens: about 30 azure-conv requests' prompts, so decodes fill it
+
+
+def traced_run(output_reserve: float, requests: int = 120):
+    """A KV-tight run; returns the engine, per-request prefill tokens and (id, tokens emitted) per preemption."""
+    config = ServingConfig(model="qwen2.5-14b", hardware="a100-40g-pcie", tp=2, pp=2, chunk=1024,
+                           kv_capacity=KV, output_reserve=output_reserve).resolve()
+    engine = build_engine(config)
+    sched = engine.sched
+    prefilled: dict[int, int] = defaultdict(int)  # prompt tokens issued in chunks, recomputes included
+    issued: dict[int, int] = defaultdict(int)  # of the current prefill, as the scheduler counts them
+    preempted: list[tuple[int, int]] = []
+    peak = [0]
+    form, preempt = sched.form, sched._preempt
+
+    def recording_form(now: float):
+        batch = form(now)
+        peak[0] = max(peak[0], sched.kv_used)
+        if batch is not None:
+            for q, kind in batch.entries:
+                if kind != DECODE:  # a chunk of q's prompt, or of its recompute
+                    prefilled[q.id] += q.scheduled - issued[q.id]
+                    issued[q.id] = q.scheduled
+        return batch
+
+    def recording_preempt(q, decodable):
+        victim = preempt(q, decodable)
+        preempted.append((victim.id, victim.emitted))
+        issued[victim.id] = 0
+        return victim
+
+    sched.form, sched._preempt = recording_form, recording_preempt
+    workload = load_scenario("azure-conv").workload(seed=0, rate=20.0, num_requests=requests)
+    originals = {r.id: r for r in workload.requests}
+    engine.run([SimRequest(r.id, r.arrival_s, r.prompt_tokens, r.output_tokens) for r in workload.requests], None)
+    return engine, originals, prefilled, preempted, peak[0]
+
+
+@pytest.fixture(scope="module")
+def reserve_none():
+    return traced_run(0.0)
+
+
+@pytest.fixture(scope="module")
+def reserve_all():
+    return traced_run(1.0)
+
+
+def test_reserving_every_output_never_preempts(reserve_all):
+    engine, originals, prefilled, preempted, peak = reserve_all
+    assert preempted == [] and engine.sched.preemptions == 0
+    assert peak <= KV
+    assert all(prefilled[i] == r.prompt_tokens for i, r in originals.items())
+
+
+def test_reserving_nothing_preempts_and_recomputes(reserve_none):
+    engine, originals, prefilled, preempted, peak = reserve_none
+    assert preempted and engine.sched.preemptions == len(preempted)
+    assert peak <= KV  # the cache never holds more than it has
+    recomputed: dict[int, int] = defaultdict(int)
+    for rid, emitted in preempted:
+        assert emitted >= 1  # only requests past their first token are decoding
+        recomputed[rid] += originals[rid].prompt_tokens + emitted
+    for rid, r in originals.items():  # each preemption prefills the prompt and the tokens generated so far again
+        assert prefilled[rid] == r.prompt_tokens + recomputed[rid]
+
+
+def test_preempted_requests_finish_once_with_every_token(reserve_none):
+    engine, originals, _, preempted, _ = reserve_none
+    records = {r.id: r for r in engine.records}
+    assert sorted(records) == sorted(originals) and len(engine.records) == len(originals)
+    for rid, r in originals.items():
+        assert records[rid].output_tokens == r.output_tokens
+    assert engine.sched.kv_used == 0 and engine.sched.running == 0
+    victims = {rid for rid, _ in preempted}
+    for rid in victims:  # their first token came before the preemption, so TTFT is untouched by it
+        assert records[rid].first_token_s < records[rid].finish_s
+
+
+def test_a_smaller_reserve_admits_more_at_once(reserve_none, reserve_all):
+    def peak_running(engine):
+        events = sorted([(r.arrival_s + r.ttft_s, 1) for r in engine.records] +
+                        [(r.finish_s, -1) for r in engine.records])
+        level = peak = 0
+        for _, step in events:
+            level += step
+            peak = max(peak, level)
+        return peak
+
+    assert peak_running(reserve_none[0]) > peak_running(reserve_all[0])
+
+
+def test_preemptions_are_reported_and_stored(tmp_path):
+    config = ServingConfig(model="qwen2.5-14b", hardware="a100-40g-pcie", tp=2, pp=2, chunk=1024,
+                           kv_capacity=KV, output_reserve=0.0)
+    result = SimBackend().run(load_scenario("azure-conv"), config, rate=20.0, num_requests=120, timeline=False)
+    assert result.preemptions > 0 and result.summary()["preemptions"] == result.preemptions
+    with RunStore.open(tmp_path / "runs.duckdb") as store:
+        run_id = store.save_run(result)
+        assert store.get_run(run_id, timeline=False).result == result
+
+
+def test_output_reserve_is_validated():
+    with pytest.raises(ConfigError) as err:
+        ServingConfig(output_reserve=1.5).resolve()
+    assert str(err.value) == "output_reserve: must be in [0, 1], got 1.5"
