@@ -195,6 +195,12 @@ def decode_time(n: int) -> float:
     return max(A0 + A1 * n, FLOOR)
 
 
+def round_of(c: PredictiveChunkController, step: StepReport) -> None:
+    """Complete one pipeline round (pp steps) of this step: the controller decides at its end."""
+    for _ in range(c.pp):
+        c.observe(step)
+
+
 def test_alp_mape_compares_the_prediction_made_before_the_update():
     c = alp()
     assert math.isnan(c.mape)
@@ -229,10 +235,18 @@ def test_alp_learns_the_attention_terms_online():
 def test_alp_picks_the_smallest_chunk_meeting_tpot_and_demand():
     c = alp()
     assert c.chunk == 128  # nothing known: no demand
-    c.observe(report(stage_s=A0 + A1 * 128, prefill_tokens=128, backlog_tokens=190_000))  # 19K tokens/s
+    round_of(c, report(stage_s=A0 + A1 * 128, prefill_tokens=128, backlog_tokens=190_000))  # 19K tokens/s
     assert c.chunk == 384
-    c.observe(report(stage_s=FLOOR, decode_tokens=1, backlog_tokens=0))
+    round_of(c, report(stage_s=FLOOR, decode_tokens=1, backlog_tokens=0))
     assert c.chunk == 128
+
+
+def test_alp_keeps_its_chunk_through_a_pipeline_round():
+    c = alp()  # pp 2
+    c.observe(report(stage_s=A0 + A1 * 128, prefill_tokens=128, backlog_tokens=190_000))
+    assert c.chunk == 128  # mid-round: the round's second micro-batch gets the same budget
+    c.observe(report(stage_s=A0 + A1 * 128, prefill_tokens=128, backlog_tokens=190_000))
+    assert c.history == [128, 128, 384]
 
 
 def test_alp_counts_arrivals_over_its_window_as_demand():
@@ -252,21 +266,21 @@ def test_alp_counts_arrivals_over_its_window_as_demand():
 
 def test_alp_leaves_the_decodes_their_share_of_the_budget():
     c = alp()
-    c.observe(report(stage_s=A0 + A1 * 228, prefill_tokens=128, decode_tokens=100, decode_context=1e5,
-                     backlog_tokens=190_000))
+    round_of(c, report(stage_s=A0 + A1 * 228, prefill_tokens=128, decode_tokens=100, decode_context=1e5,
+                       backlog_tokens=190_000))
     assert c.chunk == 768  # 668 prefill tokens / 34.7 ms = 19.2K tokens/s; 640 gives 18.2K
 
 
 def test_alp_falls_back_to_the_largest_chunk_keeping_tpot():
     c = alp()
-    c.observe(report(stage_s=A0 + A1 * 128, prefill_tokens=128, backlog_tokens=230_000))  # 23K > 22.8K at 1024
+    round_of(c, report(stage_s=A0 + A1 * 128, prefill_tokens=128, backlog_tokens=230_000))  # 23K > 22.8K at 1024
     assert c.chunk == 1024
 
 
 def test_alp_takes_the_smallest_chunk_when_none_keeps_tpot():
     c = alp(slo_tpot_s=0.015)  # 7.5 ms a stage, less than the 9.1 ms of 128 tokens
-    c.observe(report(stage_s=A0 + A1 * 128, prefill_tokens=128, backlog_tokens=10_000))
-    assert c.chunk == 128 and c.history == [128, 128]
+    round_of(c, report(stage_s=A0 + A1 * 128, prefill_tokens=128, backlog_tokens=10_000))
+    assert c.chunk == 128 and c.history == [128, 128, 128]
 
 
 # -- the modes, end to end --------------------------------------------------------------
