@@ -15,6 +15,11 @@ from .profiles import ProfileError, load_hardware, load_model
 from .profiles.schema import HardwareProfile, ModelProfile
 from .tokens import parse_tokens
 
+# Scheduler semantics of an SGLang launch with --enable-mixed-chunk, as FastPP runs: running decodes count
+# against the chunk budget, admission keeps the settled new-token ratio (0.7 x 0.14) of the running outputs
+# free, and the request pool is sized from memory (4096 on the cards here) rather than vLLM's 256.
+SGLANG_MIXED_CHUNK = {"decode_in_budget": True, "mixed_batches": True, "output_reserve": 0.098, "max_running": 4096}
+
 
 def default_layer_split(layers: int, stages: int) -> tuple[int, ...]:
     """vLLM's split: even, remainder layers added from the second-to-last stage backwards."""
@@ -59,7 +64,7 @@ class ServingConfig:
     layer_split: tuple[int, ...] | None = None
     max_running: int = 256
     kv_capacity: int | None = None
-    decode_in_budget: bool = True  # vLLM counts decodes against the chunk budget; SGLang does not
+    decode_in_budget: bool = True  # vLLM, and SGLang with mixed chunks, count decodes against the chunk budget
     output_reserve: float = 1.0  # share of running requests' remaining output that KV admission keeps free
     mixed_batches: bool = True  # decodes ride along with prefill chunks (SGLang without mixed chunk: no)
     # DCPP (vLLM-Ascend profiling chunk)

@@ -74,7 +74,7 @@ class Knob:
 
 KNOBS: tuple[Knob, ...] = (
     Knob("max_running", "int", "Max running requests (--max-num-seqs).", 1),
-    Knob("decode_in_budget", "bool", "Decodes count against the chunk budget (vLLM: on; SGLang: off)."),
+    Knob("decode_in_budget", "bool", "Decodes count against the chunk budget (vLLM, SGLang --enable-mixed-chunk: on)."),
     Knob("mixed_batches", "bool", "Steps mix decodes with prefill chunks (vLLM, SGLang --enable-mixed-chunk: on)."),
     Knob("output_reserve", "float", "KV admission keeps this share of running outputs free (1: never preempt; "
          "SGLang settles at 0.098, vLLM 0).", 0, 1),

@@ -1,7 +1,8 @@
 """The schemes side by side: FastPP's controllers and delay scheduling, and the fold-back variants.
 
-Table 1: goodput (req/s) of Qwen2.5-32B on 4 x A100 40GB PCIe (SGLang
-semantics: decodes outside the chunk budget) under P90 TTFT 2 s / TPOT
+Table 1: goodput (req/s) of Qwen2.5-32B on 4 x A100 40GB PCIe (the
+scheduler semantics of FastPP's SGLang launch, SGLANG_MIXED_CHUNK, as in
+calibration B) under P90 TTFT 2 s / TPOT
 200 ms, on cnn-reversed (decode-heavy) and azure-conv: TP4 at chunk 2048,
 PP4 cpp at its best static chunk (128..1024), PP4 fastpp-greedy and
 fastpp-alp (chunks up to 2048), each without and with delay scheduling.
@@ -22,7 +23,7 @@ from concurrent.futures import ProcessPoolExecutor
 from rich.console import Console
 from rich.table import Table
 
-from pipedeck.backends.config import ServingConfig
+from pipedeck.backends.config import SGLANG_MIXED_CHUNK, ServingConfig
 from pipedeck.backends.sim import SimBackend
 from pipedeck.scenarios import load_scenario
 from pipedeck.tuner.objective import Evaluator, TuneSpec
@@ -42,7 +43,7 @@ def goodput(job: tuple[str, dict]) -> float:
     scenario, config = job
     spec = TuneSpec(study="bench", storage="unused", scenario=scenario, model="qwen2.5-32b",
                     hardware="a100-40g-pcie", devices=4, slo="ttft=2s,tpot=200ms")
-    resolved = ServingConfig(model="qwen2.5-32b", hardware="a100-40g-pcie", decode_in_budget=False, **config).resolve()
+    resolved = ServingConfig(model="qwen2.5-32b", hardware="a100-40g-pcie", **SGLANG_MIXED_CHUNK, **config).resolve()
     return Evaluator(spec).measure(resolved).value
 
 

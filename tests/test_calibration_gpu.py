@@ -1,34 +1,39 @@
 """calibration.md section B: Qwen2.5-32B on 4 x A100 40GB PCIe (SGLang), azure-conv, SLO P90 TTFT 2 s / TPOT 200 ms.
 
-SGLang schedules decodes outside the chunk budget, so every config here runs
-with decode_in_budget off. The best static PP4 chunk is searched over the
-grid where it lies (128..1024 tokens).
+Every config runs with the scheduler semantics of FastPP's SGLang launch
+(`SGLANG_MIXED_CHUNK`): mixed chunks, so running decodes count against the
+chunk budget; KV admission keeping SGLang's settled new-token ratio (0.098)
+of the running outputs free; SGLang's request pool (sized from memory, 4096
+here) instead of vLLM's 256 running requests. The best static
+PP4 chunk is searched over the grid where it lies (128..1024 tokens).
+Goodput is searched to 1%.
 """
 
 import pytest
 
-from pipedeck.backends.config import ServingConfig
+from pipedeck.backends.config import SGLANG_MIXED_CHUNK, ServingConfig
 from pipedeck.tuner.objective import Evaluator, TuneSpec
 
 PAPER = {"tp4": 3.48, "pp4_static": 8.28, "pp4_alp": 8.47}
 STATIC_CHUNKS = (128, 256, 384, 512, 768, 1024)
+SETTING = dict(model="qwen2.5-32b", hardware="a100-40g-pcie", **SGLANG_MIXED_CHUNK)
 
 
 @pytest.fixture(scope="module")
 def goodputs():
     spec = TuneSpec(study="calibration-b", storage="unused", scenario="azure-conv", model="qwen2.5-32b",
-                    hardware="a100-40g-pcie", devices=4, slo="ttft=2s,tpot=200ms")
+                    hardware="a100-40g-pcie", devices=4, slo="ttft=2s,tpot=200ms", precision=0.01)
     evaluator = Evaluator(spec)
 
     def goodput(**config) -> float:
-        resolved = ServingConfig(model="qwen2.5-32b", hardware="a100-40g-pcie", decode_in_budget=False,
-                                 **config).resolve()
-        return evaluator.measure(resolved).value
+        return evaluator.measure(ServingConfig(**SETTING, **config).resolve()).value
 
     static = {chunk: goodput(tp=1, pp=4, chunk=chunk) for chunk in STATIC_CHUNKS}
     best_chunk = max(static, key=static.get)
-    return {"tp4": goodput(tp=4, pp=1, chunk=2048), "pp4_static": static[best_chunk],
-            "pp4_alp": goodput(tp=1, pp=4, chunk=2048, mode="fastpp-alp"), "best_chunk": best_chunk}
+    found = {"tp4": goodput(tp=4, pp=1, chunk=2048), "pp4_static": static[best_chunk],
+             "pp4_alp": goodput(tp=1, pp=4, chunk=2048, mode="fastpp-alp"), "best_chunk": best_chunk}
+    print(f"\ncalibration B goodput (req/s): {found}")
+    return found
 
 
 @pytest.mark.parametrize("scheme", list(PAPER))
@@ -41,8 +46,12 @@ def test_pipeline_parallelism_beats_tensor_parallelism(goodputs):
     assert goodputs["pp4_alp"] > 1.5 * goodputs["tp4"]
 
 
-@pytest.mark.xfail(strict=True, reason="not reproduced: in the simulator ALP lands about 1% below the best static "
-                                       "chunk (KV capacity binds and ALP's chunk swings cost TTFT); the paper has "
-                                       "it 2% above")
+def test_alp_reaches_the_best_static_chunk_without_tuning(goodputs):
+    # ALP runs FastPP's defaults at every rate; the static chunk was chosen for this workload and SLO
+    assert goodputs["pp4_alp"] == pytest.approx(goodputs["pp4_static"], rel=0.03)
+
+
+@pytest.mark.xfail(strict=True, reason="not reproduced: ALP ties the best static chunk in the simulator (within "
+                                       "about 2% either way over seeds); the paper has it 2.3% above")
 def test_alp_beats_the_best_static_chunk(goodputs):
     assert goodputs["pp4_alp"] > goodputs["pp4_static"]

@@ -36,7 +36,7 @@ def test_vllm_semantics_keep_every_step_within_the_budget():
     assert any(0 < prefill < tokens for prefill, tokens in seen)  # mixed steps happen
 
 
-def test_sglang_budget_bounds_prefill_only():
+def test_budget_outside_the_decodes_bounds_prefill_only():
     seen = batches(decode_in_budget=False)
     assert all(prefill <= CHUNK for prefill, _ in seen)
     assert any(tokens > CHUNK and prefill > 0 for prefill, tokens in seen)

@@ -172,9 +172,18 @@ def test_sglang_flags(tmp_path):
     assert argv[:5] == ["python", "-m", "sglang.launch_server", "--model-path", "${MODEL:-Qwen/Qwen2.5-14B-Instruct}"]
     assert options(argv) == {
         "--model-path": "${MODEL:-Qwen/Qwen2.5-14B-Instruct}", "--tp-size": "2", "--pp-size": "2",
-        "--chunked-prefill-size": "4096", "--max-running-requests": "32", "--enable-metrics": True,
+        "--chunked-prefill-size": "4096", "--max-running-requests": "32", "--enable-mixed-chunk": True,
+        "--enable-metrics": True,
     }
     assert env == {}
+
+
+def test_sglang_mixes_decodes_in_exactly_when_the_config_did(tmp_path):
+    unmixed = export(tmp_path / "a", "sglang", **QWEN, tp=2, pp=2, mixed_batches=False, decode_in_budget=False)
+    assert "--enable-mixed-chunk" not in options(parse_script(unmixed["serve.sh"])[1])
+    assert "cannot match" not in unmixed["serve.sh"].read_text()
+    mismatched = export(tmp_path / "b", "sglang", **QWEN, tp=2, pp=2, decode_in_budget=False)["serve.sh"].read_text()
+    assert "simulated with decode_in_budget=off and mixed_batches=on, which SGLang cannot match" in mismatched
 
 
 @pytest.mark.parametrize("mode, strategy", [("fastpp-greedy", "greedy"), ("fastpp-alp", "alp")])

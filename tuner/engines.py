@@ -247,6 +247,11 @@ def _ascend_vpp(config: ServingConfig) -> Launch:
 def _sglang_common(config: ServingConfig) -> Launch:
     # SGLang's default split gives the remainder to the last ranks (61 layers on 2: 30,31), not vLLM's
     # 31,30, so any split with a remainder is written out.
+    notes = ()
+    if config.decode_in_budget != config.mixed_batches:  # SGLang budgets decodes exactly when it mixes them in
+        notes = (f"SGLang counts running decodes against --chunked-prefill-size only with --enable-mixed-chunk; "
+                 f"this config was simulated with decode_in_budget={'on' if config.decode_in_budget else 'off'} "
+                 f"and mixed_batches={'on' if config.mixed_batches else 'off'}, which SGLang cannot match.",)
     return Launch(
         env=partition_env("SGLANG_PP_LAYER_PARTITION", config, exact_split),
         flags=(
@@ -254,8 +259,10 @@ def _sglang_common(config: ServingConfig) -> Launch:
             Flag("--pp-size", config.pp),
             Flag("--chunked-prefill-size", config.chunk),
             Flag("--max-running-requests", config.max_running),
+            *((Flag("--enable-mixed-chunk"),) if config.mixed_batches else ()),
             Flag("--enable-metrics"),
         ),
+        notes=notes,
     )
 
 
@@ -300,7 +307,7 @@ def _fastpp(strategy: str) -> Render:
         fields = config.mode_spec.params
         return Launch(
             flags=(Flag("--enable-dynamic-chunk"), Flag("--dynamic-chunk-strategy", strategy),
-                   Flag("--disable-radix-cache"), Flag("--enable-mixed-chunk"), Flag("--disable-overlap-schedule")),
+                   Flag("--disable-radix-cache"), Flag("--disable-overlap-schedule")),
             notes=(f"This launch needs the {FASTPP}: --enable-dynamic-chunk and --dynamic-chunk-strategy are its flags.",
                    f"The controller steers by TTFT {config.slo_ttft_s:g} s and TPOT {config.slo_tpot_s:g} s.")
             + _fastpp_tuned(config, tuple(f for f in fields if f in _FASTPP_DEFAULTS)),

@@ -22,7 +22,7 @@ controller_min_chunk..chunk in controller_step steps once per pipeline
 round, every pp completed steps, as the greedy controller does: the pp
 micro-batches of a round then have the same budget, so the stages pass them
 on without the bubbles that a small micro-batch behind a large one leaves
-(re-choosing every step cost about 9% of goodput in calibration B).
+(re-choosing every step cost 8% of goodput in calibration B).
 It learns from every step. A step with
 budget c is predicted to hold the last step's decodes d (at most c when decodes
 count against the budget, with their context sum scaled alike) and a prefill
