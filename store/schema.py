@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from datetime import datetime, timezone
 from pathlib import Path
@@ -13,6 +14,9 @@ from .errors import StoreError
 from .transaction import transaction
 
 Migration = Callable[[duckdb.DuckDBPyConnection], None]
+# Connections of one process share the database; two creating the tables at once would conflict. Another
+# process cannot open the file for writing meanwhile (DuckDB locks it), so a process-wide lock suffices.
+_MIGRATING = threading.Lock()
 
 _V1 = """
 CREATE SEQUENCE runs_id_seq START 1;
@@ -132,6 +136,11 @@ def current_version(con: duckdb.DuckDBPyConnection, path: Path) -> int:
 
 def migrate(con: duckdb.DuckDBPyConnection, path: Path, *, read_only: bool = False) -> int:
     """Bring the schema up to SCHEMA_VERSION in one transaction; return the version found."""
+    with _MIGRATING:
+        return _migrate(con, path, read_only)
+
+
+def _migrate(con: duckdb.DuckDBPyConnection, path: Path, read_only: bool) -> int:
     found = current_version(con, path)
     if found > SCHEMA_VERSION:
         raise StoreError(f"db: {path} has schema version {found}, newer than this pipedeck knows ({SCHEMA_VERSION}); upgrade pipedeck")

@@ -7,6 +7,7 @@ import random
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from datetime import datetime, timezone
 from pathlib import Path
@@ -336,6 +337,29 @@ def test_interrupted_first_migration_leaves_an_openable_file(db, monkeypatch):
 
 
 # -- schema ----------------------------------------------------------------------------------------------
+
+def test_two_threads_creating_one_store_at_once_both_succeed(tmp_path):
+    for attempt in range(5):  # without the lock every attempt conflicted on creating schema_version
+        path = tmp_path / f"fresh-{attempt}.duckdb"
+        start, errors = threading.Barrier(2), []
+
+        def open_store() -> None:
+            start.wait()
+            try:
+                with RunStore.open(path) as s:
+                    s.list_runs()
+            except StoreError as err:
+                errors.append(err)
+
+        threads = [threading.Thread(target=open_store) for _ in range(2)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert errors == []
+        with RunStore.open(path) as s:
+            assert s.con.execute("SELECT count(*) FROM schema_version").fetchone()[0] == SCHEMA_VERSION
+
 
 def test_schema_version_is_recorded_once(db):
     RunStore.open(db).close()
