@@ -43,6 +43,27 @@ def test_every_config_field_has_a_control_and_an_invalid_value_shows_under_its_f
     asyncio.run(scenario())
 
 
+def test_knobs_bring_their_choices_and_help_to_the_form(tmp_path):
+    async def scenario() -> None:
+        app = PipedeckApp(tmp_path / "c.duckdb", QWEN)
+        async with app.run_test(size=SIZE) as pilot:
+            await pilot.press("4")
+            form = app.screen
+            fill(form, {"f-delay_scheduling": "on"})
+            await pilot.pause()
+            picker = form.query_one("#f-delay_mode", Select)
+            assert [value for _, value in picker._options if value != Select.BLANK] == \
+                ["auto", "tpot_first", "e2e_first"]
+            fill(form, {"f-delay_mode": "e2e_first"})
+            await pilot.pause()
+            assert form.problem is None and app.session.config.delay_mode == "e2e_first"
+            tip = str(form.query_one("#f-output_reserve", Input).tooltip)
+            assert tip.startswith("KV admission keeps this share") and tip.endswith("Allowed: in [0, 1].")
+            assert form.query_one("#f-model", Select).tooltip is None  # not a scheduler knob
+
+    asyncio.run(scenario())
+
+
 def test_a_saved_config_runs_in_live_and_tunes_with_its_shape(tmp_path):
     db = tmp_path / "c.duckdb"
 

@@ -27,15 +27,20 @@ FIELD_WIDTH = 30  # columns per form field; the grid holds as many as fit
 
 
 def field_widget(field: FormField, value: object) -> Widget:
-    """The control for one field: a picker for choices and switches, a text input otherwise."""
+    """The control for one field: a picker for choices and switches, a text input otherwise; its help as tooltip."""
+    widget: Widget
     if field.kind == "bool":  # Select takes no falsy values: "on" and "off" stand for True and False
-        return Select([("on", "on"), ("off", "off")], value="on" if value else "off", allow_blank=False,
-                      compact=True, id=f"f-{field.name}")
-    if field.kind == "choice":
+        widget = Select([("on", "on"), ("off", "off")], value="on" if value else "off", allow_blank=False,
+                        compact=True, id=f"f-{field.name}")
+    elif field.kind == "choice":
         choices = list(field.choices) + ([str(value)] if value is not None and value not in field.choices else [])
-        return Select([(c, c) for c in choices], value=Select.BLANK if value is None else str(value),
-                      allow_blank=field.optional, compact=True, id=f"f-{field.name}")
-    return Input(to_text(value), placeholder="derived" if field.optional else "", compact=True, id=f"f-{field.name}")
+        widget = Select([(c, c) for c in choices], value=Select.BLANK if value is None else str(value),
+                        allow_blank=field.optional, compact=True, id=f"f-{field.name}")
+    else:
+        widget = Input(to_text(value), placeholder="derived" if field.optional else "", compact=True,
+                       id=f"f-{field.name}")
+    widget.tooltip = field.help or None
+    return widget
 
 
 class ConfigScreen(View):

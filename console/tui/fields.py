@@ -10,11 +10,13 @@ from types import NoneType
 
 from ...backends.config import ServingConfig
 from ...backends.errors import ConfigError
+from ...backends.knobs import KNOBS
 from ...backends.policies.modes import MODES
 from ...backends.profiles import hardware_names, model_names
 
 CHOICES: dict[str, Callable[[], list[str]]] = {"model": model_names, "hardware": hardware_names,
                                                "mode": lambda: list(MODES)}
+KNOB_OF = {knob.field: knob for knob in KNOBS}
 
 
 @dataclass(frozen=True)
@@ -26,6 +28,7 @@ class FormField:
     value_type: type  # int, float, str, bool or tuple (None stripped)
     optional: bool  # blank means "derive it" (None)
     choices: tuple[str, ...] = ()
+    help: str = ""  # what the knob does and what it takes, from backends/knobs.py
 
     @property
     def label(self) -> str:
@@ -33,7 +36,7 @@ class FormField:
 
 
 def form_fields() -> list[FormField]:
-    """Every ServingConfig field, in declaration order."""
+    """Every ServingConfig field, in declaration order; a declared knob brings its choices and help."""
     hints = typing.get_type_hints(ServingConfig)
     fields = []
     for f in dataclasses.fields(ServingConfig):
@@ -42,14 +45,16 @@ def form_fields() -> list[FormField]:
         optional = NoneType in typing.get_args(hint)
         base = args[0] if optional and len(args) == 1 else hint
         value_type = typing.get_origin(base) or base
+        knob = KNOB_OF.get(f.name)
+        help_text = f"{knob.help} Allowed: {knob.allowed()}." if knob else ""
         if f.name in CHOICES:
             fields.append(FormField(f.name, "choice", str, optional, tuple(CHOICES[f.name]())))
-        elif value_type is typing.Literal:
-            fields.append(FormField(f.name, "choice", str, optional, tuple(map(str, typing.get_args(base)))))
+        elif knob is not None and knob.kind == "choice":
+            fields.append(FormField(f.name, "choice", str, optional, knob.choices, help_text))
         elif value_type is bool:
-            fields.append(FormField(f.name, "bool", bool, optional))
+            fields.append(FormField(f.name, "bool", bool, optional, help=help_text))
         else:
-            fields.append(FormField(f.name, "text", value_type, optional))
+            fields.append(FormField(f.name, "text", value_type, optional, help=help_text))
     return fields
 
 
