@@ -186,6 +186,15 @@ def test_sglang_mixes_decodes_in_exactly_when_the_config_did(tmp_path):
     assert "simulated with decode_in_budget=off and mixed_batches=on, which SGLang cannot match" in mismatched
 
 
+@pytest.mark.parametrize("engine", ["vllm", "vllm-ascend"])
+def test_vllm_notes_semantics_it_cannot_run(tmp_path, engine):
+    model = QWEN if engine == "vllm" else DSV3
+    assert "cannot match" not in export(tmp_path / "a", engine, **model, pp=2)["serve.sh"].read_text()
+    text = export(tmp_path / "b", engine, **model, pp=2, mixed_batches=False)["serve.sh"].read_text()
+    assert "vLLM always mixes decodes into prefill steps" in text
+    assert "simulated with decode_in_budget=on and mixed_batches=off, which vLLM cannot match" in text
+
+
 @pytest.mark.parametrize("mode, strategy", [("fastpp-greedy", "greedy"), ("fastpp-alp", "alp")])
 def test_fastpp_on_sglang_is_the_forks_dynamic_chunk_launch(tmp_path, mode, strategy):
     files = export(tmp_path, "sglang", **QWEN, tp=1, pp=4, mode=mode, chunk=2048, tpot_violation=1.2)

@@ -179,10 +179,22 @@ def _nothing(config: ServingConfig) -> Launch:
     return Launch()
 
 
+def unmatched_semantics(config: ServingConfig, engine: str, matches: bool, rule: str) -> tuple[str, ...]:
+    """A note when the simulated scheduler semantics (decode_in_budget, mixed_batches) are not the engine's."""
+    if matches:
+        return ()
+    on_off = {True: "on", False: "off"}
+    return (f"{engine} {rule}; this config was simulated with decode_in_budget={on_off[config.decode_in_budget]} "
+            f"and mixed_batches={on_off[config.mixed_batches]}, which {engine} cannot match.",)
+
+
 # -- vLLM and vLLM-Ascend -----------------------------------------------------------
 
 def _vllm_common(config: ServingConfig) -> Launch:
     return Launch(
+        notes=unmatched_semantics(config, "vLLM", config.decode_in_budget and config.mixed_batches,
+                                  "always mixes decodes into prefill steps and counts them against "
+                                  "--max-num-batched-tokens"),
         env=partition_env("VLLM_PP_LAYER_PARTITION", config, default_layer_split),
         flags=(
             Flag("--tensor-parallel-size", config.tp),
@@ -247,11 +259,8 @@ def _ascend_vpp(config: ServingConfig) -> Launch:
 def _sglang_common(config: ServingConfig) -> Launch:
     # SGLang's default split gives the remainder to the last ranks (61 layers on 2: 30,31), not vLLM's
     # 31,30, so any split with a remainder is written out.
-    notes = ()
-    if config.decode_in_budget != config.mixed_batches:  # SGLang budgets decodes exactly when it mixes them in
-        notes = (f"SGLang counts running decodes against --chunked-prefill-size only with --enable-mixed-chunk; "
-                 f"this config was simulated with decode_in_budget={'on' if config.decode_in_budget else 'off'} "
-                 f"and mixed_batches={'on' if config.mixed_batches else 'off'}, which SGLang cannot match.",)
+    notes = unmatched_semantics(config, "SGLang", config.decode_in_budget == config.mixed_batches,
+                                "counts running decodes against --chunked-prefill-size only with --enable-mixed-chunk")
     return Launch(
         env=partition_env("SGLANG_PP_LAYER_PARTITION", config, exact_split),
         flags=(
