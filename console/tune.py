@@ -14,6 +14,7 @@ from ..backends.tokens import format_tokens
 from ..store import RunStore, default_db_path
 from ..tuner.engines import get_engine
 from ..tuner.objective import OBJECTIVES, TuneSpec
+from ..tuner.space import knob_settings
 from ..tuner.study import SAMPLERS, TuneOutcome, open_store, run_study
 from .export import export_best
 from .options import workload_options
@@ -133,8 +134,7 @@ _ROWS = [
     ("tp x pp", lambda spec, t: f"{t.config['tp']} x {t.config['pp']}"),
     ("chunk", lambda spec, t: format_tokens(int(t.config["chunk"]))),
     ("layer split", lambda spec, t: ",".join(map(str, t.config["layer_split"]))),
-    ("dcpp smooth / min chunk", lambda spec, t: f"{t.config['smooth_factor']:.2f} / {t.config['min_chunk']}"
-     if t.config["mode"] == "dcpp" else "-"),
+    ("knobs", lambda spec, t: ", ".join(knob_settings(t.config)) or "-"),
     ("objective", lambda spec, t: value_text(spec.objective, t.value)),
     ("attainment", _metric("attainment", ".1%")),
     ("TTFT P90 (s)", _metric("ttft_p90_s", ".3f")),

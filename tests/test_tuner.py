@@ -18,7 +18,7 @@ from pipedeck.console.cli import cli
 from pipedeck.console.errors import run_cli
 from pipedeck.store import RunStore
 from pipedeck.tuner.objective import TuneSpec
-from pipedeck.tuner.space import SpaceContext, default_params, parse_fixes, suggest_config
+from pipedeck.tuner.space import SpaceContext, default_params, knob_settings, parse_fixes, suggest_config
 from pipedeck.tuner.study import open_storage, run_study
 
 SMALL = ["--model", "qwen2.5-14b", "--hardware", "a100-40g-pcie", "--devices", "4",
@@ -69,6 +69,15 @@ def test_fix_pins_dimensions_and_pinning_everything_evaluates_one_config():
     assert all(d == drafts[0] for d in drafts)
     assert drafts[0]["chunk"] == 24576 and drafts[0]["layer_split"] == (16, 15, 15, 15)
     assert all(d["tp"] == 4 for d in sample(ctx, parse_fixes(["pp=4"]), n=5))
+
+
+def test_knob_settings_list_what_the_config_activates():
+    dcpp = ServingConfig(mode="dcpp", smooth_factor=0.75).to_dict()
+    assert knob_settings(dcpp) == ["smooth-factor=0.75", "min-chunk=4096", "delay-scheduling=off"]
+    alp = ServingConfig(mode="fastpp-alp", delay_scheduling=True, rls_forgetting=0.9975, delay_mode="e2e_first")
+    assert knob_settings(alp.to_dict()) == [
+        "alp-window-s=10", "slo-tpot-coeff=1.05", "rls-forgetting=0.9975", "controller-min-chunk=128",
+        "delay-scheduling=on", "waiting-tok-threshold=1024", "load-alpha=0.4", "base-unit=128", "delay-mode=e2e_first"]
 
 
 def test_default_params_are_the_engine_default():
@@ -167,6 +176,17 @@ def test_tune_json_reports_best_default_and_ratio(tmp_path, capsys):
         assert set(out[key]) >= {"config", "goodput_rps", "attainment"}
         assert 0 <= out[key]["attainment"] <= 1
     assert out["ratio"] == pytest.approx(out["best"]["goodput_rps"] / out["default"]["goodput_rps"])
+
+
+def test_tune_summary_shows_the_knobs_of_the_chosen_mode(tmp_path, capsys):
+    args = ["tune", *SMALL, "--trials", "2", "--db", str(tmp_path / "r.duckdb"), "--fix", "mode=dcpp",
+            "--fix", "smooth-factor=0.5", "--fix", "delay-scheduling=on", "--fix", "delay-mode=tpot_first"]
+    assert run_cli(cli, args) == 0
+    rows = [line for line in capsys.readouterr().out.splitlines() if "=" in line]
+    text = " ".join(rows)
+    for setting in ("smooth-factor=0.5", "min-chunk=", "delay-scheduling=on", "delay-mode=tpot_first"):
+        assert setting in text
+    assert "alp-window-s" not in text  # a knob of another mode
 
 
 @pytest.mark.parametrize("extra, message", [

@@ -89,6 +89,22 @@ def dimension_for(flag: str) -> Dimension:
     raise ConfigError(f"fix: unknown dimension {flag!r}; allowed: {', '.join(flags)}")
 
 
+SHAPE_DIMENSIONS = ("parallelism", "mode", "chunk", "layer-split")  # shown on their own by the summaries
+
+
+def knob_settings(config: Draft) -> list[str]:
+    """`flag=value` for each searched knob beyond the shape that is active for this config, in search order."""
+    settings = []
+    for dim in DIMENSIONS:
+        if dim.flag in SHAPE_DIMENSIONS or not dim.active(config):
+            continue
+        value = config.get(dim.fields[0])
+        text = ("on" if value else "off") if isinstance(value, bool) else \
+            f"{value:.4g}" if isinstance(value, float) else str(value)
+        settings.append(f"{dim.flag}={text}")
+    return settings
+
+
 def parse_fixes(items: tuple[str, ...] | list[str]) -> dict[str, object]:
     """`--fix key=value` pairs -> ServingConfig field values."""
     fixed: dict[str, object] = {}

@@ -24,6 +24,7 @@ from ...tuner.engines import ENGINES
 from ...tuner.export import export_best
 from ...tuner.objective import OBJECTIVES, TuneSpec
 from ...tuner.slo import SLOError
+from ...tuner.space import knob_settings
 from ...tuner.study import Progress, open_store, run_study
 from ..tunespec import (DEFAULT_SCENARIO, DEFAULT_TRIALS, TuneInputError, TuneInputs, build_spec, default_engine,
                         value_text)
@@ -65,6 +66,8 @@ def best_text(trial: TrialRow | None, objective: str, ratio: float | None) -> Te
     split = ",".join(map(str, config.get("layer_split") or ()))
     text.append(f"\n{config.get('mode')} {config.get('tp')}×{config.get('pp')} chunk "
                 f"{format_tokens(int(config.get('chunk', 0)))}\nsplit {split}")
+    if config:
+        text.append("\n" + ", ".join(knob_settings(config)), style="dim")
     for key, label, fmt in (("attainment", "attainment", "{:.1%}"), ("ttft_p90_s", "TTFT P90", "{:.3g} s"),
                             ("tpot_p90_s", "TPOT P90", "{:.3g} s")):
         if key in metrics:
