@@ -102,3 +102,4 @@ KNOBS: tuple[Knob, ...] = (
          0, low_open=True),
     Knob("adaptive_fit_chunks", "int", "vpp-adaptive: chunks the linear law is fitted on.", 2),
 )
+KNOB_BY_FIELD: dict[str, Knob] = {knob.field: knob for knob in KNOBS}

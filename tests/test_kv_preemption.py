@@ -15,6 +15,7 @@ from pipedeck.backends.sim.backend import build_engine
 from pipedeck.backends.sim.scheduler import DECODE, SimRequest
 from pipedeck.scenarios import load_scenario
 from pipedeck.store import RunStore
+from tests.test_engine_invariants import max_overlap
 
 KV = 40_000  # tokens: about 30 azure-conv requests' prompts, so decodes fill it
 
@@ -89,14 +90,8 @@ def test_reserving_nothing_preempts_and_recomputes_in_every_mode(mode):
 
 
 def test_a_smaller_reserve_admits_more_at_once(reserve_all):
-    def peak_running(engine):
-        events = sorted([(r.arrival_s + r.ttft_s, 1) for r in engine.records] +
-                        [(r.finish_s, -1) for r in engine.records])
-        level = peak = 0
-        for _, step in events:
-            level += step
-            peak = max(peak, level)
-        return peak
+    def peak_running(engine):  # requests between their first token and their finish
+        return max_overlap([(r.first_token_s, r.finish_s) for r in engine.records])
 
     assert peak_running(reserve_none()[0]) > peak_running(reserve_all[0])
 

@@ -17,7 +17,7 @@ import optuna
 
 from ..backends.config import ServingConfig, default_layer_split, parse_layer_split
 from ..backends.errors import ConfigError
-from ..backends.knobs import KNOBS
+from ..backends.knobs import KNOB_BY_FIELD
 from ..backends.policies.modes import MODES
 from ..backends.tokens import parse_tokens
 
@@ -237,7 +237,7 @@ def _delaying(draft: Draft) -> bool:
 def knob_dimension(field: str, sample: Callable[[optuna.Trial, str], object],
                    active: Callable[[Draft], bool]) -> Dimension:
     """A dimension for one scheduler knob: sampled by `sample`, defaulting to ServingConfig's value."""
-    knob = next(k for k in KNOBS if k.field == field)
+    knob = KNOB_BY_FIELD[field]
     default = getattr(ServingConfig(), field)
     return Dimension(field.replace("_", "-"), (field,), knob.check,
                      lambda trial, draft, ctx: {field: sample(trial, field)},

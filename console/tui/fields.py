@@ -10,13 +10,12 @@ from types import NoneType
 
 from ...backends.config import ServingConfig
 from ...backends.errors import ConfigError
-from ...backends.knobs import KNOBS
+from ...backends.knobs import KNOB_BY_FIELD
 from ...backends.policies.modes import MODES
 from ...backends.profiles import hardware_names, model_names
 
 CHOICES: dict[str, Callable[[], list[str]]] = {"model": model_names, "hardware": hardware_names,
                                                "mode": lambda: list(MODES)}
-KNOB_OF = {knob.field: knob for knob in KNOBS}
 
 
 @dataclass(frozen=True)
@@ -45,7 +44,7 @@ def form_fields() -> list[FormField]:
         optional = NoneType in typing.get_args(hint)
         base = args[0] if optional and len(args) == 1 else hint
         value_type = typing.get_origin(base) or base
-        knob = KNOB_OF.get(f.name)
+        knob = KNOB_BY_FIELD.get(f.name)
         help_text = f"{knob.help} Allowed: {knob.allowed()}." if knob else ""
         if f.name in CHOICES:
             fields.append(FormField(f.name, "choice", str, optional, tuple(CHOICES[f.name]())))
