@@ -24,6 +24,8 @@ def report(**fields: object) -> StepReport:
                 chunk_sq=0.0, decode_context=0.0, ttfts=(), token_gaps=(), kv_free=0.5, running=10, waiting=0,
                 backlog_tokens=0, arrived=0)
     base.update(fields)
+    base.setdefault("admissible_tokens", base["backlog_tokens"])  # admission blocks nothing unless a test says so
+    base.setdefault("finished_prompt_tokens", 0)
     return StepReport(**base)  # type: ignore[arg-type]
 
 
@@ -262,6 +264,20 @@ def test_alp_counts_arrivals_over_its_window_as_demand():
     assert c.chunk == 512  # 20.6K tokens/s wanted
     c.observe(report(finished_at=21.0, stage_s=FLOOR, decode_tokens=1, arrived=22))
     assert c.demand() == 0.0  # the window slid past every arrival
+
+
+def test_alp_asks_only_for_what_admission_lets_in_while_it_is_blocked():
+    def window(admissible: int) -> PredictiveChunkController:
+        c = alp()
+        for t in range(12):  # 2 arrivals a second, 150K tokens queued, 1500 prompt tokens a second finishing
+            c.observe(report(finished_at=float(t), stage_s=A0 + A1 * 2000, prefill_tokens=2000, arrived=2 * t,
+                             backlog_tokens=150_000, admissible_tokens=admissible, finished_prompt_tokens=1500 * t))
+        return c
+
+    blocked, free = window(admissible=6_000), window(admissible=150_000)
+    assert blocked.demand() == pytest.approx(15_000 / 10 + 6_000 / 10)  # what finished + what fits, not arrivals
+    assert free.demand() == pytest.approx(2_000 + 150_000 / 10)  # arrivals' prompts + the whole backlog
+    assert blocked.chunk == 128 and free.chunk == 256  # 17K tokens/s wanted: 256 gives 18K, 128 only 14K
 
 
 def test_alp_leaves_the_decodes_their_share_of_the_budget():

@@ -96,6 +96,23 @@ def test_a_smaller_reserve_admits_more_at_once(reserve_all):
     assert peak_running(reserve_none()[0]) > peak_running(reserve_all[0])
 
 
+@pytest.mark.parametrize("max_running, admitted", [(256, 2), (1, 1)])
+def test_admissible_tokens_are_the_prompts_admission_takes_next(max_running, admitted):
+    config = ServingConfig(model="qwen2.5-14b", hardware="a100-40g-pcie", pp=2, chunk=16_384, kv_capacity=10_000,
+                           output_reserve=0.5, max_running=max_running).resolve()
+    sched = build_engine(config).sched
+    # claims (prompt + half the output): 3500 and 5000 fit in 10K; 2050 more does not, and the last,
+    # small enough to fit, waits behind it
+    queue = [SimRequest(0, 0.0, 3000, 1000), SimRequest(1, 0.0, 4000, 2000), SimRequest(2, 0.0, 2000, 100),
+             SimRequest(3, 0.0, 10, 1)]
+    sched.waiting.extend(queue)
+    expected = sum(q.prompt for q in queue[:admitted])
+    assert sched.backlog_tokens() == 9010 and sched.admissible_tokens() == expected
+    sched.form(0.0)  # a budget larger than every prompt: admission alone decides who enters
+    assert sched.running == admitted and list(sched.waiting) == queue[admitted:]
+    assert sched.admissible_tokens() == 0 < sched.backlog_tokens()  # their prompts are in flight; nothing more fits
+
+
 def test_preemptions_are_reported_and_stored(tmp_path):
     config = ServingConfig(model="qwen2.5-14b", hardware="a100-40g-pcie", tp=2, pp=2, chunk=1024,
                            kv_capacity=KV, output_reserve=0.0)

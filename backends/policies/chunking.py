@@ -40,6 +40,8 @@ class StepReport:
     running: int  # admitted, unfinished requests
     waiting: int  # arrived, not admitted
     backlog_tokens: int  # prompt tokens not yet scheduled (waiting and partly prefilled requests)
+    admissible_tokens: int  # the part of the backlog admission lets in now (all of it unless KV or slots block)
+    finished_prompt_tokens: int  # prompt tokens of the requests finished so far
     arrived: int  # requests arrived so far
 
 

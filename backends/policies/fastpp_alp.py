@@ -22,19 +22,21 @@ controller_min_chunk..chunk in controller_step steps once per pipeline
 round, every pp completed steps, as the greedy controller does: the pp
 micro-batches of a round then have the same budget, so the stages pass them
 on without the bubbles that a small micro-batch behind a large one leaves
-(re-choosing every step cost 8% of goodput in calibration B).
-It learns from every step. A step with
-budget c is predicted to hold the last step's decodes d (at most c when decodes
-count against the budget, with their context sum scaled alike) and a prefill
-chunk of p = c - d tokens (p = c when they do not, as in SGLang) at the last
-step's mean prefill prefix (chunk_prefix / prefill_tokens; 0 if it had no
-prefill). Predicted TPOT = pp x tau(c): with pp micro-batches in flight a
-decode's next token waits for pp steps on every rank. Prefill throughput =
-p / tau(c) (the pipeline finishes a step every tau). Demand = arrival rate x
-mean prompt length over the last alp_window_s seconds plus backlog /
-alp_window_s. Chosen: the smallest chunk with pp tau <= slo_tpot_coeff x
-slo_tpot_s and throughput >= demand; else the largest that keeps TPOT; else
-the smallest.
+(re-choosing every step cost 5% of goodput in calibration B).
+It learns from every step. A step with budget c is predicted to hold the
+last step's decodes d (at most c when decodes count against the budget,
+with their context sum scaled alike) and a prefill chunk of p = c - d
+tokens (p = c when they do not) at the last step's mean prefill prefix
+(chunk_prefix / prefill_tokens; 0 if it had no prefill). Predicted TPOT =
+pp x tau(c): with pp micro-batches in flight a decode's next token waits for
+pp steps on every rank. Prefill throughput = p / tau(c) (the pipeline
+finishes a step every tau). Demand = arrival rate x mean prompt length over
+the last alp_window_s seconds plus backlog / alp_window_s; while admission
+is blocked (KV cache or running slots full), prefill can take no more than
+admission lets in: the finished requests' prompt tokens per second plus the
+admissible part of the backlog / alp_window_s. Chosen: the smallest chunk
+with pp tau <= slo_tpot_coeff x slo_tpot_s and throughput >= demand; else
+the largest that keeps TPOT; else the smallest.
 """
 
 from __future__ import annotations
@@ -62,6 +64,8 @@ class _Sample(NamedTuple):
     at: float
     arrived: int
     backlog: int
+    admissible: int  # the part of the backlog admission lets in now
+    finished: int  # prompt tokens of the requests finished so far
     prefilled: int  # prompt tokens of all steps completed so far
 
 
@@ -119,7 +123,8 @@ class PredictiveChunkController:
         self._decodes, self._context = r.decode_tokens, r.decode_context
         self._prefix = r.chunk_prefix / r.prefill_tokens if r.prefill_tokens else 0.0
         self._prefilled += r.prefill_tokens
-        self._samples.append(_Sample(r.finished_at, r.arrived, r.backlog_tokens, self._prefilled))
+        self._samples.append(_Sample(r.finished_at, r.arrived, r.backlog_tokens, r.admissible_tokens,
+                                     r.finished_prompt_tokens, self._prefilled))
         while self._samples[0].at < r.finished_at - self.window_s:
             self._samples.popleft()
         self._steps += 1
@@ -128,11 +133,20 @@ class PredictiveChunkController:
         self.history.append(self.chunk)
 
     def demand(self) -> float:
-        """Prompt tokens per second prefill must sustain: arrival rate x mean prompt + backlog / window."""
+        """Prompt tokens per second prefill must sustain: what enters the backlog + backlog / window.
+
+        While admission is blocked (the KV cache or the running slots are
+        full), prefill can only take what admission lets in: requests enter
+        as others finish, so the inflow is the finished requests' prompt
+        tokens per second, and the backlog is its admissible part.
+        """
         if not self._samples:
             return 0.0
         old, new = self._samples[0], self._samples[-1]
         span, arrivals = new.at - old.at, new.arrived - old.arrived
+        if new.admissible < new.backlog:
+            inflow = (new.finished - old.finished) / span if span > 0 else 0.0
+            return inflow + new.admissible / self.window_s
         inflow = 0.0
         if span > 0 and arrivals > 0:
             # prompt tokens that arrived = backlog growth + what prefill took meanwhile

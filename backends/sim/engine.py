@@ -308,7 +308,8 @@ class Engine:
             decode_tokens=b.tokens - b.prefill_tokens, chunk_prefix=b.chunk_prefix, chunk_sq=b.chunk_sq,
             decode_context=b.decode_context, ttfts=tuple(ttfts), token_gaps=tuple(gaps),
             kv_free=1.0 - s.kv_used / s.kv_capacity, running=s.running, waiting=len(s.waiting),
-            backlog_tokens=s.backlog_tokens(), arrived=self.next_arrival)
+            backlog_tokens=s.backlog_tokens(), admissible_tokens=s.admissible_tokens(),
+            finished_prompt_tokens=s.finished_prompt, arrived=self.next_arrival)
 
     def _finish(self, q: SimRequest, t: float) -> None:
         q.finish = t

@@ -89,6 +89,7 @@ class StepScheduler:
         self.pending_prompt = 0  # tokens admitted requests still have to prefill
         self.output_left = 0  # tokens running requests still have to generate
         self.preemptions = 0
+        self.finished_prompt = 0  # prompt tokens of the requests finished so far
         self.admitted = 0
         self.batches = 0
         self.chunks = 0
@@ -219,9 +220,15 @@ class StepScheduler:
 
     def _admissible(self, q: SimRequest) -> bool:
         """A running slot is free and the KV cache has room for q's prompt and the reserved outputs."""
-        reserved = self.output_reserve * (self.output_left + q.output - q.emitted)
-        return self.running < self.max_running and \
-            self.kv_used + self.pending_prompt + q.target + reserved <= self.kv_capacity
+        return self.running < self.max_running and self._kv_room() >= self._kv_claim(q)
+
+    def _kv_room(self) -> float:
+        """KV tokens free after the admitted prompts and the running outputs' reserve."""
+        return self.kv_capacity - self.kv_used - self.pending_prompt - self.output_reserve * self.output_left
+
+    def _kv_claim(self, q: SimRequest) -> float:
+        """What admitting q takes of that room: its prompt and its outputs' reserve."""
+        return q.target + self.output_reserve * (q.output - q.emitted)
 
     def _preempt(self, q: SimRequest, decodable: deque[SimRequest]) -> SimRequest:
         """Free the KV of the youngest request among q and the decodable ones; it waits to recompute."""
@@ -243,6 +250,17 @@ class StepScheduler:
         """Prompt tokens not yet issued: waiting requests and the rest of partly prefilled ones."""
         return sum(q.target for q in self.waiting) + self.pending_prompt
 
+    def admissible_tokens(self) -> int:
+        """The part of the backlog prefill could take now: the rest of admitted prompts and the
+        waiting requests, in queue order, that admission would let in one after another."""
+        room, slots, tokens = self._kv_room(), self.max_running - self.running, self.pending_prompt
+        for q in self.waiting:
+            claim = self._kv_claim(q)
+            if slots <= 0 or claim > room:
+                break
+            room, slots, tokens = room - claim, slots - 1, tokens + q.target
+        return tokens
+
     def token_out(self, q: SimRequest, kind: int) -> bool:
         """Record a token emitted for q by an entry of this kind; True when q has finished."""
         if kind != DECODE:
@@ -250,6 +268,7 @@ class StepScheduler:
         q.emitted += 1
         self.output_left -= 1
         if q.emitted >= q.output:
+            self.finished_prompt += q.prompt
             self.running -= 1
             self.kv_used -= q.held
             q.held = 0
