@@ -80,8 +80,10 @@ class PredictiveChunkController:
         low = min(c.controller_min_chunk, c.chunk)
         self.candidates = list(range(low, c.chunk + 1, c.controller_step))
         largest = c.chunk + c.max_running  # a step's tokens: its chunk and at most every running decode
-        self.sizes = np.array([1, *range(PROFILE_STEP, largest + PROFILE_STEP, PROFILE_STEP)], dtype=float)
-        self.times = np.array([env.decode_stage_time(int(n)) for n in self.sizes])
+        sizes = np.array([1, *range(PROFILE_STEP, largest + PROFILE_STEP, PROFILE_STEP)])
+        probed = [env.decode_stage_time(int(n)) for n in sizes]
+        # interpolated once at every token count: linear() runs several times a step
+        self._linear = np.interp(np.arange(sizes[-1] + 1), sizes, probed)
         self.model = RecursiveLeastSquares(4, c.rls_forgetting)
         self._decodes, self._context, self._prefix = 0, 0.0, 0.0
         self._samples: deque[_Sample] = deque()
@@ -103,8 +105,9 @@ class PredictiveChunkController:
         return self.chunk
 
     def linear(self, tokens: int) -> float:
-        """The profiled linear-layer seconds of a step of `tokens` tokens."""
-        return float(np.interp(tokens, self.sizes, self.times))
+        """The profiled linear-layer seconds of a step of `tokens` tokens (held beyond the largest probe)."""
+        table = self._linear
+        return float(table[min(tokens, len(table) - 1)])
 
     def predict(self, prefill: int, decodes: int, chunk_prefix: float, chunk_sq: float,
                 decode_context: float) -> float:
@@ -114,12 +117,13 @@ class PredictiveChunkController:
 
     def observe(self, report: StepReport) -> None:
         r = report
-        if r.stage_s > 0:
-            predicted = self.predict(r.prefill_tokens, r.decode_tokens, r.chunk_prefix, r.chunk_sq, r.decode_context)
+        x = self._features(r.prefill_tokens, r.chunk_prefix, r.chunk_sq, r.decode_context)
+        linear = self.linear(r.prefill_tokens + r.decode_tokens)
+        if r.stage_s > 0:  # score the prediction made before this step's update
+            predicted = linear + self.model.predict(x) / RESIDUAL_UNIT
             self._ape_sum += abs(predicted - r.stage_s) / r.stage_s
             self._seen += 1
-        x = self._features(r.prefill_tokens, r.chunk_prefix, r.chunk_sq, r.decode_context)
-        self.model.update(x, (r.stage_s - self.linear(r.prefill_tokens + r.decode_tokens)) * RESIDUAL_UNIT)
+        self.model.update(x, (r.stage_s - linear) * RESIDUAL_UNIT)
         self._decodes, self._context = r.decode_tokens, r.decode_context
         self._prefix = r.chunk_prefix / r.prefill_tokens if r.prefill_tokens else 0.0
         self._prefilled += r.prefill_tokens
