@@ -251,8 +251,11 @@ class StepScheduler:
         return sum(q.target for q in self.waiting) + self.pending_prompt
 
     def admissible_tokens(self) -> int:
-        """The part of the backlog prefill could take now: the rest of admitted prompts and the
-        waiting requests, in queue order, that admission would let in one after another."""
+        """The part of the backlog prefill could take now.
+
+        That is the rest of the admitted prompts and the waiting requests, in
+        queue order, that admission would let in one after another.
+        """
         room, slots, tokens = self._kv_room(), self.max_running - self.running, self.pending_prompt
         for q in self.waiting:
             claim = self._kv_claim(q)
