@@ -14,6 +14,13 @@ from pipedeck.store import RunStore
 from tests.tui_support import QWEN, SIZE, fill, wait_for
 
 
+async def open_config(pilot) -> ConfigScreen:  # noqa: ANN001 - a Pilot
+    await pilot.press("4")
+    form = pilot.app.screen
+    assert isinstance(form, ConfigScreen)
+    return form
+
+
 def message(screen: ConfigScreen, field: str) -> str:
     return str(screen.query_one(f"#m-{field}", Static).content)
 
@@ -22,9 +29,7 @@ def test_every_config_field_has_a_control_and_an_invalid_value_shows_under_its_f
     async def scenario() -> None:
         app = PipedeckApp(tmp_path / "c.duckdb", QWEN)
         async with app.run_test(size=SIZE) as pilot:
-            await pilot.press("4")
-            form = app.screen
-            assert isinstance(form, ConfigScreen)
+            form = await open_config(pilot)
             assert {f.name for f in dataclasses.fields(ServingConfig)} == {f.name for f in form.fields}
             assert form.query_one("#f-mode", Select).value == "cpp" and form.problem is None
             fill(form, {"f-tp": "3"})
@@ -47,8 +52,7 @@ def test_knobs_bring_their_choices_and_help_to_the_form(tmp_path):
     async def scenario() -> None:
         app = PipedeckApp(tmp_path / "c.duckdb", QWEN)
         async with app.run_test(size=SIZE) as pilot:
-            await pilot.press("4")
-            form = app.screen
+            form = await open_config(pilot)
             fill(form, {"f-delay_scheduling": "on"})
             await pilot.pause()
             picker = form.query_one("#f-delay_mode", Select)
@@ -70,8 +74,7 @@ def test_a_saved_config_runs_in_live_and_tunes_with_its_shape(tmp_path):
     async def scenario() -> None:
         app = PipedeckApp(db, QWEN)
         async with app.run_test(size=SIZE) as pilot:
-            await pilot.press("4")
-            form = app.screen
+            form = await open_config(pilot)
             fill(form, {"f-mode": "vpp", "config-name": "qwen-vpp"})
             await pilot.pause()
             await pilot.press("ctrl+s")

@@ -147,10 +147,11 @@ class PredictiveChunkController:
         if not self._samples:
             return 0.0
         old, new = self._samples[0], self._samples[-1]
-        span, arrivals = new.at - old.at, new.arrived - old.arrived
+        span = new.at - old.at
         if new.admissible < new.backlog:
             inflow = (new.finished - old.finished) / span if span > 0 else 0.0
             return inflow + new.admissible / self.window_s
+        arrivals = new.arrived - old.arrived
         inflow = 0.0
         if span > 0 and arrivals > 0:
             # prompt tokens that arrived = backlog growth + what prefill took meanwhile
