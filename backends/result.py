@@ -30,15 +30,17 @@ class RequestRecord(NamedTuple):
         return (self.finish_s - self.first_token_s) / (self.output_tokens - 1)
 
 
-TRANSFER_KINDS = frozenset({"send", "recv", "exchange"})
+TRANSFER_KINDS = frozenset({"send", "recv", "exchange", "wait"})
 
 
 class Span(NamedTuple):
-    """One block of a rank's timeline: a virtual stage running a micro-batch, or a blocking transfer.
+    """One block of a rank's timeline: a virtual stage running a micro-batch, or communication it waits on.
 
     `request` and `chunk` name the micro-batch's lead prefill request and its
     chunk index (-1 for decode-only batches); kind is prefill, decode, mixed,
-    or a blocking transfer: send, recv, or exchange (both ways at once).
+    a blocking transfer: send, recv, or exchange (both ways at once), or wait:
+    the receiving rank, free, waiting on an asynchronous transfer still in
+    flight (counted as exposed communication).
     """
 
     rank: int

@@ -193,7 +193,10 @@ class Engine:
         _, b, stage, ready_t, xfer_start = best
         if xfer_start is not None and ready_t > self.idle_since[r]:
             idle = self.idle_since[r]
-            self.comm[r] += ready_t - (idle if idle > xfer_start else xfer_start)
+            waited = idle if idle > xfer_start else xfer_start
+            self.comm[r] += ready_t - waited
+            if self.timeline and ready_t > waited:  # waiting on a transfer still in flight
+                self._record((r, stage, b.id, b.lead, b.chunk, waited, ready_t, "wait"))
         busy = b.busy[stage]
         coll = b.comm[stage]
         self.compute[r] += busy - coll
