@@ -1,0 +1,81 @@
+"""What an engine actually emitted, seen from outside: every token and every micro-batch it formed.
+
+`trace(engine)` wraps the scheduler's `token_out` (the engine calls it once
+per token a micro-batch emits as it leaves the last stage) and `form` (once
+per micro-batch). `check_tokens` then holds the engine's request records to
+the workload's own specs and to that log, so that nothing is compared with
+the engine's copy of itself.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from typing import NamedTuple
+
+from pipedeck.backends.sim.scheduler import FIRST_TOKEN
+
+
+class Token(NamedTuple):
+    request: int
+    kind: int  # the scheduler's entry kind: FIRST_TOKEN, DECODE or RESUME
+    time: float
+    finished: bool  # what token_out answered: the request is done
+
+
+class Trace:
+    def __init__(self) -> None:
+        self.tokens: list[Token] = []
+        self.prefill_tokens = 0  # prompt tokens over every micro-batch formed
+
+
+def trace(engine) -> Trace:
+    """Log every token the engine emits and every prompt token it schedules; returns the (filling) log."""
+    log = Trace()
+    sched = engine.sched
+    token_out, form = sched.token_out, sched.form
+
+    def logged_token_out(q, kind):
+        finished = token_out(q, kind)
+        log.tokens.append(Token(q.id, kind, engine.now, finished))
+        return finished
+
+    def logged_form(now):
+        batch = form(now)
+        if batch is not None:
+            log.prefill_tokens += batch.prefill_tokens
+        return batch
+
+    sched.token_out, sched.form = logged_token_out, logged_form
+    return log
+
+
+def check_tokens(log: Trace, records, requests, preemptions: int = 0, exits=None) -> None:
+    """Every request got exactly its output tokens, one first token, nothing after its finish, one record.
+
+    `requests` are the workload's specs; `exits`, when given, the times
+    micro-batches left the last stage (from the timeline), at which alone
+    tokens may come out.
+    """
+    ids = Counter(r.id for r in records)
+    assert set(ids) == {q.id for q in requests}, "a request has no record, or a record no request"
+    assert max(ids.values()) == 1, [i for i, n in ids.items() if n > 1]
+    by_id = {r.id: r for r in records}
+    emitted = defaultdict(list)
+    for token in log.tokens:
+        emitted[token.request].append(token)
+    for q in requests:
+        tokens, rec = emitted[q.id], by_id[q.id]
+        assert len(tokens) == q.output_tokens, (q.id, len(tokens), q.output_tokens)
+        assert [t.kind == FIRST_TOKEN for t in tokens] == [True] + [False] * (len(tokens) - 1), q.id
+        times = [t.time for t in tokens]
+        assert all(a < b for a, b in zip(times, times[1:])), q.id  # one token per micro-batch that leaves
+        assert [t.finished for t in tokens] == [False] * (len(tokens) - 1) + [True], q.id
+        assert rec.first_token_s == times[0] and rec.finish_s == times[-1], q.id  # nothing after the finish
+        assert times[0] > rec.arrival_s, q.id
+        if exits is not None:
+            assert set(times) <= exits, q.id
+    prompts = sum(q.prompt_tokens for q in requests)
+    if preemptions:  # a preempted request prefills its prompt and generated tokens again
+        assert log.prefill_tokens > prompts
+    else:
+        assert log.prefill_tokens == prompts
