@@ -17,8 +17,10 @@ from .tokens import parse_tokens
 
 # Scheduler semantics of an SGLang launch with --enable-mixed-chunk, as FastPP runs: running decodes count
 # against the chunk budget, admission keeps the settled new-token ratio (0.7 x 0.14) of the running outputs
-# free, and the request pool is sized from memory (4096 on the cards here) rather than vLLM's 256.
-SGLANG_MIXED_CHUNK = {"decode_in_budget": True, "mixed_batches": True, "output_reserve": 0.098, "max_running": 4096}
+# free, the request pool is sized from memory (4096 on the cards here) rather than vLLM's 256, and each
+# micro-batch slot keeps its own running batch (running_mbs in SGLang's PP scheduler).
+SGLANG_MIXED_CHUNK = {"decode_in_budget": True, "mixed_batches": True, "output_reserve": 0.098, "max_running": 4096,
+                      "sticky_decodes": True}
 
 
 def default_layer_split(layers: int, stages: int) -> tuple[int, ...]:
@@ -67,6 +69,7 @@ class ServingConfig:
     decode_in_budget: bool = True  # vLLM, and SGLang with mixed chunks, count decodes against the chunk budget
     output_reserve: float = 1.0  # share of running requests' remaining output that KV admission keeps free
     mixed_batches: bool = True  # decodes ride along with prefill chunks (SGLang without mixed chunk: no)
+    sticky_decodes: bool = False  # SGLang: a request decodes in one micro-batch slot, each slot its whole batch
     # DCPP (vLLM-Ascend profiling chunk)
     smooth_factor: float = 1.0
     min_chunk: int = 4096

@@ -34,13 +34,13 @@ def trace(engine) -> Trace:
     sched = engine.sched
     token_out, form = sched.token_out, sched.form
 
-    def logged_token_out(q, kind):
-        finished = token_out(q, kind)
+    def logged_token_out(q, kind, slot=0):
+        finished = token_out(q, kind, slot)
         log.tokens.append(Token(q.id, kind, engine.now, finished))
         return finished
 
-    def logged_form(now):
-        batch = form(now)
+    def logged_form(now, slot=0):
+        batch = form(now, slot)
         if batch is not None:
             log.prefill_tokens += batch.prefill_tokens
         return batch

@@ -25,8 +25,8 @@ def decode_heavy_run(delay: bool):
     sizes: list[int] = []
     form = engine.sched.form
 
-    def recording(now: float):
-        batch = form(now)
+    def recording(now: float, slot: int = 0):
+        batch = form(now, slot)
         if batch is not None and batch.prefill_tokens == 0:
             sizes.append(batch.tokens)
         return batch

@@ -17,8 +17,8 @@ def batches(**knobs):
     seen: list[tuple[int, int]] = []
     form = engine.sched.form
 
-    def recording(now: float):
-        batch = form(now)
+    def recording(now: float, slot: int = 0):
+        batch = form(now, slot)
         if batch is not None:
             seen.append((batch.prefill_tokens, batch.tokens))
         return batch

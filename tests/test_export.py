@@ -179,11 +179,15 @@ def test_sglang_flags(tmp_path):
 
 
 def test_sglang_mixes_decodes_in_exactly_when_the_config_did(tmp_path):
-    unmixed = export(tmp_path / "a", "sglang", **QWEN, tp=2, pp=2, mixed_batches=False, decode_in_budget=False)
+    sglang = dict(**QWEN, tp=2, pp=2, sticky_decodes=True)
+    unmixed = export(tmp_path / "a", "sglang", **sglang, mixed_batches=False, decode_in_budget=False)
     assert "--enable-mixed-chunk" not in options(parse_script(unmixed["serve.sh"])[1])
     assert "cannot match" not in unmixed["serve.sh"].read_text()
-    mismatched = export(tmp_path / "b", "sglang", **QWEN, tp=2, pp=2, decode_in_budget=False)["serve.sh"].read_text()
-    assert "simulated with decode_in_budget=off and mixed_batches=on, which SGLang cannot match" in mismatched
+    mismatched = export(tmp_path / "b", "sglang", **sglang, decode_in_budget=False)["serve.sh"].read_text()
+    assert ("simulated with decode_in_budget=off, mixed_batches=on and sticky_decodes=on, which SGLang cannot match"
+            in mismatched)
+    floating = export(tmp_path / "c", "sglang", **QWEN, tp=2, pp=2)["serve.sh"].read_text()
+    assert "keeps each request in its micro-batch's running batch" in floating  # vLLM's decode semantics
 
 
 @pytest.mark.parametrize("engine", ["vllm", "vllm-ascend"])
@@ -192,7 +196,9 @@ def test_vllm_notes_semantics_it_cannot_run(tmp_path, engine):
     assert "cannot match" not in export(tmp_path / "a", engine, **model, pp=2)["serve.sh"].read_text()
     text = export(tmp_path / "b", engine, **model, pp=2, mixed_batches=False)["serve.sh"].read_text()
     assert "vLLM always mixes decodes into prefill steps" in text
-    assert "simulated with decode_in_budget=on and mixed_batches=off, which vLLM cannot match" in text
+    assert "simulated with decode_in_budget=on, mixed_batches=off and sticky_decodes=off, which vLLM cannot match" in text
+    sticky = export(tmp_path / "c", engine, **model, pp=2, sticky_decodes=True)["serve.sh"].read_text()
+    assert "lets any running request join any step" in sticky and "sticky_decodes=on" in sticky
 
 
 @pytest.mark.parametrize("mode, strategy", [("fastpp-greedy", "greedy"), ("fastpp-alp", "alp")])

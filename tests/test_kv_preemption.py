@@ -32,8 +32,8 @@ def traced_run(output_reserve: float, mode: str = "cpp", requests: int = 120):
     peak = [0]
     form, preempt = sched.form, sched._preempt
 
-    def recording_form(now: float):
-        batch = form(now)
+    def recording_form(now: float, slot: int = 0):
+        batch = form(now, slot)
         peak[0] = max(peak[0], sched.kv_used)
         if batch is not None:
             for q, kind in batch.entries:

@@ -1,7 +1,11 @@
 """The engine's schedules under the linear chunk-cost law of domain.md section 3."""
 
+import pytest
 from pytest import approx
 
+from pipedeck.backends.config import ServingConfig
+from pipedeck.backends.sim import SimBackend
+from pipedeck.scenarios import catalog
 from tests.toy import compute_spans, gaps, run_toy
 
 N = 8
@@ -45,22 +49,67 @@ def test_vpp_async_runs_new_entry_stage_before_old_exit_stage():
     assert rank0.index((3, 2)) < rank0.index((0, 4))
 
 
-def test_vpp_packs_three_chunks_into_a_window_of_nine():
-    """N = 8, t = 1: the drain window is 9; chunks of cost 1 + 2 + 3 = 6 fit, the fourth (4) does not."""
-    engine, spans = run_toy("vpp", [N, N])
+def test_two_short_requests_share_a_vpp_micro_batch():
+    """Cross-request packing: two half-chunk prompts fill one step under vpp; without packing they take two."""
+    packed, spans = run_toy("vpp", [0.5, 0.5])
+    assert packed.steps == 1 and packed.sched.chunks == 2
+    entry = [s for s in compute_spans(spans, 0) if s.stage == 0]
+    assert len(entry) == 1 and entry[0].request == 0  # one micro-batch led by request 0 ...
+    assert {r.id: r.first_token_s for r in packed.records}[1] == entry[0].end + 3.0  # ... that emits both tokens
+    plain, _ = run_toy("vpp-async", [0.5, 0.5])
+    assert plain.steps == 2 and plain.sched.chunks == 2
+
+
+def test_vpp_keeps_one_extra_micro_batch_in_flight():
+    """With pp + 1 micro-batches in flight, rank 0 starts chunk 2 before chunk 0 has left the pipeline."""
+    _, spans = run_toy("vpp", [1, 1, 1, 1])
     rank0 = compute_spans(spans, 0)
-    last_exit = next(s for s in rank0 if s.request == 0 and s.stage == 3 and s.chunk == N - 1)
-    prev_exit = next(s for s in rank0 if s.request == 0 and s.stage == 3 and s.chunk == N - 2)
-    assert last_exit.start - prev_exit.end == approx(9.0)  # the window the entry rank would idle
-    packed = [s for s in rank0 if s.request == 1 and s.stage == 0 and s.start < last_exit.start]
-    assert [s.chunk for s in packed] == [0, 1, 2]
-    assert all(prev_exit.end <= s.start and s.end <= last_exit.start for s in packed)
+    exit0 = next(s for s in rank0 if s.request == 0 and s.stage == 3)
+    assert [s.request for s in rank0 if s.stage == 0 and s.start < exit0.start] == [0, 1, 2]
 
 
-def test_packing_never_delays_the_draining_request():
-    plain, _ = run_toy("vpp-async", [N, N])
-    packed, _ = run_toy("vpp", [N, N])
-    first = {r.id: r.first_token_s for r in plain.records}
-    first_packed = {r.id: r.first_token_s for r in packed.records}
-    assert first_packed[0] == approx(first[0])
-    assert first_packed[1] < first[1]
+def handoffs(spans, rank):
+    return [s for s in spans if s.rank == rank and s.kind == "exchange"]
+
+
+def test_sync_fold_handoff_stalls_both_ranks_and_the_async_order_removes_it():
+    """Rank 1 holds the heavy middle stages: under vpp-sync rank 0 blocks in its send until rank 1 reaches the handoff.
+
+    Stage weights 1, 2, 2, 1 and a transfer of 0.25 t: at every fold handoff both
+    ranks exchange at once (rank 0 sends chunk k+1 while rank 1 sends chunk k
+    back); rank 0 arrived first and waited, blocked, although rank 1 needs
+    nothing from it to finish chunk k. VPP-Async sends without blocking.
+    """
+    cost = dict(weights=(1.0, 2.0, 2.0, 1.0), transfer=0.25)
+    sync, sync_spans = run_toy("vpp-sync", [N], **cost)
+    rank0, rank1 = handoffs(sync_spans, 0), handoffs(sync_spans, 1)
+    assert len(rank1) >= N - 2
+    ends0 = {round(s.end, 9): s for s in rank0}
+    for s in rank1:
+        mine = ends0[round(s.end, 9)]  # the same exchange, seen from rank 0
+        assert mine.start < s.start  # rank 0 was there first and stalled
+        assert s.end - s.start == approx(0.25)  # rank 1 pays the transfer itself
+    stall = sum(s.end - s.start - 0.25 for s in rank0)
+    assert stall > N  # rank 0 stalls about one light round per chunk
+
+    async_, async_spans = run_toy("vpp-async", [N], **cost)
+    assert not [s for s in async_spans if s.kind in ("send", "recv", "exchange")]
+    comm0 = {r.rank: r.exposed_comm for r in async_.rank_times(async_.records[0].finish_s)}[0]
+    sync_comm0 = {r.rank: r.exposed_comm for r in sync.rank_times(sync.records[0].finish_s)}[0]
+    assert comm0 < sync_comm0 - stall + 1e-9
+    assert async_.records[0].first_token_s < sync.records[0].first_token_s
+
+
+FOLDBACK = ("vpp-sync", "vpp-async", "vpp", "vpp-adaptive")
+
+
+@pytest.mark.parametrize("scenario", sorted(catalog()))
+def test_every_fold_back_mode_serves_every_catalog_scenario(scenario):
+    """The fold-back modes are continuous-batching schedulers: any traffic, several requests per micro-batch."""
+    workload = catalog()[scenario].workload(seed=0, num_requests=12 if scenario.startswith("long") else 40)
+    for mode in FOLDBACK:
+        result = SimBackend().run(catalog()[scenario], ServingConfig(mode=mode, chunk=16384), seed=0,
+                                  num_requests=len(workload.requests), timeline=False)
+        assert sorted(r.id for r in result.records) == [r.id for r in workload.requests]
+        if len(workload.requests) > 1 and not scenario.startswith("long"):  # micro-batches hold several requests
+            assert result.steps < sum(-(-r.prompt_tokens // 16384) + r.output_tokens for r in workload.requests)

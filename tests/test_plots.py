@@ -195,12 +195,12 @@ def test_gantt_labels_stage_and_chunk_and_colours_transfers_dark(capsys, runs, t
     timeline = compare(capsys, runs, tmp_path, "cpp", "vpp")["timeline"]
     traces = {t["name"]: t for t in timeline["data"]}
     prefill = traces[f"{name(runs, 'vpp')} rank 0 prefill"]
-    assert prefill["text"][:5] == ["s0 c0", "s0 c1", "s0 c2", "s0 c3", "s3 c0"]  # the fold-back: s3 runs on rank 0
+    assert prefill["text"][:5] == ["s0 c0", "s0 c1", "s0 c2", "s3 c0", "s0 c3"]  # the fold-back: s3 runs on rank 0
     send = traces[f"{name(runs, 'cpp')} rank 0 send"]
     assert send["marker"]["color"] == "#2e2e2e" and "text" not in send
     assert "request %{customdata[2]} chunk %{customdata[3]}" in prefill["hovertemplate"]
     assert "virtual stage %{customdata[0]} · batch %{customdata[1]}" in prefill["hovertemplate"]
-    assert values(prefill["customdata"])[4].tolist() == [3, 0, 0, 0]  # stage, batch, request, chunk
+    assert values(prefill["customdata"])[3].tolist() == [3, 0, 0, 0]  # stage, batch, request, chunk
 
 
 def test_gantt_caps_long_runs_to_their_first_spans_and_says_so(capsys, runs, tmp_path):

@@ -11,27 +11,31 @@ CHUNK = 1024
 
 
 class LinearChunkCost:
-    """tau_k = (k + 1) * t on every virtual stage, where k = prefix // CHUNK."""
+    """tau_k = (k + 1) * t on every virtual stage (times its weight), where k = prefix // CHUNK.
+
+    Transfers take `transfer` seconds whatever their size.
+    """
 
     step_overhead_s = 0.0
 
-    def __init__(self, stages: int, t: float = 1.0):
-        self.stages, self.t = stages, t
+    def __init__(self, stages: int, t: float = 1.0, weights: tuple[float, ...] | None = None, transfer: float = 0.0):
+        self.weights = weights or (1.0,) * stages
+        self.t, self.transfer = t, transfer
 
     def stage_costs(self, shape):
         tau = (shape.prefix_tokens // CHUNK + 1) * self.t
-        return [tau] * self.stages, [0.0] * self.stages
+        return [tau * w for w in self.weights], [0.0] * len(self.weights)
 
     def transfer_time(self, tokens: int) -> float:
-        return 0.0
+        return self.transfer
 
 
-def run_toy(mode: str, chunks_per_request: list[int], pp: int = 2):
-    """Run requests of the given chunk counts, all queued at t=0, under the toy cost."""
+def run_toy(mode: str, chunks_per_request: list[float], pp: int = 2, **cost):
+    """Run requests of the given chunk counts (fractions make short prompts), all queued at t=0, under the toy cost."""
     config = ServingConfig(model="qwen2.5-14b", hardware="a100-40g-pcie", tp=1, pp=pp, mode=mode,
                            chunk=CHUNK).resolve()
-    engine = build_engine(config, timeline=True, cost=LinearChunkCost(len(config.layer_split)))
-    requests = [SimRequest(i, 0.0, n * CHUNK, 1) for i, n in enumerate(chunks_per_request)]
+    engine = build_engine(config, timeline=True, cost=LinearChunkCost(len(config.layer_split), **cost))
+    requests = [SimRequest(i, 0.0, int(n * CHUNK), 1) for i, n in enumerate(chunks_per_request)]
     engine.run(requests, None)
     return engine, sorted(engine.span_list(), key=lambda s: (s.rank, s.start))
 

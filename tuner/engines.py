@@ -180,21 +180,23 @@ def _nothing(config: ServingConfig) -> Launch:
 
 
 def unmatched_semantics(config: ServingConfig, engine: str, matches: bool, rule: str) -> tuple[str, ...]:
-    """A note when the simulated scheduler semantics (decode_in_budget, mixed_batches) are not the engine's."""
+    """A note when the simulated scheduler semantics (decode_in_budget, mixed_batches, sticky_decodes) are not the engine's."""
     if matches:
         return ()
     on_off = {True: "on", False: "off"}
-    return (f"{engine} {rule}; this config was simulated with decode_in_budget={on_off[config.decode_in_budget]} "
-            f"and mixed_batches={on_off[config.mixed_batches]}, which {engine} cannot match.",)
+    return (f"{engine} {rule}; this config was simulated with decode_in_budget={on_off[config.decode_in_budget]}, "
+            f"mixed_batches={on_off[config.mixed_batches]} and sticky_decodes={on_off[config.sticky_decodes]}, "
+            f"which {engine} cannot match.",)
 
 
 # -- vLLM and vLLM-Ascend -----------------------------------------------------------
 
 def _vllm_common(config: ServingConfig) -> Launch:
     return Launch(
-        notes=unmatched_semantics(config, "vLLM", config.decode_in_budget and config.mixed_batches,
-                                  "always mixes decodes into prefill steps and counts them against "
-                                  "--max-num-batched-tokens"),
+        notes=unmatched_semantics(config, "vLLM",
+                                  config.decode_in_budget and config.mixed_batches and not config.sticky_decodes,
+                                  "always mixes decodes into prefill steps, counts them against "
+                                  "--max-num-batched-tokens and lets any running request join any step"),
         env=partition_env("VLLM_PP_LAYER_PARTITION", config, default_layer_split),
         flags=(
             Flag("--tensor-parallel-size", config.tp),
@@ -259,8 +261,9 @@ def _ascend_vpp(config: ServingConfig) -> Launch:
 def _sglang_common(config: ServingConfig) -> Launch:
     # SGLang's default split gives the remainder to the last ranks (61 layers on 2: 30,31), not vLLM's
     # 31,30, so any split with a remainder is written out.
-    notes = unmatched_semantics(config, "SGLang", config.decode_in_budget == config.mixed_batches,
-                                "counts running decodes against --chunked-prefill-size only with --enable-mixed-chunk")
+    notes = unmatched_semantics(config, "SGLang", config.decode_in_budget == config.mixed_batches and config.sticky_decodes,
+                                "counts running decodes against --chunked-prefill-size only with --enable-mixed-chunk "
+                                "and keeps each request in its micro-batch's running batch")
     return Launch(
         env=partition_env("SGLANG_PP_LAYER_PARTITION", config, exact_split),
         flags=(

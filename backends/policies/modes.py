@@ -1,6 +1,13 @@
 """The pipeline modes: each one a layout, a transfer discipline, an ordering
-rule, a chunk policy and an admission policy. New modes register here; the
-engine reads only the `ModeSpec`."""
+rule, a chunk policy and whether a step packs several prompts. New modes
+register here; the engine reads only the `ModeSpec`.
+
+Every mode schedules as a continuous-batching engine does (one token budget
+per step, decodes of many requests in every micro-batch, the same admission,
+KV accounting and preemption): the fold-back modes change where stages run,
+how transfers block and how many micro-batches are in flight, not how many
+requests a micro-batch may hold.
+"""
 
 from __future__ import annotations
 
@@ -8,7 +15,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from .admission import Admission, ContinuousAdmission, DrainPacking, SerialAdmission
 from .adaptive import AdaptiveChunk
 from .chunking import ChunkPolicy, DynamicChunk, FixedChunk
 from .fastpp_alp import PredictiveChunkController
@@ -41,9 +47,9 @@ class ModeSpec:
     layout: str  # "linear" or "foldback"
     sync_transfers: bool  # blocking send/recv that both sides wait for
     extra_in_flight: int  # micro-batches in flight beyond one per rank
-    entry_first: bool  # rank 0 runs a new micro-batch's first stage before older last stages
+    entry_first: bool  # rank 0 runs a new micro-batch's first stage before an older one's last (VPP-Async)
     chunk_policy: Callable[[PolicyEnv], ChunkPolicy]
-    admission: Callable[[PolicyEnv], Admission]
+    pack_prompts: bool = True  # a step's budget left after one prompt's chunk takes the next prompts' chunks
     params: tuple[str, ...] = ()  # config fields only this mode reads
 
     @property
@@ -75,36 +81,24 @@ def _adaptive(env: PolicyEnv) -> ChunkPolicy:
     return AdaptiveChunk(c.chunk, c.adaptive_threshold, c.adaptive_fit_chunks, env.entry_stage_time)
 
 
-def _continuous(env: PolicyEnv) -> Admission:
-    return ContinuousAdmission()
-
-
-def _serial(env: PolicyEnv) -> Admission:
-    return SerialAdmission()
-
-
-def _packing(env: PolicyEnv) -> Admission:
-    return DrainPacking(env.entry_stage_time)
-
-
 register_mode(ModeSpec(
     "cpp", "chunked prefill PP: fixed chunks, stage i on rank i",
-    "linear", True, 0, False, _fixed, _continuous))
+    "linear", True, 0, False, _fixed))
 register_mode(ModeSpec(
     "dcpp", "dynamic chunk PP (vLLM-Ascend profiling chunk): later chunks shrink to equal time",
-    "linear", True, 0, False, _dcpp, _continuous, ("smooth_factor", "min_chunk")))
+    "linear", True, 0, False, _dcpp, params=("smooth_factor", "min_chunk")))
 register_mode(ModeSpec(
-    "vpp-sync", "V-shaped fold-back, blocking transfers, one prompt at a time",
-    "foldback", True, 0, False, _fixed, _serial))
+    "vpp-sync", "V-shaped fold-back, blocking transfers in program order, one prompt's chunk per step",
+    "foldback", True, 1, False, _fixed, pack_prompts=False))
 register_mode(ModeSpec(
     "vpp-async", "fold-back with overlapped transfers and the entry rank's swapped order",
-    "foldback", False, 1, True, _fixed, _serial))
+    "foldback", False, 1, True, _fixed, pack_prompts=False))
 register_mode(ModeSpec(
-    "vpp", "vpp-async plus packing of the next prompt's leading chunks into the drain window",
-    "foldback", False, 2, True, _fixed, _packing))
+    "vpp", "vpp-async plus cross-request packing: a step's leftover budget takes the next prompts' leading chunks",
+    "foldback", False, 1, True, _fixed))
 register_mode(ModeSpec(
     "vpp-adaptive", "vpp whose chunks are resized locally when stage times leave the linear law (e.g. DSA)",
-    "foldback", False, 2, True, _adaptive, _packing, ("adaptive_threshold", "adaptive_fit_chunks")))
+    "foldback", False, 1, True, _adaptive, params=("adaptive_threshold", "adaptive_fit_chunks")))
 
 
 def _fastpp_greedy(env: PolicyEnv) -> ChunkPolicy:
@@ -117,10 +111,10 @@ def _fastpp_alp(env: PolicyEnv) -> ChunkPolicy:
 
 register_mode(ModeSpec(
     "fastpp-greedy", "FastPP greedy: every pp steps reset, shrink or grow the chunk on free KV and observed TTFT/TPOT",
-    "linear", False, 0, False, _fastpp_greedy, _continuous,
-    ("slo_ttft_s", "slo_tpot_s", "controller_min_chunk", "controller_base_chunk", "controller_step",
+    "linear", False, 0, False, _fastpp_greedy,
+    params=("slo_ttft_s", "slo_tpot_s", "controller_min_chunk", "controller_base_chunk", "controller_step",
      "kv_free_threshold", "tpot_violation", "ttft_low", "ttft_high", "tpot_safe")))
 register_mode(ModeSpec(
     "fastpp-alp", "FastPP ALP: the smallest chunk whose RLS-predicted latency keeps TPOT and prefill throughput",
-    "linear", False, 0, False, _fastpp_alp, _continuous,
-    ("slo_tpot_s", "controller_min_chunk", "controller_step", "alp_window_s", "slo_tpot_coeff", "rls_forgetting")))
+    "linear", False, 0, False, _fastpp_alp,
+    params=("slo_tpot_s", "controller_min_chunk", "controller_step", "alp_window_s", "slo_tpot_coeff", "rls_forgetting")))

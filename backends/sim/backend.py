@@ -64,10 +64,10 @@ def build_engine(config: ServingConfig, timeline: bool = False, observer: RunObs
         return cost.stage_costs(BatchShape(batch, 0, 0, 0, batch, batch, 0, batch))[0][0]
 
     env = PolicyEnv(config, chunk_latency, entry_stage_time, decode_stage_time)
-    delay = DelayScheduler(config.pp, config.slo_tpot_s, config.waiting_tok_threshold, config.load_alpha,
+    in_flight = config.pp + spec.extra_in_flight
+    delay = DelayScheduler(in_flight, config.slo_tpot_s, config.waiting_tok_threshold, config.load_alpha,
                            config.base_unit, config.delay_mode) if config.delay_scheduling else None
-    scheduler = StepScheduler(cost, spec.chunk_policy(env), spec.admission(env),
-                              config.max_running, config.kv_capacity, hops, topk, delay, config.decode_in_budget,
-                              config.mixed_batches, config.output_reserve)
-    return Engine(cost, scheduler, ranks, spec.sync_transfers, config.pp + spec.extra_in_flight,
-                  spec.entry_first, timeline, observer)
+    scheduler = StepScheduler(cost, spec.chunk_policy(env), config.max_running, config.kv_capacity, in_flight, topk,
+                              delay, config.decode_in_budget, config.mixed_batches, config.output_reserve,
+                              spec.pack_prompts, config.sticky_decodes)
+    return Engine(cost, scheduler, ranks, spec.sync_transfers, in_flight, spec.entry_first, timeline, observer)

@@ -1,14 +1,20 @@
 """The discrete-event core: micro-batches moving through ranks.
 
-Each rank runs one virtual stage of one micro-batch at a time, choosing among
-ready work by the mode's ordering rule (oldest micro-batch first; with
-`entry_first`, rank 0 starts a new micro-batch's first stage before older
-micro-batches' last stage). Between ranks, a synchronous transfer blocks the
-sender until the receiver is free to receive and both stay busy while the
-data moves (two ranks sending to each other exchange at once); an
-asynchronous transfer is queued on the link and overlaps with compute. Up to
-pp (+ the mode's extra) micro-batches are in flight; when one leaves the last
-stage its tokens are emitted and the scheduler forms the next.
+The layout's key (`program_order`) ranks every (micro-batch, stage) a rank
+will run. With synchronous transfers a rank follows that order strictly, as a
+worker issuing blocking send/recv must: it runs the smallest-key work of the
+micro-batches in flight and waits for it when it is not there yet. A send
+blocks the sender until the receiver has posted the matching receive (its
+program has reached that work and it is free), then both are busy while the
+data moves; when two ranks each block sending to the other and each one's
+next work is the other's send (the fold handoff of vanilla VPP), both
+directions go at once as one exchange, so each has stalled until the other
+arrived. With asynchronous transfers (receives posted ahead on alternating
+communication groups) a rank runs the smallest-key work that has arrived,
+a send is queued on the link and overlaps compute, and a rank waits only
+when nothing has arrived. Up to `in_flight` micro-batches (slots) are in
+flight; when one leaves the last stage its tokens are emitted and the
+scheduler forms the next one for the freed slot.
 
 Time accounting per rank: compute (kernels), exposed communication (TP
 collectives, blocked sends and receives, waiting on an in-flight transfer),
@@ -25,6 +31,7 @@ from ..base import RunCancelled, RunObserver, Snapshot
 from ..policies.chunking import FixedChunk, StepReport
 from ..result import RankTime, RequestRecord, Span
 from ..errors import ConfigError
+from ..policies.layouts import program_order
 from .costs import CostModel
 from .scheduler import FIRST_TOKEN, PREFILL, Batch, SimRequest, StepScheduler
 
@@ -41,10 +48,11 @@ class Engine:
                  timeline: bool, observer: RunObserver | None):
         self.cost, self.sched = cost, scheduler
         self.stage_ranks = stage_ranks
+        self.order = program_order(stage_ranks, entry_first)
         self.nstages = len(stage_ranks)
         self.pp = max(stage_ranks) + 1
-        self.sync, self.entry_first = sync, entry_first
-        self.slots = in_flight
+        self.sync = sync
+        self.free_slots = list(range(in_flight))
         self.step_overhead = cost.step_overhead_s
         self.learns = type(scheduler.policy).observe is not FixedChunk.observe
         self.timeline, self.observer = timeline, observer
@@ -52,8 +60,10 @@ class Engine:
         self.state = [FREE] * p
         self.idle_since = [0.0] * p
         self.blocked_since = [0.0] * p
-        self.ready: list[list[tuple]] = [[] for _ in range(p)]
-        self.incoming: list[list[tuple]] = [[] for _ in range(p)]  # sync sends waiting for this rank
+        self.program: list[list[tuple[int, int, int]]] = [[] for _ in range(p)]  # sync: heaps of (key, batch, stage)
+        self.ready: list[dict[tuple[int, int], tuple]] = [{} for _ in range(p)]  # work here or on its way
+        self.incoming: list[dict[tuple[int, int], tuple]] = [{} for _ in range(p)]  # blocked sync senders
+        self.sending: list[tuple | None] = [None] * p  # (to rank, batch, stage) a blocked sender waits to hand over
         self.wake_at = [math.inf] * p
         self.link_free: dict[tuple[int, int], float] = {}
         self.compute = [0.0] * p
@@ -143,60 +153,45 @@ class Engine:
         self._try_schedule(t)
 
     def _try_schedule(self, t: float) -> None:
-        while self.slots > 0:
-            b = self.sched.form(t)
+        """Form a micro-batch for every free slot that has work."""
+        sticky = self.sched.sticky
+        for slot in list(self.free_slots):
+            b = self.sched.form(t, slot)
             if b is None:
+                if sticky:
+                    continue  # another slot may hold decodes
                 return
-            self.slots -= 1
+            self.free_slots.remove(slot)
             self.steps += 1
             if self.in_flight == 0:
                 self.idle_total += t - self.idle_start
             self.in_flight += 1
             self.sched_free = max(self.sched_free, t) + self.step_overhead
-            self._enqueue(self.stage_ranks[0], b, 0, self.sched_free, None)
+            if self.sync:
+                for stage, (rank, (a, c)) in enumerate(zip(self.stage_ranks, self.order)):
+                    heapq.heappush(self.program[rank], (a * b.id + c, b.id, stage))
+            self._arrive(self.stage_ranks[0], b, 0, self.sched_free, None)
 
     # -- ranks ----------------------------------------------------------------
-    def _enqueue(self, r: int, b: Batch, stage: int, ready_t: float, xfer_start: float | None) -> None:
-        """Make stage `stage` of b ready on rank r at ready_t (after a transfer that started at xfer_start)."""
-        if self.entry_first:  # younger request groups last; within one, first stages first
-            key = (b.group << 41) | ((stage != 0) << 40) | b.id
-        else:
-            key = b.id
-        self.ready[r].append((key, b, stage, ready_t, xfer_start))
+    def _arrive(self, r: int, b: Batch, stage: int, ready_t: float, xfer_start: float | None) -> None:
+        """Stage `stage` of b can run on rank r from ready_t (after a transfer that started at xfer_start)."""
+        self.ready[r][(b.id, stage)] = (b, ready_t, xfer_start)
         self._dispatch(r, self.now)
 
     def _dispatch(self, r: int, t: float) -> None:
-        """Start the best ready work on rank r if it is free (or wake it when work arrives)."""
+        """If rank r is free, start its next work (or receive it, or wait for it)."""
         if self.state[r] != FREE:
             return
-        if self.incoming[r]:
-            self._receive(r, t)
+        work = self._next_in_program(r, t) if self.sync else self._first_arrived(r, t)
+        if work is None:
             return
-        ready = self.ready[r]
-        if not ready:
-            return
-        best = None
-        soonest = math.inf
-        for item in ready:
-            rt = item[3]
-            if rt <= t:
-                if best is None or item[0] < best[0]:
-                    best = item
-            elif rt < soonest:
-                soonest = rt
-        if best is None:
-            if soonest < self.wake_at[r]:
-                self.wake_at[r] = soonest
-                heapq.heappush(self.heap, (soonest, next(self.seq), WAKE, r, None))
-            return
-        ready.remove(best)
-        _, b, stage, ready_t, xfer_start = best
-        if xfer_start is not None and ready_t > self.idle_since[r]:
-            idle = self.idle_since[r]
-            waited = idle if idle > xfer_start else xfer_start
-            self.comm[r] += ready_t - waited
-            if self.timeline and ready_t > waited:  # waiting on a transfer still in flight
-                self._record((r, stage, b.id, b.lead, b.chunk, waited, ready_t, "wait"))
+        b, ready_t, xfer_start = self.ready[r].pop(work)
+        bid, stage = work
+        if xfer_start is not None and ready_t > self.idle_since[r]:  # waited on an in-flight transfer
+            wait_from = max(self.idle_since[r], xfer_start)
+            self.comm[r] += ready_t - wait_from
+            if self.timeline:
+                self._record((r, stage, b.id, b.lead, b.chunk, wait_from, ready_t, "wait"))
         busy = b.busy[stage]
         coll = b.comm[stage]
         self.compute[r] += busy - coll
@@ -206,6 +201,45 @@ class Engine:
         heapq.heappush(self.heap, (end, next(self.seq), DONE, r, b))
         if self.timeline:
             self._record((r, stage, b.id, b.lead, b.chunk, t, end, b.kind))
+
+    def _next_in_program(self, r: int, t: float) -> tuple[int, int] | None:
+        """Synchronous ranks: the head of the program if it is here; receive it if its sender waits."""
+        if not self.program[r]:
+            return None
+        work = self.program[r][0][1:]
+        item = self.ready[r].get(work)
+        if item is not None:
+            if item[1] > t:  # the host is still preparing it
+                self._wake(r, item[1])
+                return None
+            heapq.heappop(self.program[r])
+            return work
+        if work in self.incoming[r]:
+            self._receive(r, t, work)
+        return None  # still upstream: the rank waits for it (bubble)
+
+    def _first_arrived(self, r: int, t: float) -> tuple[int, int] | None:
+        """Asynchronous ranks: the smallest-key work that has arrived; else wake when the next lands."""
+        best = None
+        best_key = soonest = math.inf
+        order = self.order
+        for work, (b, ready_t, _) in self.ready[r].items():
+            if ready_t <= t:
+                a, c = order[work[1]]
+                key = a * work[0] + c
+                if key < best_key:
+                    best, best_key = work, key
+            elif ready_t < soonest:
+                soonest = ready_t
+        if best is None:
+            self._wake(r, soonest)
+        return best
+
+    def _wake(self, r: int, when: float) -> None:
+        """Dispatch rank r again at `when` (its next work lands then)."""
+        if when < self.wake_at[r]:
+            self.wake_at[r] = when
+            heapq.heappush(self.heap, (when, next(self.seq), WAKE, r, None))
 
     def _record(self, span: tuple) -> None:
         self.spans.append(span)
@@ -229,7 +263,7 @@ class Engine:
         if r2 == r:
             self.state[r] = FREE
             self.idle_since[r] = t
-            self._enqueue(r, b, nxt, t, None)
+            self._arrive(r, b, nxt, t, None)
         elif self.sync:
             self._send(t, r, r2, b, nxt)
         else:
@@ -237,28 +271,36 @@ class Engine:
             arrive = start + self.cost.transfer_time(b.tokens)
             self.link_free[(r, r2)] = arrive
             self._free(r, t)
-            self._enqueue(r2, b, nxt, arrive, start)
+            self._arrive(r2, b, nxt, arrive, start)
 
     # -- synchronous transfers -----------------------------------------------
+    def _next(self, r: int) -> tuple[int, int] | None:
+        """(batch, stage) of the next work in rank r's program."""
+        return self.program[r][0][1:] if self.program[r] else None
+
     def _send(self, t: float, r: int, r2: int, b: Batch, stage: int) -> None:
-        """Rank r blocks sending b to r2 until r2 can receive."""
+        """Rank r blocks sending b to r2 until r2 posts the matching receive."""
         self.state[r] = BLOCKED
         self.blocked_since[r] = t
-        mutual = next((s for s in self.incoming[r] if s[0] == r2), None)
-        if mutual is not None:  # r2 is blocked sending to us: exchange both ways at once
-            self.incoming[r].remove(mutual)
-            x = max(self.cost.transfer_time(b.tokens), self.cost.transfer_time(mutual[1].tokens))
-            self._push(t + x, XFER, ((r, r2, b, stage), (r2, r, mutual[1], mutual[2])))
-        elif self.state[r2] == FREE:
+        pending = self.sending[r2]
+        if (pending is not None and pending[0] == r and self._next(r) == (pending[1].id, pending[2])
+                and self._next(r2) == (b.id, stage)):  # each waits for the other: one exchange both ways
+            self.sending[r2] = None
+            del self.incoming[r][(pending[1].id, pending[2])]
+            x = max(self.cost.transfer_time(b.tokens), self.cost.transfer_time(pending[1].tokens))
+            self._push(t + x, XFER, ((r, r2, b, stage), (r2, r, pending[1], pending[2])))
+        elif self.state[r2] == FREE and self._next(r2) == (b.id, stage):
             self.state[r2] = BLOCKED
             self.blocked_since[r2] = t
             self._push(t + self.cost.transfer_time(b.tokens), XFER, ((r, r2, b, stage),))
         else:
-            self.incoming[r2].append((r, b, stage))
+            self.incoming[r2][(b.id, stage)] = (r, b, stage)
+            self.sending[r] = (r2, b, stage)
 
-    def _receive(self, r: int, t: float) -> None:
-        """Free rank r takes the oldest send waiting for it."""
-        src, b, stage = self.incoming[r].pop(0)
+    def _receive(self, r: int, t: float, work: tuple[int, int]) -> None:
+        """Free rank r posts the receive its program has reached; the blocked sender hands over."""
+        src, b, stage = self.incoming[r].pop(work)
+        self.sending[src] = None
         self.state[r] = BLOCKED
         self.blocked_since[r] = t
         self._push(t + self.cost.transfer_time(b.tokens), XFER, ((src, r, b, stage),))
@@ -276,13 +318,13 @@ class Engine:
             self.state[r] = FREE
             self.idle_since[r] = t
         for _, dst, b, stage in transfers:
-            self._enqueue(dst, b, stage, t, None)
+            self.ready[dst][(b.id, stage)] = (b, t, None)
         for r in roles:
             self._dispatch(r, t)
 
     # -- completion -------------------------------------------------------------
     def _complete(self, t: float, b: Batch) -> None:
-        token_out = self.sched.token_out
+        token_out, slot = self.sched.token_out, b.slot
         ttfts, gaps = [], []
         for q, kind in b.entries:
             if kind == PREFILL:
@@ -293,11 +335,12 @@ class Engine:
             else:  # a decode, or the recompute of a preempted request
                 gaps.append(t - q.last_token)
             q.last_token = t
-            if token_out(q, kind):
+            if token_out(q, kind, slot):
                 self._finish(q, t)
         if self.learns:
             self.sched.policy.observe(self._report(t, b, ttfts, gaps))
-        self.slots += 1
+        self.free_slots.append(slot)
+        self.free_slots.sort()
         self.in_flight -= 1
         if self.in_flight == 0:
             self.idle_start = t

@@ -16,15 +16,26 @@ settles at 0.098, vLLM reserves none). When a decode finds the cache full the
 youngest decodable request is preempted (recompute, as vLLM and SGLang's
 retraction do): its KV is freed and it waits at the head of the queue to
 prefill its prompt and generated tokens again, which yields its next token.
-How large chunks are and whose prompts may be chunked now is left to the
-mode's chunk and admission policies.
+How large chunks are is left to the mode's chunk policy; with `pack_prompts`
+off (the fold-back modes without cross-request packing) a step takes prefill
+chunks of one prompt only.
+
+Which decodes join a step follows one of two engines:
+- vLLM (`sticky_decodes` off): any running request whose previous token is
+  out may join the next step, up to the budget; requests float between
+  micro-batches (vLLM v1's scheduler skips only requests still in flight).
+- SGLang (`sticky_decodes` on): one running batch per micro-batch slot
+  (`running_mbs[mb_id]` in SGLang's PP scheduler). A request joins the slot
+  whose step emitted its first token and stays there; each step of a slot
+  decodes that slot's whole running batch, whatever the chunk size (the
+  chunked-prefill size bounds prefill tokens only). As requests finish the
+  slots drift apart in size. Delay scheduling moves requests between slots.
 """
 
 from __future__ import annotations
 
 from collections import deque
 
-from ..policies.admission import Admission
 from ..policies.chunking import ChunkPolicy
 from ..policies.delay import DelayScheduler
 from .costs import BatchShape, CostModel, capped_pairs
@@ -36,7 +47,7 @@ class SimRequest:
     """A request's progress inside the simulator."""
 
     __slots__ = ("id", "seq", "arrival", "prompt", "output", "target", "scheduled", "held", "chunks", "emitted",
-                 "first_token", "last_token", "finish", "last_busy")
+                 "first_token", "last_token", "finish", "slot")
 
     def __init__(self, rid: int, arrival: float, prompt: int, output: int):
         self.id, self.arrival, self.prompt, self.output = rid, arrival, prompt, output
@@ -47,17 +58,17 @@ class SimRequest:
         self.chunks = 0
         self.emitted = 0
         self.first_token = self.last_token = self.finish = 0.0
-        self.last_busy: list[float] | None = None  # stage times of its latest chunk
+        self.slot = 0  # the micro-batch slot it decodes in (SGLang semantics)
 
 
 class Batch:
     """One micro-batch (scheduler step) travelling through the virtual stages."""
 
-    __slots__ = ("id", "entries", "busy", "comm", "stage", "group", "lead", "chunk", "kind",
+    __slots__ = ("id", "slot", "entries", "busy", "comm", "stage", "lead", "chunk", "kind",
                  "tokens", "prefill_tokens", "created", "chunk_prefix", "chunk_sq", "decode_context")
 
-    def __init__(self, bid: int, entries: list, created: float):
-        self.id, self.entries, self.created = bid, entries, created
+    def __init__(self, bid: int, slot: int, entries: list, created: float):
+        self.id, self.slot, self.entries, self.created = bid, slot, entries, created
         self.stage = 0
         self.busy: list[float] = []
         self.comm: list[float] = []
@@ -67,23 +78,24 @@ class StepScheduler:
     """Holds the request queues and builds micro-batches.
 
     Queues: `waiting` (arrived, not admitted), `prefilling` (admitted, first
-    token not out yet, in admission order; its head is the lead request) and
-    `decodable` (running requests whose previous token is out).
+    token not out yet, in admission order) and `decoding`, one queue of
+    running requests whose previous token is out per micro-batch slot (one
+    queue shared by every slot unless `sticky_decodes`).
     """
 
-    def __init__(self, cost: CostModel, chunk_policy: ChunkPolicy, admission: Admission,
-                 max_running: int, kv_capacity: int, hops: int, topk: int = 0,
-                 delay: DelayScheduler | None = None, decode_in_budget: bool = True,
-                 mixed_batches: bool = True, output_reserve: float = 1.0):
-        self.cost, self.policy, self.admission = cost, chunk_policy, admission
+    def __init__(self, cost: CostModel, chunk_policy: ChunkPolicy, max_running: int, kv_capacity: int,
+                 slots: int, topk: int = 0, delay: DelayScheduler | None = None, decode_in_budget: bool = True,
+                 mixed_batches: bool = True, output_reserve: float = 1.0, pack_prompts: bool = True,
+                 sticky_decodes: bool = False):
+        self.cost, self.policy = cost, chunk_policy
         self.delay = delay  # decode micro-batch rebalancing, when on
         self.decode_in_budget, self.mixed_batches = decode_in_budget, mixed_batches
-        self.hops = hops  # rank-to-rank transfers a micro-batch makes
+        self.pack_prompts, self.sticky = pack_prompts, sticky_decodes
         self.max_running, self.kv_capacity, self.output_reserve = max_running, kv_capacity, output_reserve
         self.topk = topk  # DSA keys per query (0 = dense attention)
         self.waiting: deque[SimRequest] = deque()
         self.prefilling: list[SimRequest] = []
-        self.decodable: deque[SimRequest] = deque()
+        self.decoding: list[deque[SimRequest]] = [deque() for _ in range(slots if sticky_decodes else 1)]
         self.running = 0
         self.kv_used = 0
         self.pending_prompt = 0  # tokens admitted requests still have to prefill
@@ -94,31 +106,29 @@ class StepScheduler:
         self.batches = 0
         self.chunks = 0
 
-    def form(self, now: float) -> Batch | None:
-        """Build the next micro-batch, or None when there is nothing to run."""
+    def form(self, now: float, slot: int = 0) -> Batch | None:
+        """Build the next micro-batch for a free slot, or None when there is nothing to run."""
         prefill_budget = self.policy.step_budget()
+        queue = self.decoding[slot] if self.sticky else self.decoding[0]
         if not self.mixed_batches and self._prompt_work_ready():
             decode_slots = 0  # a prefill-only step: decodes wait for the next one
+        elif self.sticky:
+            decode_slots = len(queue)  # the slot's whole running batch
         else:
-            decode_slots = prefill_budget if self.decode_in_budget else len(self.decodable)
-        budget = decode_slots
+            decode_slots = prefill_budget if self.decode_in_budget else len(queue)
+        if self.delay is not None and decode_slots and len(queue) > 1:
+            queue = self._rebalance(queue, decode_slots, slot, now)
         entries: list[tuple[SimRequest, int]] = []
         prefill = pairs = capped = dec_pairs = dec_capped = prefix_sum = chunk_prefix = chunk_sq = 0
-        lead = lead_chunk = group = -1
+        lead = lead_chunk = -1
         topk = self.topk
-        decodable = self.decodable
-        if self.delay is not None and len(decodable) > 1:
-            go, later = self.delay.split(list(decodable)[:budget], self.running - len(self.prefilling),
-                                         self.backlog_tokens(), now)
-            rest = list(decodable)[budget:]
-            decodable = deque(go)
-            self.decodable = deque(later + rest)  # held back: first in line next step
-        while budget > 0 and decodable:
-            q = decodable.popleft()
+        budget = decode_slots
+        while budget > 0 and queue:
+            q = queue.popleft()
             if self.kv_used >= self.kv_capacity:  # no room for this token's KV
-                victim = self._preempt(q, decodable)
+                victim = self._preempt(q, queue)
                 if victim is not q:
-                    decodable.appendleft(q)
+                    queue.appendleft(q)
                 continue
             budget -= 1
             q.held += 1
@@ -128,14 +138,10 @@ class StepScheduler:
             dec_capped += ctx if topk <= 0 or ctx < topk else topk
             entries.append((q, DECODE))
         decode_tokens = sampled = len(entries)
-        if not self.decode_in_budget or not decode_slots:
-            budget = prefill_budget
+        budget = prefill_budget - decode_tokens if self.decode_in_budget else prefill_budget
 
         prefilling, waiting = self.prefilling, self.waiting
-        lead_req = prefilling[0] if prefilling else None
-        draining = lead_req is not None and lead_req.scheduled == lead_req.target
         candidates = [q for q in prefilling if q.scheduled < q.target]
-        drained_lead = None
         next_candidate = 0
         while budget > 0:
             if next_candidate < len(candidates):
@@ -150,13 +156,7 @@ class StepScheduler:
             room = self.kv_capacity - self.kv_used
             if room <= 0:
                 break
-            is_lead = lead_req is None or q is lead_req
-            want = min(q.target - q.scheduled, budget, self.policy.request_chunk(q.scheduled), room)
-            tokens = self.admission.allowance(is_lead, draining, want, q.scheduled)
-            if tokens <= 0:
-                if fresh:
-                    break
-                continue
+            tokens = min(q.target - q.scheduled, budget, self.policy.request_chunk(q.scheduled), room)
             if fresh:
                 waiting.popleft()
                 q.seq = self.admitted
@@ -165,8 +165,6 @@ class StepScheduler:
                 self.pending_prompt += q.target
                 self.output_left += q.output - q.emitted
                 prefilling.append(q)
-                if lead_req is None:
-                    lead_req = q
             start = q.scheduled
             q.scheduled += tokens
             q.held += tokens
@@ -181,36 +179,50 @@ class StepScheduler:
             chunk_prefix += tokens * start
             chunk_sq += tokens * tokens
             if lead < 0:
-                lead, lead_chunk, group = q.id, q.chunks, q.seq
+                lead, lead_chunk = q.id, q.chunks
             q.chunks += 1
             self.chunks += 1
             if q.scheduled == q.target:
                 sampled += 1
                 entries.append((q, RESUME if q.emitted else FIRST_TOKEN))
-                if q is lead_req:
-                    drained_lead = q
             else:
                 entries.append((q, PREFILL))
+            if not self.pack_prompts:
+                break
         if not entries:
             return None
 
-        b = Batch(self.batches, entries, now)
+        b = Batch(self.batches, slot, entries, now)
         self.batches += 1
         b.tokens = decode_tokens + prefill
         b.prefill_tokens = prefill
         b.chunk_prefix, b.chunk_sq, b.decode_context = chunk_prefix, chunk_sq, dec_pairs
         b.lead, b.chunk = lead, lead_chunk
-        b.group = group if group >= 0 else (lead_req.seq if lead_req is not None else self.admitted)
         b.kind = "decode" if not prefill else ("prefill" if not decode_tokens else "mixed")
         shape = BatchShape(b.tokens, prefill, pairs, capped, dec_pairs, dec_capped, prefix_sum, sampled)
         b.busy, b.comm = self.cost.stage_costs(shape)
-        if prefill:
-            for q, kind in entries:
-                if kind != DECODE:
-                    prev, q.last_busy = q.last_busy, b.busy
-                    if q is drained_lead:
-                        self.admission.on_drain(b.busy, prev, self.cost.transfer_time(b.tokens) * self.hops)
         return b
+
+    def _rebalance(self, queue: deque[SimRequest], take: int, slot: int, now: float) -> deque[SimRequest]:
+        """Let delay scheduling hold back some of the decodes about to join this step.
+
+        vLLM semantics: the held requests stay first in line for the next step.
+        SGLang semantics: they move to the slots with the fewest running
+        requests and decode there from then on (FastPP's batch rebalancing).
+        """
+        ready = list(queue)
+        decoding = self.running - len(self.prefilling)
+        go, later = self.delay.split(ready[:take], decoding, self.backlog_tokens(), now)
+        if not self.sticky:
+            self.decoding[0] = deque(later + ready[take:])
+            return deque(go)
+        others = [i for i in range(len(self.decoding)) if i != slot]
+        for q in later:
+            q.slot = min(others, key=lambda i: len(self.decoding[i])) if others else slot
+            self.decoding[q.slot].append(q)
+        kept = deque(go + ready[take:])
+        self.decoding[slot] = kept
+        return kept
 
     def _prompt_work_ready(self) -> bool:
         """Whether a prompt chunk could be scheduled now (a partly prefilled or an admissible request)."""
@@ -230,9 +242,9 @@ class StepScheduler:
         """What admitting q takes of that room: its prompt and its outputs' reserve."""
         return q.target + self.output_reserve * (q.output - q.emitted)
 
-    def _preempt(self, q: SimRequest, decodable: deque[SimRequest]) -> SimRequest:
-        """Free the KV of the youngest request among q and the decodable ones; it waits to recompute."""
-        pools = [decodable] if decodable is self.decodable else [decodable, self.decodable]
+    def _preempt(self, q: SimRequest, queue: deque[SimRequest]) -> SimRequest:
+        """Free the KV of the youngest request among q and every decodable one; it waits to recompute."""
+        pools = [queue, *(pool for pool in self.decoding if pool is not queue)]
         victim = max([q, *(r for pool in pools for r in pool)], key=lambda r: r.seq)
         for pool in pools:
             if victim in pool:
@@ -264,10 +276,11 @@ class StepScheduler:
             room, slots, tokens = room - claim, slots - 1, tokens + q.target
         return tokens
 
-    def token_out(self, q: SimRequest, kind: int) -> bool:
-        """Record a token emitted for q by an entry of this kind; True when q has finished."""
+    def token_out(self, q: SimRequest, kind: int, slot: int = 0) -> bool:
+        """Record a token emitted for q by an entry of this kind in a step of `slot`; True when q has finished."""
         if kind != DECODE:
             self.prefilling.remove(q)
+            q.slot = slot  # SGLang: a request decodes in the slot whose step emitted its first token
         q.emitted += 1
         self.output_left -= 1
         if q.emitted >= q.output:
@@ -276,5 +289,5 @@ class StepScheduler:
             self.kv_used -= q.held
             q.held = 0
             return True
-        self.decodable.append(q)
+        self.decoding[q.slot if self.sticky else 0].append(q)
         return False
