@@ -100,7 +100,7 @@ def _title(run: PlotRun, drawn: list[Span], total: int) -> str:
 def _legend_keys(fig: go.Figure) -> None:
     """Legend entries explaining the colours."""
     keys = (("prefill / mixed batch: one colour per lead request", REQUEST_COLOURS[0]),
-            ("decode-only batch", DECODE_COLOUR), ("blocking transfer (send / recv / exchange)", TRANSFER_COLOUR))
+            ("decode-only batch", DECODE_COLOUR), ("communication (send / recv / exchange / wait)", TRANSFER_COLOUR))
     for name, colour in keys:
         fig.add_trace(go.Scatter(x=[None], y=[None], mode="markers", name=name, hoverinfo="skip",
                                  marker=dict(symbol="square", size=13, color=colour)))
