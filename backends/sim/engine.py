@@ -186,7 +186,7 @@ class Engine:
         if work is None:
             return
         b, ready_t, xfer_start = self.ready[r].pop(work)
-        bid, stage = work
+        stage = work[1]
         if xfer_start is not None and ready_t > self.idle_since[r]:  # waited on an in-flight transfer
             wait_from = max(self.idle_since[r], xfer_start)
             self.comm[r] += ready_t - wait_from
