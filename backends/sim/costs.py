@@ -19,7 +19,10 @@ Per layer and per device (weights and heads sharded over the TP group):
   decode-only steps replay a captured graph (CUDA/ACL graphs), as vLLM does,
   and pay none;
 - two all-reduces of the activations per layer over the TP group (latency +
-  ring traffic / bus bandwidth);
+  ring traffic / bus bandwidth); the latency is the eager, host-orchestrated
+  figure (collective_latency_us) in steps with prefill tokens, and the
+  collective's latency inside a replayed graph (graph_collective_latency_us)
+  in decode-only steps;
 - the last stage also runs the LM head for the sampled tokens and sampling.
 """
 
@@ -140,9 +143,10 @@ class CostModel:
         if tp > 1:
             ring = 2 * (tp - 1) / tp
             self._coll_lat = 2 * hw.collective_latency_us * 1e-6
+            self._graph_coll_lat = 2 * hw.graph_collective_latency_us * 1e-6
             self._coll_token = 2 * ring * h * ACT_BYTES / (hw.collective_bandwidth_gbs * 1e9)
         else:
-            self._coll_lat = self._coll_token = 0.0
+            self._coll_lat = self._graph_coll_lat = self._coll_token = 0.0
         self._moe = (m.experts_per_token, m.num_experts) if m.is_moe else None
         self._dense = bool(m.intermediate_size)
         self._shared = bool(m.num_shared_experts)
@@ -176,11 +180,13 @@ class CostModel:
             attn = pre * self._prefill_pair_s + dec * self._decode_pair_s
         kv_read = (b.prefix_tokens + b.prefill_tokens + dec) * self._kv_token_s
         attn_layer += attn if attn > kv_read else kv_read
-        if b.prefill_tokens:
+        if b.prefill_tokens:  # eager step: kernels launched one by one, collectives orchestrated by the host
             attn_layer += self._launch_s
+            coll = self._coll_lat + self._coll_token * n
+        else:  # decode-only step: a captured graph is replayed
+            coll = self._graph_coll_lat + self._coll_token * n
         if self._reexpand_flops and b.prefix_tokens:
             attn_layer += matmul(self._reexpand_flops * b.prefix_tokens, b.prefix_tokens, 0.0)
-        coll = self._coll_lat + self._coll_token * n
 
         dense_layer = matmul(self._dense_flops * n, n, self._dense_bytes) if self._dense else 0.0
         moe_layer = 0.0
