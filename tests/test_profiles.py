@@ -287,7 +287,7 @@ def test_toml_unknown_field_and_bad_attention_are_refused(tmp_path: Path) -> Non
 
 
 def test_hardware_toml_efficiency_above_one_is_refused(tmp_path: Path) -> None:
-    path = _hardware_copy(tmp_path, "matmul_efficiency = 0.7", "matmul_efficiency = 70.0")
+    path = _hardware_copy(tmp_path, "matmul_efficiency = 0.8", "matmul_efficiency = 70.0")
     assert error_of(load_hardware, path) == (
         f"hardware {path}: field 'matmul_efficiency' must be in (0, 1], got 70.0"
     )
@@ -311,6 +311,13 @@ def test_graph_collective_latency_above_the_eager_one_is_refused(tmp_path: Path)
         f"hardware {path}: field 'graph_collective_latency_us' must be <= collective_latency_us "
         "(15.0), got 16.0"
     )
+
+
+@pytest.mark.parametrize("name", HARDWARE)
+def test_packaged_hardware_sources_are_not_initial_estimates(name: str) -> None:
+    """Issue 10: every constant is sourced, fitted to a named figure, derived, or says plainly that it is not."""
+    sources = load_hardware(name).sources
+    assert [f for f, text in sources.items() if "initial estimate" in text.lower()] == []
 
 
 def _decode_and_prefill_collectives(hw: HardwareProfile) -> tuple[list[float], list[float]]:
