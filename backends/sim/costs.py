@@ -7,9 +7,12 @@ rank that runs it and the part of that time spent in TP collectives.
 Per layer and per device (weights and heads sharded over the TP group):
 - linear layers (attention projections, dense FFN, routed and shared experts):
   FLOPs / (peak * eff(m)), where eff(m) = matmul_efficiency * m / (m + half)
-  falls for small matmuls of m tokens (an expert sees n * k / E tokens), with
-  m rounded up to whole gemm_tile_tokens tiles, but never faster than reading
-  the weights the step touches (memory bound decode);
+  falls for small matmuls of m tokens, with m rounded up to whole
+  gemm_tile_tokens tiles, but never faster than reading the weights the step
+  touches (memory bound decode); routed experts run as one grouped GEMM in
+  which only the experts the batch touches (expected distinct experts of n
+  tokens with k of E each) have rows, each seeing n * k / touched tokens
+  (at prefill sizes every expert is touched);
 - attention: causal query-key pairs * FLOPs per pair at attention_efficiency,
   or the KV bytes it reads, whichever is slower; DSA sparse attention caps each
   query at index_topk keys and adds its indexer, which scores every prefix key;
@@ -193,7 +196,8 @@ class CostModel:
         if self._moe:
             k, e = self._moe
             touched = e * (1.0 - (1.0 - k / e) ** n)
-            moe_layer = matmul(self._expert_flops * n * k, n * k / e, self._expert_bytes * touched)
+            # Grouped GEMM (vLLM-Ascend npu_grouped_matmul, vLLM fused_moe): experts without rows do no work.
+            moe_layer = matmul(self._expert_flops * n * k, n * k / touched, self._expert_bytes * touched)
             moe_layer += self._router_flops * n / self._flops
             if self._shared:
                 moe_layer += matmul(self._shared_flops * n, n, self._shared_bytes)
