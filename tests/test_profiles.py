@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Callable
 from importlib import resources
@@ -22,6 +23,7 @@ from pipedeck.backends.profiles import (
     model_names,
 )
 from pipedeck.backends.profiles.build import numeric_fields
+from pipedeck.backends.sim.costs import BatchShape, CostModel
 
 HF = Path(__file__).parent / "data" / "hf"
 MODELS = ["deepseek-v3.1", "glm-5.2", "qwen2.5-14b", "qwen2.5-32b", "qwen3-coder-30b-a3b"]
@@ -285,15 +287,64 @@ def test_toml_unknown_field_and_bad_attention_are_refused(tmp_path: Path) -> Non
 
 
 def test_hardware_toml_efficiency_above_one_is_refused(tmp_path: Path) -> None:
-    path = tmp_path / "gpu.toml"
-    path.write_text(
-        _packaged_text("hardware", "h100-sxm").replace(
-            "matmul_efficiency = 0.7", "matmul_efficiency = 70.0"
-        )
-    )
+    path = _hardware_copy(tmp_path, "matmul_efficiency = 0.8", "matmul_efficiency = 70.0")
     assert error_of(load_hardware, path) == (
         f"hardware {path}: field 'matmul_efficiency' must be in (0, 1], got 70.0"
     )
+
+
+def test_hardware_toml_needs_a_graph_collective_latency_with_a_source(tmp_path: Path) -> None:
+    path = _hardware_copy(tmp_path, "\ngraph_collective_latency_us = 15.0\n", "\n")
+    assert error_of(load_hardware, path) == (
+        f"hardware {path}: missing field 'graph_collective_latency_us'"
+    )
+    path = _hardware_copy(tmp_path, '\ngraph_collective_latency_us = "', '\n# graph_collective_latency_us = "')
+    assert error_of(load_hardware, path) == (
+        f"hardware {path}: field 'graph_collective_latency_us' has no entry in [sources]; "
+        "every numeric field needs one"
+    )
+
+
+def test_graph_collective_latency_above_the_eager_one_is_refused(tmp_path: Path) -> None:
+    path = _hardware_copy(tmp_path, "graph_collective_latency_us = 15.0", "graph_collective_latency_us = 16.0")
+    assert error_of(load_hardware, path) == (
+        f"hardware {path}: field 'graph_collective_latency_us' must be <= collective_latency_us "
+        "(15.0), got 16.0"
+    )
+
+
+@pytest.mark.parametrize("name", HARDWARE)
+def test_packaged_hardware_sources_are_not_initial_estimates(name: str) -> None:
+    """Issue 10: every constant is sourced, fitted to a named figure, derived, or says plainly that it is not."""
+    sources = load_hardware(name).sources
+    assert [f for f, text in sources.items() if "initial estimate" in text.lower()] == []
+
+
+def _decode_and_prefill_collectives(hw: HardwareProfile) -> tuple[list[float], list[float]]:
+    """Per-stage collective time of a 64-request decode-only batch and of a 64-token prefill chunk (TP8, PP2)."""
+    costs = CostModel(load_model("deepseek-v3.1"), hw, 8, (31, 30))
+    decode = BatchShape(64, 0, 0.0, 0.0, 64 * 1500.0, 64 * 1500.0, 0, 64)
+    prefill = BatchShape(64, 64, 64 * 65 / 2, 64 * 65 / 2, 0.0, 0.0, 0, 1)
+    return costs.stage_costs(decode)[1], costs.stage_costs(prefill)[1]
+
+
+def test_decode_only_steps_pay_the_graph_collective_latency_prefill_steps_the_eager_one() -> None:
+    hw = load_hardware("ascend-910c")
+    slower = dataclasses.replace(hw, graph_collective_latency_us=hw.graph_collective_latency_us + 50.0)
+    eager = dataclasses.replace(hw, collective_latency_us=hw.collective_latency_us + 50.0)
+    decode, prefill = _decode_and_prefill_collectives(hw)
+    # two all-reduces per layer, 31 and 30 layers per stage
+    assert [b - a for a, b in zip(decode, _decode_and_prefill_collectives(slower)[0])] == pytest.approx(
+        [31 * 2 * 50e-6, 30 * 2 * 50e-6]
+    )
+    assert _decode_and_prefill_collectives(slower)[1] == prefill
+    assert _decode_and_prefill_collectives(eager)[0] == decode
+    assert [b - a for a, b in zip(prefill, _decode_and_prefill_collectives(eager)[1])] == pytest.approx(
+        [31 * 2 * 50e-6, 30 * 2 * 50e-6]
+    )
+    # same tokens, so the bandwidth term is equal: the decode step is cheaper by the latency difference only
+    gap = 2 * (hw.collective_latency_us - hw.graph_collective_latency_us) * 1e-6
+    assert [p - d for d, p in zip(decode, prefill)] == pytest.approx([31 * gap, 30 * gap])
 
 
 def _fields(model: ModelProfile) -> dict[str, Any]:
@@ -307,6 +358,15 @@ def _packaged_text(folder: str, name: str) -> str:
     return package.joinpath(folder, f"{name}.toml").read_text()
 
 
+def _hardware_copy(tmp_path: Path, old: str, new: str) -> Path:
+    """A copy of h100-sxm.toml with one piece of text replaced."""
+    text = _packaged_text("hardware", "h100-sxm")
+    assert old in text
+    path = tmp_path / "gpu.toml"
+    path.write_text(text.replace(old, new, 1))
+    return path
+
+
 def _edited_copy(tmp_path: Path, old: str, new: str) -> Path:
     """A copy of deepseek-v3.1.toml with one piece of text replaced."""
     text = _packaged_text("models", "deepseek-v3.1")
@@ -314,3 +374,19 @@ def _edited_copy(tmp_path: Path, old: str, new: str) -> Path:
     path = tmp_path / "edited.toml"
     path.write_text(text.replace(old, new, 1))
     return path
+
+
+def test_a_decode_step_pays_only_for_the_experts_it_touches() -> None:
+    """One request touches 8 of DeepSeek's 256 routed experts per layer, 128 requests nearly all of them.
+
+    The routed experts run as a grouped GEMM in which untouched experts have no rows, so a one-request
+    decode step costs a small fraction of a 128-request one (charging every expert a padded tile made
+    them cost the same).
+    """
+    costs = CostModel(load_model("deepseek-v3.1"), load_hardware("ascend-910c"), 8, (31, 30))
+
+    def without_collectives(n: int) -> float:
+        busy, comm = costs.stage_costs(BatchShape(n, 0, 0.0, 0.0, n * 1500.0, n * 1500.0, 0, n))
+        return busy[0] - comm[0]
+
+    assert without_collectives(1) < 0.1 * without_collectives(128)

@@ -53,6 +53,8 @@ def build_profile(cls: type[P], data: Mapping[str, Any], label: str) -> P:
     _check_ranges(profile, label)
     if isinstance(profile, ModelProfile):
         _check_model(profile, label)
+    else:
+        _check_hardware(profile, label)
     return profile
 
 
@@ -137,4 +139,13 @@ def _check_model(model: ModelProfile, label: str) -> None:
     if model.index_topk and (model.index_n_heads == 0 or model.index_head_dim == 0):
         raise ProfileError(
             f"{label}: index_topk > 0 needs index_n_heads > 0 and index_head_dim > 0"
+        )
+
+
+def _check_hardware(hardware: HardwareProfile, label: str) -> None:
+    """Cross-field rules of a hardware profile: a graph-replayed collective is never slower than an eager one."""
+    if hardware.graph_collective_latency_us > hardware.collective_latency_us:
+        raise ProfileError(
+            f"{label}: field 'graph_collective_latency_us' must be <= collective_latency_us "
+            f"({hardware.collective_latency_us}), got {hardware.graph_collective_latency_us}"
         )

@@ -86,7 +86,11 @@ class HardwareProfile:
     kernels_per_layer: int
     step_overhead_ms: float
     sampling_ms: float
+    # Fixed cost of one TP all-reduce, as launched in eager mode (steps with
+    # prefill tokens), and as replayed inside a captured graph (decode-only
+    # steps: CUDA graphs / ACL graphs), where the host no longer orchestrates it.
     collective_latency_us: float
+    graph_collective_latency_us: float
     collective_bandwidth_gbs: float
     p2p_latency_us: float
     p2p_bandwidth_gbs: float

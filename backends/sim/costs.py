@@ -7,9 +7,12 @@ rank that runs it and the part of that time spent in TP collectives.
 Per layer and per device (weights and heads sharded over the TP group):
 - linear layers (attention projections, dense FFN, routed and shared experts):
   FLOPs / (peak * eff(m)), where eff(m) = matmul_efficiency * m / (m + half)
-  falls for small matmuls of m tokens (an expert sees n * k / E tokens), with
-  m rounded up to whole gemm_tile_tokens tiles, but never faster than reading
-  the weights the step touches (memory bound decode);
+  falls for small matmuls of m tokens, with m rounded up to whole
+  gemm_tile_tokens tiles, but never faster than reading the weights the step
+  touches (memory bound decode); routed experts run as one grouped GEMM in
+  which only the experts the batch touches (expected distinct experts of n
+  tokens with k of E each) have rows, each seeing n * k / touched tokens
+  (at prefill sizes every expert is touched);
 - attention: causal query-key pairs * FLOPs per pair at attention_efficiency,
   or the KV bytes it reads, whichever is slower; DSA sparse attention caps each
   query at index_topk keys and adds its indexer, which scores every prefix key;
@@ -19,7 +22,10 @@ Per layer and per device (weights and heads sharded over the TP group):
   decode-only steps replay a captured graph (CUDA/ACL graphs), as vLLM does,
   and pay none;
 - two all-reduces of the activations per layer over the TP group (latency +
-  ring traffic / bus bandwidth);
+  ring traffic / bus bandwidth); the latency is the eager, host-orchestrated
+  figure (collective_latency_us) in steps with prefill tokens, and the
+  collective's latency inside a replayed graph (graph_collective_latency_us)
+  in decode-only steps;
 - the last stage also runs the LM head for the sampled tokens and sampling.
 """
 
@@ -140,9 +146,10 @@ class CostModel:
         if tp > 1:
             ring = 2 * (tp - 1) / tp
             self._coll_lat = 2 * hw.collective_latency_us * 1e-6
+            self._graph_coll_lat = 2 * hw.graph_collective_latency_us * 1e-6
             self._coll_token = 2 * ring * h * ACT_BYTES / (hw.collective_bandwidth_gbs * 1e9)
         else:
-            self._coll_lat = self._coll_token = 0.0
+            self._coll_lat = self._graph_coll_lat = self._coll_token = 0.0
         self._moe = (m.experts_per_token, m.num_experts) if m.is_moe else None
         self._dense = bool(m.intermediate_size)
         self._shared = bool(m.num_shared_experts)
@@ -176,18 +183,21 @@ class CostModel:
             attn = pre * self._prefill_pair_s + dec * self._decode_pair_s
         kv_read = (b.prefix_tokens + b.prefill_tokens + dec) * self._kv_token_s
         attn_layer += attn if attn > kv_read else kv_read
-        if b.prefill_tokens:
+        if b.prefill_tokens:  # eager step: kernels launched one by one, collectives orchestrated by the host
             attn_layer += self._launch_s
+            coll = self._coll_lat + self._coll_token * n
+        else:  # decode-only step: a captured graph is replayed
+            coll = self._graph_coll_lat + self._coll_token * n
         if self._reexpand_flops and b.prefix_tokens:
             attn_layer += matmul(self._reexpand_flops * b.prefix_tokens, b.prefix_tokens, 0.0)
-        coll = self._coll_lat + self._coll_token * n
 
         dense_layer = matmul(self._dense_flops * n, n, self._dense_bytes) if self._dense else 0.0
         moe_layer = 0.0
         if self._moe:
             k, e = self._moe
             touched = e * (1.0 - (1.0 - k / e) ** n)
-            moe_layer = matmul(self._expert_flops * n * k, n * k / e, self._expert_bytes * touched)
+            # Grouped GEMM (vLLM-Ascend npu_grouped_matmul, vLLM fused_moe): experts without rows do no work.
+            moe_layer = matmul(self._expert_flops * n * k, n * k / touched, self._expert_bytes * touched)
             moe_layer += self._router_flops * n / self._flops
             if self._shared:
                 moe_layer += matmul(self._shared_flops * n, n, self._shared_bytes)
