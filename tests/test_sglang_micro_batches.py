@@ -4,6 +4,7 @@ from collections import defaultdict
 from functools import lru_cache
 
 import numpy as np
+import pytest
 
 from pipedeck.backends.config import SGLANG_MIXED_CHUNK, ServingConfig
 from pipedeck.backends.sim.backend import build_engine
@@ -16,14 +17,15 @@ PP = 4
 
 
 @lru_cache(maxsize=None)
-def decode_heavy(delay: bool, sticky: bool = True, mixed: bool = True, chunk: int = CHUNK):
+def decode_heavy(delay: bool, sticky: bool = True, mixed: bool = True, chunk: int = CHUNK, pp: int = PP,
+                 rate: float = 3.0):
     """cnn-reversed on qwen2.5-14b, PP4; every step's slot and decode ids, and the log of emitted tokens.
 
     `mixed` off is SGLang's launch without --enable-mixed-chunk: prefill and
     decode steps apart, decodes outside the chunk budget.
     """
     semantics = {**SGLANG_MIXED_CHUNK, "sticky_decodes": sticky, "mixed_batches": mixed, "decode_in_budget": mixed}
-    config = ServingConfig(model="qwen2.5-14b", hardware="a100-40g-pcie", tp=1, pp=PP, chunk=chunk,
+    config = ServingConfig(model="qwen2.5-14b", hardware="a100-40g-pcie", tp=4 // pp, pp=pp, chunk=chunk,
                            delay_scheduling=delay, **semantics).resolve()
     engine = build_engine(config)
     steps: list[tuple[int, list[int]]] = []
@@ -37,7 +39,7 @@ def decode_heavy(delay: bool, sticky: bool = True, mixed: bool = True, chunk: in
         return batch
 
     engine.sched.form = recording_form
-    workload = load_scenario("cnn-reversed").workload(seed=0, rate=3.0, num_requests=300)
+    workload = load_scenario("cnn-reversed").workload(seed=0, rate=rate, num_requests=300)
     engine.run([SimRequest(r.id, r.arrival_s, r.prompt_tokens, r.output_tokens) for r in workload.requests], None)
     return engine, steps, emitted, workload
 
@@ -82,6 +84,9 @@ def test_rebalancing_evens_the_slots():
     assert any(len(s) > 1 for s in slots_of_each_request(balanced).values())  # requests were moved
 
 
-def test_rebalancing_loses_and_duplicates_no_request():
-    engine, _, emitted, workload = decode_heavy(True)
+@pytest.mark.parametrize("pp, rate, mixed", [(PP, 3.0, True), (1, 6.0, False)])
+def test_rebalancing_loses_and_duplicates_no_request(pp, rate, mixed):
+    """With one micro-batch (pp 1) there is no other slot: held requests wait for the next step of their own."""
+    engine, _, emitted, workload = decode_heavy(True, pp=pp, rate=rate, mixed=mixed)
+    assert engine.sched.delay.delayed > 0
     check_tokens(emitted, engine.records, workload.requests, engine.sched.preemptions)

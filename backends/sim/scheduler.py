@@ -204,25 +204,25 @@ class StepScheduler:
         return b
 
     def _rebalance(self, queue: deque[SimRequest], take: int, slot: int, now: float) -> deque[SimRequest]:
-        """Let delay scheduling hold back some of the decodes about to join this step.
+        """Let delay scheduling hold back some of the decodes about to join this step; returns those that go.
 
-        vLLM semantics: the held requests stay first in line for the next step.
-        SGLang semantics: they move to the slots with the fewest running
-        requests and decode there from then on (FastPP's batch rebalancing).
+        vLLM semantics, or a single micro-batch: the held requests stay first
+        in line for the next step. SGLang semantics: they move to the other
+        slots with the fewest running requests and decode there from then on
+        (FastPP's batch rebalancing).
         """
         ready = list(queue)
         decoding = self.running - len(self.prefilling)
         go, later = self.delay.split(ready[:take], decoding, self.backlog_tokens(), now)
-        if not self.sticky:
-            self.decoding[0] = deque(later + ready[take:])
-            return deque(go)
-        others = [i for i in range(len(self.decoding)) if i != slot]
-        for q in later:
-            q.slot = min(others, key=lambda i: len(self.decoding[i])) if others else slot
-            self.decoding[q.slot].append(q)
-        kept = deque(go + ready[take:])
-        self.decoding[slot] = kept
-        return kept
+        home = slot if self.sticky else 0
+        others = [i for i in range(len(self.decoding)) if i != home]
+        if self.sticky and others:
+            for q in later:
+                q.slot = min(others, key=lambda i: len(self.decoding[i]))
+                self.decoding[q.slot].append(q)
+            later = []
+        self.decoding[home] = deque(later + ready[take:])
+        return deque(go)
 
     def _prompt_work_ready(self) -> bool:
         """Whether a prompt chunk could be scheduled now (a partly prefilled or an admissible request)."""
