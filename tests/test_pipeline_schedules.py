@@ -113,3 +113,16 @@ def test_every_fold_back_mode_serves_every_catalog_scenario(scenario):
         assert sorted(r.id for r in result.records) == [r.id for r in workload.requests]
         if len(workload.requests) > 1 and not scenario.startswith("long"):  # micro-batches hold several requests
             assert result.steps < sum(-(-r.prompt_tokens // 16384) + r.output_tokens for r in workload.requests)
+
+
+@pytest.mark.parametrize("tp, pp", [(4, 4), (2, 8)])
+@pytest.mark.parametrize("mode", FOLDBACK)
+def test_deep_fold_backs_never_deadlock_on_traffic(mode, tp, pp):
+    """Micro-batches formed while others are in flight reorder a rank's program; blocked senders still meet.
+
+    Two ranks blocked sending to each other exchange both ways at once, whatever
+    their programs say next (a tuner trial of vpp-sync at pp 4 once stalled here).
+    """
+    config = ServingConfig(tp=tp, pp=pp, mode=mode, chunk=63488, delay_scheduling=True)
+    result = SimBackend().run(catalog()["azure-conv"], config, rate=1.0, num_requests=60, timeline=False)
+    assert len(result.records) == 60

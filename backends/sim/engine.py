@@ -6,10 +6,10 @@ worker issuing blocking send/recv must: it runs the smallest-key work of the
 micro-batches in flight and waits for it when it is not there yet. A send
 blocks the sender until the receiver has posted the matching receive (its
 program has reached that work and it is free), then both are busy while the
-data moves; when two ranks each block sending to the other and each one's
-next work is the other's send (the fold handoff of vanilla VPP), both
-directions go at once as one exchange, so each has stalled until the other
-arrived. With asynchronous transfers (receives posted ahead on alternating
+data moves; when two ranks each block sending to the other (the fold handoff
+of vanilla VPP), both directions go at once as one exchange (grouped
+send/recv, as engines issue bidirectional transfers to avoid deadlock), so
+each has stalled until the other arrived. With asynchronous transfers (receives posted ahead on alternating
 communication groups) a rank runs the smallest-key work that has arrived,
 a send is queued on the link and overlaps compute, and a rank waits only
 when nothing has arrived. Up to `in_flight` micro-batches (slots) are in
@@ -283,8 +283,7 @@ class Engine:
         self.state[r] = BLOCKED
         self.blocked_since[r] = t
         pending = self.sending[r2]
-        if (pending is not None and pending[0] == r and self._next(r) == (pending[1].id, pending[2])
-                and self._next(r2) == (b.id, stage)):  # each waits for the other: one exchange both ways
+        if pending is not None and pending[0] == r:  # each blocks sending to the other: one exchange both ways
             self.sending[r2] = None
             del self.incoming[r][(pending[1].id, pending[2])]
             x = max(self.cost.transfer_time(b.tokens), self.cost.transfer_time(pending[1].tokens))
