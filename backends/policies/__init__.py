@@ -1,1 +1,1 @@
-"""Engine-agnostic pipeline policies: layouts, chunk sizing, admission, modes."""
+"""Engine-agnostic pipeline policies: layouts and program order, chunk sizing, delay scheduling, modes."""
