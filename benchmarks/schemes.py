@@ -115,16 +115,22 @@ def goodput_table(pool: ProcessPoolExecutor) -> Table:
     return table
 
 
+def modes_table(title: str, workload: str, modes: tuple[str, ...]) -> Table:
+    """A table with a row per model and workload and a column per mode."""
+    table = Table(title=title, title_justify="left")
+    table.add_column("model")
+    table.add_column(workload)
+    for mode in modes:
+        table.add_column(mode, justify="right")
+    return table
+
+
 def long_table(pool: ProcessPoolExecutor) -> Table:
     jobs = [(m, length, mode, c) for m in LONG_MODELS for length in LONG_LENGTHS for mode in LONG_MODES
             for c in (8, 16, 24, 32)]
     values = dict(zip(jobs, pool.map(long_prompt, jobs)))
-    table = Table(title="one long prompt, 16 x Ascend 910C TP8+PP2: TTFT s / bubble ratio at each scheme's best chunk",
-                  title_justify="left")
-    table.add_column("model")
-    table.add_column("prompt")
-    for mode in LONG_MODES:
-        table.add_column(mode, justify="right")
+    table = modes_table("one long prompt, 16 x Ascend 910C TP8+PP2: TTFT s / bubble ratio at each scheme's best chunk",
+                        "prompt", LONG_MODES)
     for model in LONG_MODELS:
         for length in LONG_LENGTHS:
             cells = []
@@ -141,12 +147,8 @@ def traffic_table(pool: ProcessPoolExecutor) -> Table:
     spans = dict(zip(jobs, pool.map(makespan, jobs)))
     azure = [("deepseek-v3.1", mode, c) for mode in TRAFFIC_MODES for c in AZURE_CHUNKS]
     rates = dict(zip(azure, pool.map(ascend_goodput, azure)))
-    table = Table(title="ordinary traffic, 16 x Ascend 910C TP8+PP2: makespan s (vs cpp) / azure-conv goodput req/s, "
-                  "each at its best chunk", title_justify="left")
-    table.add_column("model")
-    table.add_column("scenario")
-    for mode in TRAFFIC_MODES:
-        table.add_column(mode, justify="right")
+    table = modes_table("ordinary traffic, 16 x Ascend 910C TP8+PP2: makespan s (vs cpp) / azure-conv goodput req/s, "
+                        "each at its best chunk", "scenario", TRAFFIC_MODES)
     for model in TRAFFIC_MODELS:
         for scenario in TRAFFIC_SCENARIOS:
             best = {mode: min((spans[(model, scenario, mode, c)], c) for c in TRAFFIC_CHUNKS) for mode in TRAFFIC_MODES}

@@ -287,18 +287,18 @@ def test_toml_unknown_field_and_bad_attention_are_refused(tmp_path: Path) -> Non
 
 
 def test_hardware_toml_efficiency_above_one_is_refused(tmp_path: Path) -> None:
-    path = _hardware_copy(tmp_path, "matmul_efficiency = 0.8", "matmul_efficiency = 70.0")
+    path = _edited_copy(tmp_path, "matmul_efficiency = 0.8", "matmul_efficiency = 70.0", *GPU)
     assert error_of(load_hardware, path) == (
         f"hardware {path}: field 'matmul_efficiency' must be in (0, 1], got 70.0"
     )
 
 
 def test_hardware_toml_needs_a_graph_collective_latency_with_a_source(tmp_path: Path) -> None:
-    path = _hardware_copy(tmp_path, "\ngraph_collective_latency_us = 15.0\n", "\n")
+    path = _edited_copy(tmp_path, "\ngraph_collective_latency_us = 15.0\n", "\n", *GPU)
     assert error_of(load_hardware, path) == (
         f"hardware {path}: missing field 'graph_collective_latency_us'"
     )
-    path = _hardware_copy(tmp_path, '\ngraph_collective_latency_us = "', '\n# graph_collective_latency_us = "')
+    path = _edited_copy(tmp_path, '\ngraph_collective_latency_us = "', '\n# graph_collective_latency_us = "', *GPU)
     assert error_of(load_hardware, path) == (
         f"hardware {path}: field 'graph_collective_latency_us' has no entry in [sources]; "
         "every numeric field needs one"
@@ -306,7 +306,7 @@ def test_hardware_toml_needs_a_graph_collective_latency_with_a_source(tmp_path: 
 
 
 def test_graph_collective_latency_above_the_eager_one_is_refused(tmp_path: Path) -> None:
-    path = _hardware_copy(tmp_path, "graph_collective_latency_us = 15.0", "graph_collective_latency_us = 16.0")
+    path = _edited_copy(tmp_path, "graph_collective_latency_us = 15.0", "graph_collective_latency_us = 16.0", *GPU)
     assert error_of(load_hardware, path) == (
         f"hardware {path}: field 'graph_collective_latency_us' must be <= collective_latency_us "
         "(15.0), got 16.0"
@@ -358,18 +358,12 @@ def _packaged_text(folder: str, name: str) -> str:
     return package.joinpath(folder, f"{name}.toml").read_text()
 
 
-def _hardware_copy(tmp_path: Path, old: str, new: str) -> Path:
-    """A copy of h100-sxm.toml with one piece of text replaced."""
-    text = _packaged_text("hardware", "h100-sxm")
-    assert old in text
-    path = tmp_path / "gpu.toml"
-    path.write_text(text.replace(old, new, 1))
-    return path
+GPU = ("hardware", "h100-sxm")
 
 
-def _edited_copy(tmp_path: Path, old: str, new: str) -> Path:
-    """A copy of deepseek-v3.1.toml with one piece of text replaced."""
-    text = _packaged_text("models", "deepseek-v3.1")
+def _edited_copy(tmp_path: Path, old: str, new: str, folder: str = "models", name: str = "deepseek-v3.1") -> Path:
+    """A copy of a packaged profile (deepseek-v3.1.toml unless named) with one piece of text replaced."""
+    text = _packaged_text(folder, name)
     assert old in text
     path = tmp_path / "edited.toml"
     path.write_text(text.replace(old, new, 1))
