@@ -35,18 +35,23 @@ breakdown terms 25%, step counts 20%, ranges 1 point outside, goodputs
 constant to its current value, which makes the underdetermined refits
 (8 constants, 2 figures in section B) pick the smallest change.
 
-Budget (about 15 minutes on 2 cores with --jobs 2; section B dominates, one
-goodput search is 10-12 simulations, 2-10 s):
-- section A refits use the whole figures (about 40 cheap simulations per
-  evaluation), finite differences of 5%, at most 20 evaluations per fold;
+Budget: under 15 minutes on 2 cores with --jobs 2 (measured: 376 s wall,
+735 s CPU, 144 goodput searches; section B dominates, one goodput search is
+10-12 simulations, 2-11 s):
+- section A refits use the whole figures (about 30 cheap simulations per
+  evaluation, 0.1 s), finite differences of 5%, at most 20 evaluations per
+  fold (each with its 8-column Jacobian); the 14 folds run on the pool;
 - section B refits measure each goodput on seed 0 only and the static PP4
   goodput at the chunk that is best with the current constants; the
   Jacobian is estimated once at the current constants (forward differences
-  of 15%, shared by every fold) and held fixed (a chord method), at most 4
-  evaluations per fold; the held-out figure (and every figure of the full
-  refit) is then measured with the table's full protocol (3 seeds, chunk
-  grid, 1%);
-- only the B constants are refitted for the B figures, the A constants for A.
+  of 15%, backwards where a fraction would pass 1; shared by every fold) and
+  held fixed (a chord method), at most 4 evaluations per fold, the 4 folds
+  in threads sharing the pool; the held-out figure (and every figure of the
+  full refit) is then measured with the table's full protocol (3 seeds,
+  chunk grid, 1%);
+- only the B constants are refitted for the B figures, the A constants for
+  A; the figures no fit uses (step ratios, orderings, bubble share,
+  linearity, 14B chunk, MAPE) are not refitted against.
 
     python benchmarks/fidelity.py [--jobs 2] [--only A|B] [--skip-loo]
 """
@@ -77,6 +82,7 @@ from rich.console import Console
 from rich.table import Table
 
 from pipedeck.backends.config import SGLANG_MIXED_CHUNK, ServingConfig
+from pipedeck.backends.errors import ConfigError
 from pipedeck.backends.policies import fastpp_alp
 from pipedeck.backends.policies.modes import MODES
 from pipedeck.backends.policies.rls import RecursiveLeastSquares
@@ -203,7 +209,7 @@ def fmt_value(figure: Figure, value: float | None) -> str:
     if figure.unit == "pt":
         return f"{value:.2f} pt"
     if figure.unit == "R2":
-        return f"{value:.4f}"
+        return f"{value:.5f}"
     return f"{value:.2f}"
 
 
@@ -430,8 +436,11 @@ def run_goodput(j: GoodputJob) -> dict[str, float | str | None]:
     spec = TuneSpec(study="fidelity", storage="unused", scenario="azure-conv", model=j.model, hardware=j.hardware,
                     devices=4, slo=SLO, precision=j.precision, seed=j.seed)
     evaluator = Evaluator(spec)
-    config = ServingConfig(model=j.model, hardware=j.hardware, **SGLANG_MIXED_CHUNK, **dict(j.config)).resolve()
-    measured = evaluator.measure(config)
+    try:
+        config = ServingConfig(model=j.model, hardware=j.hardware, **SGLANG_MIXED_CHUNK, **dict(j.config)).resolve()
+        measured = evaluator.measure(config)
+    except ConfigError as err:  # a refit's constants leave no room for the KV cache, say
+        return {"goodput": 0.0, "rate": None, "why": str(err)}
     out: dict[str, float | str | None] = {"goodput": measured.value or 0.0, "rate": measured.rate}
     if j.mape:
         out.update(alp_errors(evaluator, config, measured.rate))
@@ -608,7 +617,11 @@ def fit_a(space: Space, held_out: str | None, folder: str) -> dict:
     start = time.perf_counter()
 
     def fun(x: np.ndarray) -> np.ndarray:
-        return np.concatenate([residuals(keys, collect_a(space.path(x, folder), FIT_FIGURES["A"])), prior(x)])
+        try:
+            figures = residuals(keys, collect_a(space.path(x, folder), FIT_FIGURES["A"]))
+        except ConfigError:  # constants the cluster cannot run with: as bad as a missing figure
+            figures = np.full(len(keys), 10.0)
+        return np.concatenate([figures, prior(x)])
 
     fit = least_squares(fun, np.zeros(len(space.names)), bounds=space.bounds(), method="trf",
                         diff_step=A_DIFF_STEP, max_nfev=A_MAX_NFEV)
@@ -704,6 +717,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--skip-loo", action="store_true", help="the table alone, no leave-one-out refits")
     args = parser.parse_args(argv)
     wall, cpu = time.perf_counter(), time.process_time()
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     console = Console(width=200)
 
     def log(text: str) -> None:
@@ -718,7 +732,6 @@ def main(argv: list[str] | None = None) -> int:
             loo = False
     sections = ("A", "B") if args.only is None else (args.only,)
     measured: dict[str, Measured] = {}
-    tables: list[Table] = []
     with tempfile.TemporaryDirectory(prefix="pipedeck-fidelity-") as folder, \
             ProcessPoolExecutor(args.jobs) as pool:
         runner = Runner(pool)
@@ -732,27 +745,28 @@ def main(argv: list[str] | None = None) -> int:
         console.print(render(rows, "calibration.md against pipedeck (A: last rank, mean rank in the note; "
                                    "B: mean of seeds 0-2, goodput to 1%)"))
         if loo:
+            console.print(f"leave-one-out: least_squares (trf) in log space, bounds x{1 / FACTOR_BOUND:g}..x{FACTOR_BOUND:g} "
+                          "around the current constants, residuals error / tolerance, prior "
+                          f"{PRIOR:g} tolerance units per factor {FACTOR_BOUND:g}; 'err' as in the table")
             if "A" in sections:
                 space, folds = loo_a(pool, folder)
                 log(f"section A leave-one-out ({len(folds)} refits)")
-                tables += loo_tables("A", space, folds, measured)
-                for t in tables[-2:]:
-                    console.print(t)
+                for table in loo_tables("A", space, folds, measured):
+                    console.print(table)
+                console.print(f"section A refits: whole figures, {A_DIFF_STEP:.0%} finite differences, at most "
+                              f"{A_MAX_NFEV} evaluations per fold")
             if "B" in sections:
                 space, folds = loo_b(runner, measured, folder, log)
                 log(f"section B leave-one-out ({len(folds)} refits, {runner.searches} goodput searches in all)")
-                for t in loo_tables("B", space, folds, measured):
-                    console.print(t)
-                console.print("section B in-loop protocol: seed 0, static PP4 at chunk "
+                for table in loo_tables("B", space, folds, measured):
+                    console.print(table)
+                console.print("section B refits (budget): in the loop seed 0 only and static PP4 at chunk "
                               f"{int(measured['B.static_chunk'].value)}, Jacobian fixed at the current constants "
                               f"(steps of {math.exp(B_DIFF_STEP) - 1:.0%}), at most {B_MAX_NFEV} evaluations per "
-                              "fold; held-out and all-refitted figures measured on seeds 0-2 with the chunk grid")
-            if "A" in sections:
-                console.print(f"section A refits: whole figures, {A_DIFF_STEP:.0%} finite differences, at most "
-                              f"{A_MAX_NFEV} evaluations per fold")
+                              "fold; held-out and all-refitted figures then measured on seeds 0-2 with the chunk grid")
     children = resource.getrusage(resource.RUSAGE_CHILDREN)
     main_cpu = time.process_time() - cpu
-    workers = children.ru_utime + children.ru_stime
+    workers = children.ru_utime + children.ru_stime - before.ru_utime - before.ru_stime
     console.print(f"wall {time.perf_counter() - wall:.1f} s, CPU {main_cpu + workers:.1f} s "
                   f"(this process {main_cpu:.1f} s + workers {workers:.1f} s), --jobs {args.jobs}")
     return 0
