@@ -35,9 +35,10 @@ breakdown terms 25%, step counts 20%, ranges 1 point outside, goodputs
 constant to its current value, which makes the underdetermined refits
 (8 constants, 2 figures in section B) pick the smallest change.
 
-Budget: under 15 minutes on 2 cores with --jobs 2 (measured: 376 s wall,
-735 s CPU, 144 goodput searches; section B dominates, one goodput search is
-10-12 simulations, 2-11 s):
+Budget: under 15 minutes on 2 cores with --jobs 2 (measured in two runs,
+with other jobs on the machine: 376 and 542 s wall, 735 and 623 s CPU, 144
+goodput searches; section B dominates, one goodput search is 10-12
+simulations, 2-11 s):
 - section A refits use the whole figures (about 30 cheap simulations per
   evaluation, 0.1 s), finite differences of 5%, at most 20 evaluations per
   fold (each with its 8-column Jacobian); the 14 folds run on the pool;
