@@ -7,7 +7,7 @@ import json
 import click
 
 from ..backends.result import RunResult
-from ..backends.sim import SimBackend
+from ..backends.registry import make_backend
 from ..backends.timeline import write_chrome_trace
 from ..store import RunStore
 from .options import check_writable, config_from_options, config_options, scenario_from_options, workload_options
@@ -34,8 +34,8 @@ def simulate(**opts: object) -> None:
     path = db_path(opts)
     if store:
         RunStore.open(path).close()  # a bad --db fails here, before any work; the file is not held while simulating
-    result = SimBackend().run(scenario, config, rate=opts["rate"], seed=opts["seed"],
-                              num_requests=opts["num_requests"], timeline=bool(opts["timeline"]) or store)
+    result = make_backend("sim").run(scenario, config, rate=opts["rate"], seed=opts["seed"],
+                                     num_requests=opts["num_requests"], timeline=bool(opts["timeline"]) or store)
     run_id = None
     if store:
         with RunStore.open(path, lock_timeout_s=WRITE_LOCK_WAIT_S) as db:

@@ -10,6 +10,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn
 from rich.table import Table
 
 from ..backends.config import ServingConfig
+from ..backends.registry import BACKENDS
 from ..backends.tokens import format_tokens
 from ..store import RunStore, default_db_path
 from ..tuner.engines import get_engine
@@ -34,6 +35,8 @@ from .tunespec import DEFAULT_SCENARIO, TuneInputError, TuneInputs, build_spec, 
 @click.option("--trials", type=int, default=None, help="Finished trials the study should have (default 50 unless --timeout).")
 @click.option("--timeout", type=float, default=None, help="Stop starting new trials after this many seconds.")
 @click.option("--jobs", type=int, default=1, show_default=True, help="Trials run in parallel processes.")
+@click.option("--backend", type=click.Choice(list(BACKENDS)), default="sim", show_default=True,
+              help="Backend every trial runs on.")
 @click.option("--study", default=None, help="Study name; running again resumes it (default: from the settings).")
 @click.option("--storage", default=None, help="Optuna storage: a journal file (default beside --db) or an RDB URL.")
 @click.option("--sampler", type=click.Choice(SAMPLERS), default="tpe", show_default=True)
@@ -76,7 +79,7 @@ def _spec_from_options(opts: dict[str, object]) -> tuple[TuneSpec, int]:
         devices=opts["devices"], slo=opts["slo"], objective=opts["objective"], fixes=tuple(opts["fixes"]),
         trials=opts["trials"], timeout=opts["timeout"], study=opts["study"], storage=opts["storage"],
         sampler=str(opts["sampler"]), seed=int(opts["seed"]), rate=opts["rate"], requests=opts["num_requests"],
-        engine=_export_engine(opts, str(opts["hardware"])))
+        engine=_export_engine(opts, str(opts["hardware"])), backend=str(opts["backend"]))
     try:
         spec = build_spec(inputs, str(opts["db"]))
     except TuneInputError as err:

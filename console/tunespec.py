@@ -13,6 +13,7 @@ from ..backends.config import ServingConfig
 from ..backends.errors import ConfigError
 from ..backends.memory import weight_bytes_per_device
 from ..backends.policies.modes import MODES
+from ..backends.registry import backend_entry
 from ..scenarios import load_scenario
 from ..tuner.engines import get_engine
 from ..tuner.objective import TuneSpec
@@ -52,6 +53,7 @@ class TuneInputs:
     rate: float | None = None
     requests: int | None = None
     engine: str | None = None  # search only the modes this engine can run
+    backend: str = "sim"  # the registered backend trials run on
 
 
 def default_devices(model: str, hardware: str) -> int:
@@ -96,10 +98,11 @@ def build_spec(inputs: TuneInputs, db: str | Path) -> TuneSpec:
         raise TuneInputError("devices", f"must be a positive integer, got {devices}")
     if "tp" in fixed and "pp" in fixed and int(fixed["tp"]) * int(fixed["pp"]) != devices:
         raise ConfigError(f"fix: tp x pp = {int(fixed['tp']) * int(fixed['pp'])} but --devices is {devices}")
-    modes = None
+    runs_on = backend_entry(inputs.backend).capabilities
+    modes = None if set(MODES) <= set(runs_on.modes) else tuple(m for m in MODES if m in runs_on.modes)
     if inputs.engine:  # search only what that engine can run
         engine = get_engine(inputs.engine)
-        modes = tuple(m for m in MODES if m in engine.modes)
+        modes = tuple(m for m in (modes or MODES) if m in engine.modes)
         if engine.delay_scheduling is None:
             if fixed.get("delay_scheduling"):
                 raise ConfigError(f"fix: delay scheduling cannot run on {engine.name}, the --format of --export")
@@ -116,7 +119,8 @@ def build_spec(inputs: TuneInputs, db: str | Path) -> TuneSpec:
                     model=inputs.model, hardware=inputs.hardware, devices=devices, objective=objective,
                     slo=slo_text or None, seed=inputs.seed, requests=inputs.requests, fixed=fixed,
                     sampler=inputs.sampler, trials=trials,
-                    deadline=None if inputs.timeout is None else time.time() + inputs.timeout, modes=modes)
+                    deadline=None if inputs.timeout is None else time.time() + inputs.timeout, modes=modes,
+                    backend=inputs.backend)
 
 
 def value_text(objective: str, value: float) -> str:

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from pipedeck.console.tui import PipedeckApp, tune as tune_view
-from pipedeck.console.tui.registry import BACKENDS, BackendEntry
+from pipedeck.backends.registry import BACKENDS, BackendEntry
 from pipedeck.store import RunStore
 from pipedeck.tuner.study import Progress, TrialSummary, TuneOutcome
 from tests.tui_support import QWEN, SIZE, ScriptedBackend, fill, scripted_result, wait_for
@@ -28,7 +28,8 @@ def _fixed_place_and_clock(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("TZ", "UTC")
     time.tzset()
-    monkeypatch.setitem(BACKENDS, "scripted", BackendEntry("scripted", "fixed replay for tests", ScriptedBackend))
+    monkeypatch.setitem(BACKENDS, "scripted", BackendEntry("scripted", "fixed replay for tests",
+                                                           ScriptedBackend.capabilities, ScriptedBackend))
     yield
     monkeypatch.undo()
     time.tzset()

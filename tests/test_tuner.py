@@ -14,12 +14,13 @@ import optuna
 import pytest
 
 from pipedeck.backends.config import ServingConfig
+from pipedeck.backends.errors import ConfigError
 from pipedeck.console.cli import cli
 from pipedeck.console.errors import run_cli
 from pipedeck.store import RunStore
 from pipedeck.tuner.objective import TuneSpec
 from pipedeck.tuner.space import SpaceContext, default_params, knob_settings, parse_fixes, suggest_config
-from pipedeck.tuner.study import open_storage, run_study
+from pipedeck.tuner.study import create_or_resume, open_storage, run_study
 
 SMALL = ["--model", "qwen2.5-14b", "--hardware", "a100-40g-pcie", "--devices", "4",
          "--scenario", "azure-conv", "--requests", "60", "--slo", "ttft=2s,tpot=200ms"]
@@ -205,3 +206,14 @@ def test_tune_rejects_bad_input_with_one_line(tmp_path, capsys, extra, message):
     assert status == 2
     assert err.startswith(message) and len(err.strip().splitlines()) == 1
     assert not (tmp_path / "r.optuna.jsonl").exists()
+
+
+def test_a_study_from_before_the_backend_setting_resumes_on_the_simulator(tmp_path):
+    """Studies created before `backend` was a setting ran on the simulator; they resume, and no other backend may."""
+    old = spec(tmp_path)
+    study, created = create_or_resume(old)
+    assert created
+    study.set_user_attr("pipedeck", {k: v for k, v in old.settings().items() if k != "backend"})
+    assert create_or_resume(old)[1] is False
+    with pytest.raises(ConfigError, match="was created with backend='sim', not 'live'"):
+        create_or_resume(spec(tmp_path, backend="live"))

@@ -1,4 +1,4 @@
-"""One tuner trial: sample a config, measure its objective on the simulator."""
+"""One tuner trial: sample a config, measure its objective on the study's backend."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import optuna
 
 from ..backends.config import ServingConfig
 from ..backends.errors import ConfigError
+from ..backends.registry import make_backend
 from ..backends.result import RunResult
-from ..backends.sim import SimBackend
 from ..scenarios import Scenario, load_scenario
 from .goodput import find_goodput, workload_ceiling
 from .slo import SLO, parse_slo
@@ -48,6 +48,7 @@ class TuneSpec:
     deadline: float | None = None  # time.time() after which no new trial starts
     precision: float = 0.02
     modes: tuple[str, ...] | None = None  # restrict the search to these modes (e.g. an engine's)
+    backend: str = "sim"  # the registered backend every trial runs on
 
     @property
     def direction(self) -> str:
@@ -55,7 +56,7 @@ class TuneSpec:
 
     def settings(self) -> dict[str, object]:
         """What a resumed study must agree on."""
-        return {"scenario": self.scenario, "model": self.model, "hardware": self.hardware,
+        return {"backend": self.backend, "scenario": self.scenario, "model": self.model, "hardware": self.hardware,
                 "devices": self.devices, "objective": self.objective, "slo": self.slo, "seed": self.seed,
                 "requests": self.requests, "modes": list(self.modes) if self.modes else None, "fixed": {k: list(v) if isinstance(v, tuple) else v
                                                      for k, v in sorted(self.fixed.items())}}
@@ -80,7 +81,7 @@ class Evaluator:
         self.scenario: Scenario = load_scenario(spec.scenario)
         self.slo: SLO | None = parse_slo(spec.slo) if spec.slo else None
         self.stop = stop
-        self.backend = SimBackend()
+        self.backend = make_backend(spec.backend)
 
     def run(self, config: ServingConfig, rate: float | None, timeline: bool = False) -> RunResult:
         """One simulation of the spec's workload."""

@@ -184,6 +184,9 @@ def recover_abandoned(study: optuna.Study) -> int:
     return requeued
 
 
+SETTINGS_BEFORE_THEY_EXISTED = {"backend": "sim"}  # what studies created before a setting existed ran with
+
+
 def create_or_resume(spec: TuneSpec) -> tuple[optuna.Study, bool]:
     """Open the study, creating it (seeded with the engine default) if new; refuse mismatched settings."""
     storage = open_storage(spec.storage)
@@ -193,8 +196,9 @@ def create_or_resume(spec: TuneSpec) -> tuple[optuna.Study, bool]:
         study = optuna.load_study(study_name=spec.study, storage=storage)
         saved = study.user_attrs.get("pipedeck", {})
         for key, value in spec.settings().items():
-            if saved.get(key) != value:
-                raise ConfigError(f"study: {spec.study!r} was created with {key}={saved.get(key)!r}, not {value!r}; "
+            was = saved.get(key, SETTINGS_BEFORE_THEY_EXISTED.get(key))
+            if was != value:
+                raise ConfigError(f"study: {spec.study!r} was created with {key}={was!r}, not {value!r}; "
                                   "resume it with the same settings or choose a new --study name")
         return study, False
     study = optuna.create_study(study_name=spec.study, storage=storage, direction=spec.direction)

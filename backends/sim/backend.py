@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from ...scenarios.scenario import Scenario
-from ..base import Capabilities, RunObserver
+from ..base import RunObserver
 from ..config import ServingConfig
 from ..policies.delay import DelayScheduler
-from ..policies.modes import MODES, PolicyEnv
+from ..policies.modes import PolicyEnv
+from ..registry import backend_entry
 from ..result import RunResult
 from .costs import BatchShape, CostModel, capped_pairs
 from .engine import Engine
@@ -23,7 +24,7 @@ class SimBackend:
     """Discrete-event simulation of a pipeline-parallel serving cluster."""
 
     name = "sim"
-    capabilities = Capabilities(modes=tuple(MODES), timeline=True, reconfigurable=True, paced=False)
+    capabilities = backend_entry("sim").capabilities
 
     def run(self, scenario: Scenario, config: ServingConfig, rate: float | None = None, seed: int = 0,
             num_requests: int | None = None, observer: RunObserver | None = None,

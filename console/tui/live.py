@@ -15,6 +15,7 @@ from textual.widgets import Button, Input, Label, Select, Sparkline, Static
 from textual.worker import Worker, get_current_worker
 
 from ...backends.base import RunCancelled
+from ...backends.registry import BACKENDS, backend_entry, make_backend
 from ...scenarios import Scenario, catalog, load_scenario
 from ...store import StoreError
 from ...tuner.slo import SLO, SLOError, parse_slo
@@ -22,7 +23,6 @@ from ...tuner.study import open_store
 from .livestats import PERCENTILES, LiveStats
 from .messages import RunFailed, RunFinished, RunProgress, RunStarted, RunStopped, StoreListed
 from .pacing import PacedObserver
-from .registry import BACKENDS
 from .sources import FORM, describe, load_source, source_options
 from .view import DEFAULT_SLO, View, one_line, typed_number
 from .widgets import PipelineStrip
@@ -194,9 +194,10 @@ class LiveScreen(View):
         requests = typed_number(self.query_one("#requests", Input).value, int, "requests")
         total = len(scenario.workload(rate=rate, num_requests=requests).requests)
         speed = str(self.query_one("#speed", Select).value)
-        return LiveJob(str(self.query_one("#backend", Select).value), scenario,
-                       str(self.query_one("#config", Select).value), rate, requests, total,
-                       None if speed == "max" else float(speed))
+        backend = str(self.query_one("#backend", Select).value)
+        paced = backend_entry(backend).capabilities.paced  # a real server keeps wall time itself
+        return LiveJob(backend, scenario, str(self.query_one("#config", Select).value), rate, requests, total,
+                       None if speed == "max" or paced else float(speed))
 
     @work(thread=True, group="live-run")
     def _run(self, job: LiveJob) -> None:
@@ -206,8 +207,8 @@ class LiveScreen(View):
         try:
             config = load_source(job.source, self.session.config, self.session.db).resolve()
             self.post_message(RunStarted(job.scenario.name, describe(config), config.pp, job.total))
-            result = BACKENDS[job.backend].make().run(job.scenario, config, rate=job.rate, seed=job.seed,
-                                                      num_requests=job.requests, observer=observer, timeline=True)
+            result = make_backend(job.backend).run(job.scenario, config, rate=job.rate, seed=job.seed,
+                                                   num_requests=job.requests, observer=observer, timeline=True)
         except RunCancelled:
             observer.flush()
             self.post_message(RunStopped(observer.sim_time))

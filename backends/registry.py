@@ -1,0 +1,65 @@
+"""Backends by name: how to make each one and what it can do.
+
+The CLI (`--backend NAME`), the tuner and the console look backends up here
+and never construct one by hand, so a new backend is a new package plus one
+`register_backend` call.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from .base import Backend, Capabilities
+from .errors import ConfigError
+
+
+@dataclass(frozen=True)
+class BackendEntry:
+    """A backend's name, a one-line title, what it can do, and how to make one."""
+
+    name: str
+    title: str
+    capabilities: Capabilities
+    make: Callable[..., Backend]  # keyword options (an endpoint, say) -> a backend
+
+
+BACKENDS: dict[str, BackendEntry] = {}
+
+
+def register_backend(entry: BackendEntry) -> BackendEntry:
+    """Make a backend available by name everywhere."""
+    BACKENDS[entry.name] = entry
+    return entry
+
+
+def backend_entry(name: str) -> BackendEntry:
+    """The registered backend called `name`; a one-line ConfigError naming the choices otherwise."""
+    try:
+        return BACKENDS[name]
+    except KeyError:
+        raise ConfigError(f"backend: unknown backend {name!r}; allowed: {', '.join(BACKENDS)}") from None
+
+
+def make_backend(name: str, **options: object) -> Backend:
+    """A new backend of the registered kind `name`."""
+    return backend_entry(name).make(**options)
+
+
+def _simulator(**options: object) -> Backend:
+    from .sim import SimBackend
+
+    if options:
+        raise ConfigError(f"backend: the simulator takes no options, got {', '.join(sorted(options))}")
+    return SimBackend()
+
+
+def _register_builtin() -> None:
+    from .policies.modes import MODES
+
+    register_backend(BackendEntry("sim", "embedded simulator",
+                                  Capabilities(modes=tuple(MODES), timeline=True, reconfigurable=True, paced=False),
+                                  _simulator))
+
+
+_register_builtin()

@@ -1,0 +1,29 @@
+"""The backend registry: names to factories and capabilities, used by the CLI, the tuner and the console."""
+
+import pytest
+
+from pipedeck.backends.errors import ConfigError
+from pipedeck.backends.registry import BACKENDS, backend_entry, make_backend
+from pipedeck.backends.sim import SimBackend
+from pipedeck.console.tunespec import TuneInputs, build_spec
+from pipedeck.tuner.objective import Evaluator
+
+
+def test_the_simulator_is_registered_with_its_capabilities():
+    sim = make_backend("sim")
+    assert isinstance(sim, SimBackend) and sim.capabilities is BACKENDS["sim"].capabilities
+    assert sim.capabilities.timeline and not sim.capabilities.paced
+
+
+def test_an_unknown_backend_is_one_line_naming_the_choices():
+    with pytest.raises(ConfigError) as err:
+        backend_entry("nope")
+    assert str(err.value) == f"backend: unknown backend 'nope'; allowed: {', '.join(BACKENDS)}"
+    with pytest.raises(ConfigError, match="^backend: the simulator takes no options, got endpoint$"):
+        make_backend("sim", endpoint="http://127.0.0.1:1")
+
+
+def test_tune_runs_trials_on_the_backend_it_names(tmp_path):
+    spec = build_spec(TuneInputs(slo="ttft=2s,tpot=200ms", requests=20, backend="sim"), tmp_path / "x.duckdb")
+    assert spec.backend == "sim" and spec.settings()["backend"] == "sim"
+    assert isinstance(Evaluator(spec).backend, SimBackend)
