@@ -8,7 +8,7 @@ from pathlib import Path
 import click
 
 from ..store import RunStore, default_db_path
-from ..tuner.engines import ENGINES
+from ..backends.launch import ENGINES
 from ..tuner.export import ExportError, best_from_json, export_best, write_export
 from .errors import register_user_error
 

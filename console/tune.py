@@ -13,7 +13,7 @@ from ..backends.config import ServingConfig
 from ..backends.registry import BACKENDS
 from ..backends.tokens import format_tokens
 from ..store import RunStore, default_db_path
-from ..tuner.engines import get_engine
+from ..backends.launch import get_engine
 from ..tuner.objective import OBJECTIVES, TuneSpec
 from ..tuner.space import knob_settings
 from ..tuner.study import SAMPLERS, TuneOutcome, open_store, run_study

@@ -15,7 +15,7 @@ from ..backends.memory import weight_bytes_per_device
 from ..backends.policies.modes import MODES
 from ..backends.registry import backend_entry
 from ..scenarios import load_scenario
-from ..tuner.engines import get_engine
+from ..backends.launch import get_engine
 from ..tuner.objective import TuneSpec
 from ..tuner.slo import parse_slo
 from ..tuner.space import SpaceContext, default_params, parse_fixes, suggest_config

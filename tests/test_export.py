@@ -18,7 +18,7 @@ from pipedeck.backends.config import ServingConfig
 from pipedeck.console.cli import cli
 from pipedeck.console.errors import run_cli
 from pipedeck.store import RunStore
-from pipedeck.tuner.engines import ENGINES, Engine, ExportError, Flag, Launch, ModeSupport, register_support
+from pipedeck.backends.launch import ENGINES, ExportError, Flag, Launch, ModeSupport, ServingEngine, register_support
 from pipedeck.tuner.export import BestConfig, best_from_json, export_best, write_export
 
 QWEN = dict(model="qwen2.5-14b", hardware="a100-40g-pcie")  # 48 layers, HF id Qwen/Qwen2.5-14B-Instruct
@@ -368,7 +368,7 @@ def test_unknown_engine(tmp_path):
 
 
 def test_a_new_engine_or_mode_is_a_registration(tmp_path, monkeypatch):
-    fork = Engine("sglang-fork", ("python", "-m", "sglang.launch_server"), "--model-path",
+    fork = ServingEngine("sglang-fork", ("python", "-m", "sglang.launch_server"), "--model-path",
                   lambda c: Launch(flags=(Flag("--tp-size", c.tp),)))
     monkeypatch.setitem(ENGINES, fork.name, fork)
     register_support(fork.name, "cpp", ModeSupport(lambda c: Launch(flags=(Flag("--enable-dynamic-chunk"),))))

@@ -9,7 +9,7 @@ from textual.widgets import DataTable, Static
 from pipedeck.console.tui import PipedeckApp
 from pipedeck.console.tui.tune import TuneScreen
 from pipedeck.store import RunStore
-from pipedeck.tuner.engines import ENGINES
+from pipedeck.backends.launch import ENGINES
 from tests.tui_support import SIZE, fill, notifications, wait_for
 
 SMALL_STUDY = {"scenario": "azure-conv", "requests": "60", "model": "qwen2.5-14b", "hardware": "a100-40g-pcie",

@@ -20,7 +20,7 @@ from ...backends.profiles import hardware_names, model_names
 from ...backends.tokens import format_tokens
 from ...scenarios import catalog
 from ...store import TrialRow
-from ...tuner.engines import ENGINES
+from ...backends.launch import ENGINES
 from ...tuner.export import export_best
 from ...tuner.objective import OBJECTIVES, TuneSpec
 from ...tuner.slo import SLOError

@@ -1,9 +1,12 @@
-"""The serving engines pipedeck exports to, and which pipeline modes each can run.
+"""The serving engines pipedeck launches and exports to, and which pipeline modes each can run.
 
-One registry: an `Engine` holds its launcher, its spelling of the common knobs
-and, in `Engine.modes`, what every mode it can run adds to the launch. A new
+The one mapping from a config to an engine's flags, environment and files,
+used by `export` (and by whatever launches an engine). One registry: a
+`ServingEngine` holds its launcher, its spelling of the common knobs and, in
+`ServingEngine.modes`, what every mode it can run adds to the launch. A new
 engine (an SGLang fork) is a `register_engine` call; a new mode on an engine
-(FastPP's `fastpp-greedy`) is a `register_support` call.
+(FastPP's `fastpp-greedy`) is a `register_support` call. (Not the
+simulator's `Engine`, which is its event loop.)
 """
 
 from __future__ import annotations
@@ -14,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Literal
 
-from ..backends.config import ServingConfig, default_layer_split
+from .config import ServingConfig, default_layer_split
 
 Value = int | float | str | None
 
@@ -83,7 +86,7 @@ class ModeSupport:
 
 
 @dataclass(frozen=True)
-class Engine:
+class ServingEngine:
     """One serving engine: launcher, spelling of the common knobs, config file and runnable modes."""
 
     name: str
@@ -96,10 +99,10 @@ class Engine:
     delay_scheduling: ModeSupport | None = None  # how it runs decode rebalancing, if it can
 
 
-ENGINES: dict[str, Engine] = {}
+ENGINES: dict[str, ServingEngine] = {}
 
 
-def register_engine(engine: Engine) -> Engine:
+def register_engine(engine: ServingEngine) -> ServingEngine:
     """Make an engine available to `pipedeck export`."""
     ENGINES[engine.name] = engine
     return engine
@@ -110,7 +113,7 @@ def register_support(engine: str, mode: str, support: ModeSupport) -> None:
     ENGINES[engine].modes[mode] = support
 
 
-def get_engine(name: str) -> Engine:
+def get_engine(name: str) -> ServingEngine:
     """The registered engine called `name`; ExportError naming the allowed ones otherwise."""
     if name not in ENGINES:
         raise ExportError(f"format: unknown engine {name!r}; allowed: {', '.join(ENGINES)}")
@@ -123,7 +126,7 @@ def engines_for(mode: str) -> list[str]:
             for e in ENGINES.values() if mode in e.modes]
 
 
-def plan_launch(config: ServingConfig, engine_name: str) -> tuple[Engine, Launch]:
+def plan_launch(config: ServingConfig, engine_name: str) -> tuple[ServingEngine, Launch]:
     """The engine and its launch for a resolved config; ExportError if the engine cannot run it."""
     engine = get_engine(engine_name)
     support = engine.modes.get(config.mode)
@@ -286,9 +289,9 @@ def _sglang_dcpp(config: ServingConfig) -> Launch:
     )
 
 
-register_engine(Engine("vllm-ascend", ("vllm", "serve"), None, _ascend_common, "vllm-config.yaml"))
-register_engine(Engine("vllm", ("vllm", "serve"), None, _vllm_common, "vllm-config.yaml"))
-register_engine(Engine("sglang", ("python", "-m", "sglang.launch_server"), "--model-path", _sglang_common,
+register_engine(ServingEngine("vllm-ascend", ("vllm", "serve"), None, _ascend_common, "vllm-config.yaml"))
+register_engine(ServingEngine("vllm", ("vllm", "serve"), None, _vllm_common, "vllm-config.yaml"))
+register_engine(ServingEngine("sglang", ("python", "-m", "sglang.launch_server"), "--model-path", _sglang_common,
                        "sglang-config.yaml", "model-path"))
 for _name in ENGINES:
     register_support(_name, "cpp", ModeSupport(_nothing))
