@@ -17,12 +17,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Literal
 
+from ..scenarios.errors import PipedeckError
 from .config import ServingConfig, default_layer_split
 
 Value = int | float | str | None
 
 
-class ExportError(ValueError):
+class ExportError(PipedeckError):
     """A config cannot be exported as asked; the message is one line naming the field."""
 
 

@@ -4,19 +4,15 @@ from __future__ import annotations
 
 import click
 
-from ..store import StoreError
-from .errors import exit_with, register_user_error, run_cli
 from .compare import compare
 from .console_cmd import console
+from .errors import exit_with, run_cli
 from .export import export
 from .report import report
 from .runs import runs
 from .show import show
 from .simulate import simulate
 from .tune import tune
-
-
-register_user_error(StoreError)
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})

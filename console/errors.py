@@ -7,25 +7,14 @@ from collections.abc import Callable
 
 import click
 
-from ..backends.errors import ConfigError
-from ..backends.profiles import ProfileError
-from ..scenarios import ScenarioError
-from ..tuner.slo import SLOError
-
-USER_ERRORS: tuple[type[Exception], ...] = (ConfigError, ProfileError, ScenarioError, SLOError)
-
-
-def register_user_error(kind: type[Exception]) -> None:
-    """Let another package's input errors reach the user as one line."""
-    global USER_ERRORS
-    USER_ERRORS = USER_ERRORS + (kind,)
+from ..scenarios import PipedeckError
 
 
 def run_cli(command: click.Command, argv: list[str] | None = None) -> int:
     """Run a click command; user errors print one line and return 2, never a traceback."""
     try:
         result = command.main(args=argv, prog_name="pipedeck", standalone_mode=False)
-    except USER_ERRORS as err:
+    except PipedeckError as err:
         return _fail(str(err))
     except click.ClickException as err:
         return _fail(err.format_message())

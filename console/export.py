@@ -7,14 +7,12 @@ from pathlib import Path
 
 import click
 
-from ..store import RunStore, default_db_path
 from ..backends.launch import ENGINES
+from ..store import RunStore, default_db_path
 from ..tuner.export import ExportError, best_from_json, export_best, write_export
-from .errors import register_user_error
 
 __all__ = ["export", "export_best"]
 
-register_user_error(ExportError)
 
 
 @click.command()

@@ -83,7 +83,7 @@ def _spec_from_options(opts: dict[str, object]) -> tuple[TuneSpec, int]:
     try:
         spec = build_spec(inputs, str(opts["db"]))
     except TuneInputError as err:
-        raise click.BadParameter(str(err), param_hint=f"--{err.option}") from None
+        raise click.BadParameter(str(err), param_hint=f"--{err.field}") from None
     return spec, int(opts["jobs"])
 
 

@@ -11,11 +11,11 @@ import optuna
 
 from ..backends.config import ServingConfig
 from ..backends.errors import ConfigError
+from ..backends.launch import get_engine
 from ..backends.memory import weight_bytes_per_device
 from ..backends.policies.modes import MODES
 from ..backends.registry import backend_entry
-from ..scenarios import load_scenario
-from ..backends.launch import get_engine
+from ..scenarios import PipedeckError, load_scenario
 from ..tuner.objective import TuneSpec
 from ..tuner.slo import parse_slo
 from ..tuner.space import SpaceContext, default_params, parse_fixes, suggest_config
@@ -25,12 +25,11 @@ DEFAULT_SCENARIO = "azure-conv"
 DEFAULT_TRIALS = 50
 
 
-class TuneInputError(ValueError):
-    """A tune input is not allowed; `option` names the command-line flag (and the console field) it belongs to."""
+class TuneInputError(PipedeckError):
+    """A tune input is not allowed; `field` names the command-line flag (and the console field) it belongs to."""
 
     def __init__(self, option: str, message: str):
-        super().__init__(message)
-        self.option = option
+        super().__init__(message, field=option)
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,8 @@
-"""The error every bad scenario input raises, and the checks that raise it."""
+"""`PipedeckError`, the base of every input error pipedeck raises; the scenario error and its checks.
+
+The base lives here because scenarios/ is the bottom layer: every other
+package may import it, and it imports none of them.
+"""
 
 from __future__ import annotations
 
@@ -8,7 +12,18 @@ from typing import TypeGuard
 import numpy as np
 
 
-class ScenarioError(ValueError):
+class PipedeckError(ValueError):
+    """Bad input: a one-line message that starts with the field it names (`field: what is allowed`).
+
+    Callers catch this one base; the CLI turns it into one line on stderr.
+    """
+
+    def __init__(self, message: str, field: str | None = None):
+        super().__init__(message)
+        self.field = field if field is not None else message.partition(":")[0].strip()
+
+
+class ScenarioError(PipedeckError):
     """A scenario input is invalid; the message is one line naming the field."""
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from ..scenarios.errors import PipedeckError
 
-class StoreError(ValueError):
+
+class StoreError(PipedeckError):
     """One line naming the store file (or the missing record) and what went wrong."""

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..backends.result import RunResult
+from ..scenarios.errors import PipedeckError
 
 METRICS = ("ttft", "tpot")
 DEFAULT_PERCENTILE = 90.0
@@ -15,7 +16,7 @@ _UNITS = {"s": 1.0, "ms": 1e-3}
 _ITEM = re.compile(r"^(?P<metric>[a-z_]+)(?:@p(?P<pct>[0-9.]+))?=(?P<value>[-+0-9.eE]+)(?P<unit>[a-z]*)$")
 
 
-class SLOError(ValueError):
+class SLOError(PipedeckError):
     """An SLO string is malformed; the message is one line naming what is wrong."""
 
 

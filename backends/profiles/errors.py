@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from ...scenarios.errors import PipedeckError
 
-class ProfileError(ValueError):
+
+class ProfileError(PipedeckError):
     """A profile, name or config.json is invalid; the message is one line naming the field."""

@@ -225,7 +225,7 @@ class TuneScreen(View):
 
     def _invalid(self, err: Exception) -> None:
         """Show an input error and mark the field it names (a config field can only come from the pins)."""
-        message = f"{err.option}: {err}" if isinstance(err, TuneInputError) else one_line(err)
+        message = f"{err.field}: {err}" if isinstance(err, TuneInputError) else one_line(err)
         config_fields = [f.name for f in form_fields()]
         name = ALIASES.get(message.partition(": ")[0]) or error_field(message, self.INPUTS) or \
             ("fix" if error_field(message, config_fields) else None)
