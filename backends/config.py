@@ -1,4 +1,10 @@
-"""`ServingConfig`: the knobs of one serving deployment, validated before any work."""
+"""`ServingConfig`, the knobs of one serving deployment as asked, and `ResolvedConfig`, the same validated.
+
+`ServingConfig.resolve()` validates every field before any work and returns a
+`ResolvedConfig`: derived fields filled in (layer split, virtual stages, KV
+capacity) and the model and hardware profiles it was resolved against. The
+backends run resolved configs only.
+"""
 
 from __future__ import annotations
 
@@ -132,10 +138,14 @@ class ServingConfig:
         return per_rank
 
     def replace(self, **changes: object) -> ServingConfig:
-        """A copy with some fields changed (derived fields are re-derived on resolve)."""
-        return dataclasses.replace(self, **changes)
+        """An unresolved copy with some fields changed (derived fields are re-derived on resolve)."""
+        return ServingConfig(**{**self.values(), **changes})
 
-    def resolve(self) -> ServingConfig:
+    def values(self) -> dict[str, object]:
+        """Every field by name."""
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(ServingConfig)}
+
+    def resolve(self) -> ResolvedConfig:
         """Validate every field and fill in the derived ones; raise ConfigError on the first bad one."""
         if self.mode not in MODES:
             raise ConfigError(f"mode: unknown mode {self.mode!r}; allowed: {', '.join(MODES)}")
@@ -164,10 +174,8 @@ class ServingConfig:
             raise ConfigError(f"layer_split: must sum to {model.name}'s {model.num_layers} layers, got {sum(split)}")
         chunk = parse_tokens(self.chunk, "chunk")
         knobs = {k.field: k.check(getattr(self, k.field)) for k in KNOBS}
-        resolved = dataclasses.replace(self, tp=tp, pp=pp, virtual_stages=virtual, layer_split=split, chunk=chunk,
-                                       **knobs)
-        resolved.__dict__.update(model_profile=model, hardware_profile=hw)
-        heaviest = max(resolved.layers_per_rank())
+        checked = self.replace(tp=tp, pp=pp, virtual_stages=virtual, layer_split=split, chunk=chunk, **knobs)
+        heaviest = max(checked.layers_per_rank())
         weights = weight_bytes_per_device(model, tp, heaviest) / 1e9
         if weights > hw.memory_gb * hw.memory_utilization:
             raise ConfigError(
@@ -175,14 +183,12 @@ class ServingConfig:
                 f"more than {hw.name}'s {hw.memory_gb * hw.memory_utilization:.0f} GB usable; use more devices"
             )
         if self.kv_capacity is None:
-            capacity = kv_capacity_tokens(model, hw, tp, resolved.layers_per_rank())
+            capacity = kv_capacity_tokens(model, hw, tp, checked.layers_per_rank())
             if capacity < 1:
                 raise ConfigError(f"kv_capacity: no memory left for KV cache after {weights:.0f} GB of weights per device; use more devices")
         else:
             capacity = parse_tokens(self.kv_capacity, "kv_capacity")
-        final = dataclasses.replace(resolved, kv_capacity=capacity)
-        final.__dict__.update(model_profile=model, hardware_profile=hw)  # keep the profiles resolved against
-        return final
+        return ResolvedConfig.of(checked.replace(kv_capacity=capacity), model, hw)
 
     def to_dict(self) -> dict[str, object]:
         """Plain-data view (for JSON, the store and exports)."""
@@ -201,3 +207,34 @@ class ServingConfig:
         if values.get("layer_split") is not None:
             values["layer_split"] = tuple(values["layer_split"])  # type: ignore[arg-type]
         return cls(**values)  # type: ignore[arg-type]
+
+
+class ResolvedConfig(ServingConfig):
+    """A validated ServingConfig: every derived field filled in, the profiles it was resolved against kept.
+
+    Built only by `ServingConfig.resolve()`; `replace` gives back an unresolved
+    ServingConfig, since changed fields need validating again.
+    """
+
+    layer_split: tuple[int, ...]
+    kv_capacity: int
+    virtual_stages: int
+
+    @classmethod
+    def of(cls, config: ServingConfig, model: ModelProfile, hardware: HardwareProfile) -> ResolvedConfig:
+        """`config`'s values, already checked, with the profiles they were checked against."""
+        resolved = cls(**config.values())
+        object.__setattr__(resolved, "_profiles", (model, hardware))  # frozen: set once, while building
+        return resolved
+
+    @property
+    def model_profile(self) -> ModelProfile:
+        return self._profiles[0]
+
+    @property
+    def hardware_profile(self) -> HardwareProfile:
+        return self._profiles[1]
+
+    def resolve(self) -> ResolvedConfig:
+        """Already resolved."""
+        return self

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from ..scenarios.errors import PipedeckError
-from .config import ServingConfig, default_layer_split
+from .config import ResolvedConfig, default_layer_split
 
 Value = int | float | str | None
 
@@ -74,7 +74,7 @@ class Launch:
         return Launch(self.env + other.env, self.flags + other.flags, self.notes + other.notes)
 
 
-Render = Callable[[ServingConfig], Launch]
+Render = Callable[[ResolvedConfig], Launch]
 
 
 @dataclass(frozen=True)
@@ -127,7 +127,7 @@ def engines_for(mode: str) -> list[str]:
             for e in ENGINES.values() if mode in e.modes]
 
 
-def plan_launch(config: ServingConfig, engine_name: str) -> tuple[ServingEngine, Launch]:
+def plan_launch(config: ResolvedConfig, engine_name: str) -> tuple[ServingEngine, Launch]:
     """The engine and its launch for a resolved config; ExportError if the engine cannot run it."""
     engine = get_engine(engine_name)
     support = engine.modes.get(config.mode)
@@ -153,7 +153,7 @@ def compact_json(value: object) -> str:
     return json.dumps(value, separators=(",", ":"))
 
 
-def partition_env(env_name: str, config: ServingConfig,
+def partition_env(env_name: str, config: ResolvedConfig,
                   implicit: Callable[[int, int], tuple[int, ...] | None]) -> tuple[EnvVar, ...]:
     """The per-PP-rank layer partition env var for a linear layout, unless `implicit(layers, pp)` is that split."""
     if config.mode_spec.layout != "linear":
@@ -169,7 +169,7 @@ def exact_split(layers: int, pp: int) -> tuple[int, ...] | None:
     return (layers // pp,) * pp if layers % pp == 0 else None
 
 
-def vpp_layer_ranges(config: ServingConfig) -> list[list[list[int]]]:
+def vpp_layer_ranges(config: ResolvedConfig) -> list[list[list[int]]]:
     """Half-open [start, end) layer ranges, one list per PP rank holding its virtual stages in execution order."""
     ranges: list[list[list[int]]] = [[] for _ in range(config.pp)]
     start = 0
@@ -179,11 +179,11 @@ def vpp_layer_ranges(config: ServingConfig) -> list[list[list[int]]]:
     return ranges
 
 
-def _nothing(config: ServingConfig) -> Launch:
+def _nothing(config: ResolvedConfig) -> Launch:
     return Launch()
 
 
-def unmatched_semantics(config: ServingConfig, engine: str, matches: bool, rule: str) -> tuple[str, ...]:
+def unmatched_semantics(config: ResolvedConfig, engine: str, matches: bool, rule: str) -> tuple[str, ...]:
     """A note when the simulated scheduler semantics (decode_in_budget, mixed_batches, sticky_decodes) are not the engine's."""
     if matches:
         return ()
@@ -195,7 +195,7 @@ def unmatched_semantics(config: ServingConfig, engine: str, matches: bool, rule:
 
 # -- vLLM and vLLM-Ascend -----------------------------------------------------------
 
-def _vllm_common(config: ServingConfig) -> Launch:
+def _vllm_common(config: ResolvedConfig) -> Launch:
     return Launch(
         notes=unmatched_semantics(config, "vLLM",
                                   config.decode_in_budget and config.mixed_batches and not config.sticky_decodes,
@@ -212,7 +212,7 @@ def _vllm_common(config: ServingConfig) -> Launch:
     )
 
 
-def _ascend_env(config: ServingConfig) -> Launch:
+def _ascend_env(config: ResolvedConfig) -> Launch:
     devices = ",".join(str(d) for d in range(config.devices))
     return Launch(env=(
         EnvVar("HCCL_OP_EXPANSION_MODE", "AIV", "default"),
@@ -228,11 +228,11 @@ def _ascend_env(config: ServingConfig) -> Launch:
     ))
 
 
-def _ascend_common(config: ServingConfig) -> Launch:
+def _ascend_common(config: ResolvedConfig) -> Launch:
     return _ascend_env(config) + _vllm_common(config)
 
 
-def _ascend_dcpp(config: ServingConfig) -> Launch:
+def _ascend_dcpp(config: ResolvedConfig) -> Launch:
     min_chunk = min(config.min_chunk, config.chunk)  # the simulator clamps min_chunk to the chunk budget
     profiling = {"enabled": True, "smooth_factor": config.smooth_factor, "min_chunk": min_chunk}
     notes = () if min_chunk == config.min_chunk else (
@@ -244,7 +244,7 @@ def _ascend_dcpp(config: ServingConfig) -> Launch:
     )
 
 
-def _ascend_vpp(config: ServingConfig) -> Launch:
+def _ascend_vpp(config: ResolvedConfig) -> Launch:
     settings = {"virtual_pipeline_parallel_size": config.virtual_stages, "vpp_layer_ranges": vpp_layer_ranges(config)}
     return Launch(
         env=(EnvVar("ENABLE_VPP", "true"),),
@@ -262,7 +262,7 @@ def _ascend_vpp(config: ServingConfig) -> Launch:
 
 # -- SGLang -------------------------------------------------------------------------
 
-def _sglang_common(config: ServingConfig) -> Launch:
+def _sglang_common(config: ResolvedConfig) -> Launch:
     # SGLang's default split gives the remainder to the last ranks (61 layers on 2: 30,31), not vLLM's
     # 31,30, so any split with a remainder is written out.
     notes = unmatched_semantics(config, "SGLang", config.decode_in_budget == config.mixed_batches and config.sticky_decodes,
@@ -282,7 +282,7 @@ def _sglang_common(config: ServingConfig) -> Launch:
     )
 
 
-def _sglang_dcpp(config: ServingConfig) -> Launch:
+def _sglang_dcpp(config: ResolvedConfig) -> Launch:
     return Launch(
         env=(EnvVar("SGLANG_DYNAMIC_CHUNKING_SMOOTH_FACTOR", str(config.smooth_factor)),),
         flags=(Flag("--enable-dynamic-chunking"),),
@@ -311,7 +311,7 @@ _FASTPP_DEFAULTS = {"kv_free_threshold": 0.10, "tpot_violation": 1.08, "ttft_low
                     "base_unit": 128, "delay_mode": "auto"}
 
 
-def _fastpp_tuned(config: ServingConfig, fields: tuple[str, ...]) -> tuple[str, ...]:
+def _fastpp_tuned(config: ResolvedConfig, fields: tuple[str, ...]) -> tuple[str, ...]:
     """Notes for tuned values that differ from FastPP's defaults (it takes them from its own config)."""
     changed = [f"{f}={getattr(config, f)!r}" for f in fields if getattr(config, f) != _FASTPP_DEFAULTS[f]]
     return (f"Tuned FastPP settings that differ from its defaults (set them in the fork's config): "
@@ -319,7 +319,7 @@ def _fastpp_tuned(config: ServingConfig, fields: tuple[str, ...]) -> tuple[str, 
 
 
 def _fastpp(strategy: str) -> Render:
-    def render(config: ServingConfig) -> Launch:
+    def render(config: ResolvedConfig) -> Launch:
         fields = config.mode_spec.params
         return Launch(
             flags=(Flag("--enable-dynamic-chunk"), Flag("--dynamic-chunk-strategy", strategy),
@@ -331,7 +331,7 @@ def _fastpp(strategy: str) -> Render:
     return render
 
 
-def _fastpp_rebalancing(config: ServingConfig) -> Launch:
+def _fastpp_rebalancing(config: ResolvedConfig) -> Launch:
     return Launch(flags=(Flag("--enable-batch-rebalancing"),),
                   notes=(f"Delay scheduling is the {FASTPP}'s --enable-batch-rebalancing.",)
                   + _fastpp_tuned(config, ("waiting_tok_threshold", "load_alpha", "base_unit", "delay_mode")))

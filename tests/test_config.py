@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from pipedeck.backends.config import ServingConfig, default_layer_split
+from pipedeck.backends.config import ResolvedConfig, ServingConfig, default_layer_split
 from pipedeck.backends.errors import ConfigError
 from pipedeck.backends.knobs import KNOBS
 from pipedeck.backends.policies.modes import MODES
@@ -189,10 +189,20 @@ def test_to_dict_from_dict_round_trip(config):
         data = c.to_dict()
         assert set(data) == {"model", "hardware", "tp", "pp", "mode", "chunk", "virtual_stages", "layer_split",
                              "kv_capacity"} | {k.field for k in KNOBS}
-        assert ServingConfig.from_dict(data) == c
+        assert ServingConfig.from_dict(data).values() == c.values()  # a stored config comes back unresolved
         again = ServingConfig.from_dict(json.loads(json.dumps(data)))  # lists come back from JSON
-        assert again == c
+        assert again.values() == c.values() and again.resolve() == c.resolve()
         assert again.to_dict() == data
+
+
+def test_resolving_gives_the_resolved_type_and_replacing_gives_back_a_raw_config():
+    raw = ServingConfig(**QWEN, tp=2, pp=2)
+    resolved = raw.resolve()
+    assert type(raw) is ServingConfig and type(resolved) is ResolvedConfig and resolved.resolve() is resolved
+    assert resolved.layer_split == (24, 24) and resolved.kv_capacity > 0 and raw.layer_split is None
+    assert resolved.model_profile.name == "qwen2.5-14b" and resolved.hardware_profile.name == "a100-40g-pcie"
+    changed = resolved.replace(pp=4, layer_split=None)
+    assert type(changed) is ServingConfig and changed.resolve().layer_split == (12, 12, 12, 12)
 
 
 def test_resolved_to_dict_is_plain_json():

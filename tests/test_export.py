@@ -265,7 +265,7 @@ def test_record_round_trips_into_the_config(tmp_path):
     chosen = best(**DSV3, pp=2, mode="dcpp", chunk=16384, layer_split=(32, 29), smooth_factor=0.5)
     path = Path(write_export(chosen, "vllm-ascend", tmp_path)[-1])
     record = json.loads(path.read_text())
-    assert ServingConfig.from_dict(record["config"]) == chosen.config
+    assert ServingConfig.from_dict(record["config"]).resolve() == chosen.config
     assert record["engine"] == "vllm-ascend" and record["pipedeck_version"]
     assert record["generated_at"].endswith("+00:00")
     assert (record["study"], record["trial"], record["scenario"], record["seed"]) == ("s1", 7, "long-128k", 3)
@@ -419,7 +419,7 @@ def test_export_best_reads_the_best_completed_trial_and_its_study(tmp_path, obje
     chosen = make_store(tmp_path / "runs.duckdb", objective)
     with RunStore.open(tmp_path / "runs.duckdb") as store:
         record = json.loads(export_best(store, "s1", "vllm-ascend", str(tmp_path / "out"))[-1].read_text())
-    assert ServingConfig.from_dict(record["config"]) == chosen
+    assert ServingConfig.from_dict(record["config"]).resolve() == chosen
     assert (record["study"], record["scenario"], record["seed"], record["slo"]) == ("s1", "long-128k", 3, SLO)
     assert record["trial"] == (1 if objective == "goodput" else 0)
 
@@ -456,7 +456,8 @@ def test_cli_exports_a_study_from_the_run_store(tmp_path, capsys):
                                     "--db", str(tmp_path / "runs.duckdb")])
     assert status == 0, err
     assert out.split() == [str(tmp_path / "o" / n) for n in ("serve.sh", "sglang-config.yaml", "pipedeck-best.json")]
-    assert ServingConfig.from_dict(json.loads((tmp_path / "o" / "pipedeck-best.json").read_text())["config"]) == chosen
+    written = json.loads((tmp_path / "o" / "pipedeck-best.json").read_text())["config"]
+    assert ServingConfig.from_dict(written).resolve() == chosen
 
 
 @pytest.mark.parametrize("argv, message", [

@@ -16,7 +16,7 @@ from typing import Any, Protocol
 
 import yaml
 
-from ..backends.config import ServingConfig
+from ..backends.config import ResolvedConfig, ServingConfig
 from ..backends.launch import EnvVar, ExportError, Launch, ServingEngine, plan_launch
 from .objective import OBJECTIVES
 
@@ -31,7 +31,7 @@ _UNSAFE_IN_DOUBLE_QUOTES = re.compile(r'[$`"\\}\n]')
 class BestConfig:
     """A config worth deploying and where it came from: its predicted metrics, study, trial, SLO and seed."""
 
-    config: ServingConfig
+    config: ResolvedConfig
     metrics: Mapping[str, Any]
     study: str | None = None
     trial: int | None = None

@@ -21,7 +21,7 @@ from .fastpp_alp import PredictiveChunkController
 from .fastpp_greedy import GreedyChunkController
 
 if TYPE_CHECKING:
-    from ..config import ServingConfig
+    from ..config import ResolvedConfig
 
 
 @dataclass(frozen=True)
@@ -32,7 +32,7 @@ class PolicyEnv:
     a real engine would time a forward pass), as a start-up profile would.
     """
 
-    config: "ServingConfig"
+    config: "ResolvedConfig"
     chunk_latency: Callable[[int], float]  # latency of a lone chunk of l tokens at prefix 0, whole pipeline
     entry_stage_time: Callable[[int, int], float]  # entry-stage time of a lone chunk (tokens, prefix)
     decode_stage_time: Callable[[int], float]  # entry-stage time of a decode-only batch of n one-token contexts

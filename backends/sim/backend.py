@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from ...scenarios.scenario import Scenario
 from ..base import RunObserver
-from ..config import ServingConfig
+from ..config import ResolvedConfig, ServingConfig
 from ..policies.delay import DelayScheduler
 from ..policies.modes import PolicyEnv
 from ..registry import backend_entry
@@ -44,7 +44,7 @@ class SimBackend:
         )
 
 
-def build_engine(config: ServingConfig, timeline: bool = False, observer: RunObserver | None = None,
+def build_engine(config: ResolvedConfig, timeline: bool = False, observer: RunObserver | None = None,
                  cost: CostModel | None = None) -> Engine:
     """Wire a resolved config's cost model (or the one given), policies and scheduler into an engine."""
     spec = config.mode_spec
