@@ -290,10 +290,26 @@ def _sglang_dcpp(config: ResolvedConfig) -> Launch:
     )
 
 
+# -- llama.cpp's llama-server ----------------------------------------------------------
+
+def _llama_common(config: ResolvedConfig) -> Launch:
+    if config.tp != 1 or config.pp != 1:
+        raise ExportError(f"tp: llama-server runs one process without tensor or pipeline parallelism; "
+                          f"got tp={config.tp} pp={config.pp} (use tp=1 pp=1)")
+    return Launch(flags=(
+        Flag("--parallel", config.max_running),  # slots: the requests it decodes at once
+        Flag("--ctx-size", config.kv_capacity),  # KV cache tokens over all slots
+        Flag("--batch-size", config.chunk),  # tokens one decode call takes: the step's budget
+        Flag("--ubatch-size", config.chunk),
+        Flag("--metrics"),
+    ))
+
+
 register_engine(ServingEngine("vllm-ascend", ("vllm", "serve"), None, _ascend_common, "vllm-config.yaml"))
 register_engine(ServingEngine("vllm", ("vllm", "serve"), None, _vllm_common, "vllm-config.yaml"))
 register_engine(ServingEngine("sglang", ("python", "-m", "sglang.launch_server"), "--model-path", _sglang_common,
                        "sglang-config.yaml", "model-path"))
+register_engine(ServingEngine("llama-server", ("llama-server",), "--model", _llama_common))
 for _name in ENGINES:
     register_support(_name, "cpp", ModeSupport(_nothing))
 register_support("vllm-ascend", "dcpp", ModeSupport(_ascend_dcpp, min_pp=2))

@@ -10,6 +10,7 @@ from .errors import exit_with, run_cli
 from .export import export
 from .report import report
 from .runs import runs
+from .serve import serve
 from .show import show
 from .simulate import simulate
 from .tune import tune
@@ -26,6 +27,7 @@ cli.add_command(runs)
 cli.add_command(show)
 cli.add_command(tune)
 cli.add_command(export)
+cli.add_command(serve)
 cli.add_command(compare)
 cli.add_command(report)
 cli.add_command(console)

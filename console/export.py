@@ -11,8 +11,7 @@ from ..backends.launch import ENGINES
 from ..store import RunStore, default_db_path
 from ..tuner.export import ExportError, best_from_json, export_best, write_export
 
-__all__ = ["export", "export_best"]
-
+__all__ = ["export", "export_best", "read_config_json"]
 
 
 @click.command()
@@ -29,7 +28,7 @@ def export(study: str | None, config_file: Path | None, engine: str, out_dir: Pa
     if (study is None) == (config_file is None):
         raise click.UsageError("give exactly one of --study NAME or --config FILE.json")
     if config_file is not None:
-        paths = write_export(best_from_json(_read_json(config_file)), engine, out_dir)
+        paths = write_export(best_from_json(read_config_json(config_file)), engine, out_dir)
     else:
         paths = _export_study(study, engine, out_dir, db)
     for path in paths:
@@ -44,7 +43,8 @@ def _export_study(study: str, engine: str, out_dir: Path, db: Path | None) -> li
         return export_best(store, study, engine, out_dir)
 
 
-def _read_json(path: Path) -> dict[str, object]:
+def read_config_json(path: Path) -> dict[str, object]:
+    """A pipedeck-best.json or plain config JSON file as a dict; one-line ExportError if unreadable."""
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:

@@ -363,13 +363,14 @@ def test_a_model_id_a_shell_would_expand_is_refused(tmp_path):
 
 
 def test_unknown_engine(tmp_path):
-    with pytest.raises(ExportError, match=r"^format: unknown engine 'trt'; allowed: vllm-ascend, vllm, sglang$"):
+    allowed = "vllm-ascend, vllm, sglang, llama-server"
+    with pytest.raises(ExportError, match=rf"^format: unknown engine 'trt'; allowed: {allowed}$"):
         write_export(best(**QWEN, tp=2, pp=2), "trt", tmp_path)
 
 
 def test_a_new_engine_or_mode_is_a_registration(tmp_path, monkeypatch):
     fork = ServingEngine("sglang-fork", ("python", "-m", "sglang.launch_server"), "--model-path",
-                  lambda c: Launch(flags=(Flag("--tp-size", c.tp),)))
+                         lambda c: Launch(flags=(Flag("--tp-size", c.tp),)))
     monkeypatch.setitem(ENGINES, fork.name, fork)
     register_support(fork.name, "cpp", ModeSupport(lambda c: Launch(flags=(Flag("--enable-dynamic-chunk"),))))
     files = {p.name: p for p in write_export(best(**QWEN, tp=2, pp=2), "sglang-fork", tmp_path)}

@@ -1,0 +1,1 @@
+"""Live backends: real OpenAI-compatible serving engines (vLLM, vLLM-Ascend, SGLang, llama-server)."""

@@ -1,0 +1,132 @@
+"""Start a serving engine with the launch `backends/launch.py` maps a config to, wait for health, stop it.
+
+The same mapping writes `pipedeck export`'s serve.sh, so a server started here
+runs exactly the flags an export hands an operator. The server's output goes
+to a log file; it runs in a process group of its own and is stopped by its
+PID: SIGTERM, then SIGKILL after a grace period.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+
+from ...scenarios.errors import PipedeckError
+from ..config import ResolvedConfig
+from ..launch import plan_launch
+
+LOOPBACK = "127.0.0.1"
+
+
+class LaunchError(PipedeckError):
+    """A server could not be started or did not become healthy; one line naming the cause and the log."""
+
+
+@dataclass
+class Server:
+    """A running engine process and where to reach it."""
+
+    engine: str
+    url: str
+    process: subprocess.Popen
+    log_path: Path
+
+    def stop(self, grace_s: float = 10.0) -> int | None:
+        """SIGTERM the server's process group, SIGKILL it after `grace_s`; returns the exit status."""
+        if self.process.poll() is None:
+            _signal_group(self.process, signal.SIGTERM)
+            try:
+                self.process.wait(grace_s)
+            except subprocess.TimeoutExpired:
+                _signal_group(self.process, signal.SIGKILL)
+                self.process.wait()
+        return self.process.returncode
+
+    def __enter__(self) -> Server:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def server_command(config: ResolvedConfig, engine: str, model_path: str, host: str, port: int,
+                   program: tuple[str, ...] | None = None) -> tuple[list[str], dict[str, str]]:
+    """The argv and the environment additions that start `engine` serving `model_path` for `config`."""
+    spec, launch = plan_launch(config, engine)
+    argv = [*(program or spec.program), *((spec.model_flag, model_path) if spec.model_flag else (model_path,))]
+    for flag in launch.flags:
+        argv += flag.argv()
+    argv += ["--host", host, "--port", str(port)]
+    env = {var.name: var.value for var in launch.env
+           if var.kind == "set" or (var.kind == "default" and var.name not in os.environ)}
+    return argv, env
+
+
+def free_port(host: str = LOOPBACK) -> int:
+    """A TCP port nobody listens on right now."""
+    with socket.socket() as probe:
+        probe.bind((host, 0))
+        return probe.getsockname()[1]
+
+
+def start_server(config: ResolvedConfig, engine: str, model_path: str, log_path: str | os.PathLike[str], *,
+                 host: str = LOOPBACK, port: int | None = None, program: tuple[str, ...] | None = None,
+                 health_timeout_s: float = 600.0) -> Server:
+    """Start the engine and wait until GET /health answers 200; LaunchError (and nothing left running) otherwise."""
+    port = port or free_port(host)
+    argv, env = server_command(config, engine, model_path, host, port, program)
+    log = Path(log_path)
+    try:
+        with log.open("wb") as out:
+            process = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                       env={**os.environ, **env}, start_new_session=True)
+    except FileNotFoundError:
+        raise LaunchError(f"engine: {argv[0]!r} not found; install {engine} or give its program") from None
+    except OSError as err:
+        raise LaunchError(f"log: cannot start {engine} logging to {log}: {err.strerror or err}") from None
+    server = Server(engine, f"http://{host}:{port}", process, log)
+    try:
+        wait_healthy(server, health_timeout_s)
+    except BaseException:
+        server.stop(grace_s=2.0)
+        raise
+    return server
+
+
+def wait_healthy(server: Server, timeout_s: float) -> None:
+    """Poll /health until it answers 200; LaunchError if the process exits or time runs out."""
+    deadline = time.monotonic() + timeout_s
+    with httpx.Client(timeout=2.0) as client:
+        while True:
+            status = server.process.poll()
+            if status is not None:
+                raise LaunchError(f"engine: {server.engine} exited with status {status} before it was healthy; "
+                                  f"log: {server.log_path}{_last_line(server.log_path)}")
+            try:
+                if client.get(f"{server.url}/health").status_code == 200:
+                    return
+            except httpx.TransportError:
+                pass
+            if time.monotonic() > deadline:
+                raise LaunchError(f"health: {server.engine} at {server.url} was not healthy within {timeout_s:g} s; "
+                                  f"log: {server.log_path}{_last_line(server.log_path)}")
+            time.sleep(0.05)
+
+
+def _last_line(path: Path) -> str:
+    lines = [line for line in path.read_text(errors="replace").splitlines() if line.strip()] if path.exists() else []
+    return f" (last line: {lines[-1].strip()[:160]})" if lines else ""
+
+
+def _signal_group(process: subprocess.Popen, sig: int) -> None:
+    try:
+        os.killpg(process.pid, sig)
+    except ProcessLookupError:
+        pass

@@ -1,0 +1,64 @@
+"""`pipedeck serve`: start a serving engine with the flags `export` writes, until Ctrl-C."""
+
+from __future__ import annotations
+
+import shlex
+import signal
+from pathlib import Path
+
+import click
+
+from ..backends.launch import ENGINES
+from ..backends.live.launcher import LOOPBACK, LaunchError, start_server
+from ..tuner.export import best_from_json
+from .export import read_config_json
+from .options import config_from_options, config_options
+
+
+class _Terminated(Exception):
+    """SIGTERM reached `pipedeck serve`: stop the server as for Ctrl-C."""
+
+
+@click.command()
+@click.option("--engine", type=click.Choice(list(ENGINES)), required=True, help="Engine to start.")
+@click.option("--model-path", required=True,
+              help="Weights the engine loads: a path or hub id (llama-server: a GGUF file).")
+@click.option("--from", "from_file", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
+              help="Serve the config of a pipedeck-best.json (or a config JSON) instead of the config options.")
+@config_options
+@click.option("--host", default=LOOPBACK, show_default=True, help="Address the server listens on.")
+@click.option("--port", type=click.IntRange(1, 65535), default=None, help="Port (default: a free one).")
+@click.option("--program", default=None,
+              help="The engine's launcher command, if not its usual one on PATH (e.g. the path of a built llama-server).")
+@click.option("--log", "log_path", default="pipedeck-serve.log", show_default=True, help="File for the server's output.")
+@click.option("--health-timeout", type=click.FloatRange(min=0, min_open=True), default=600.0, show_default=True,
+              help="Seconds to wait for GET /health.")
+def serve(**opts: object) -> None:
+    """Start an engine with the launch `pipedeck export` writes for a config; Ctrl-C stops it."""
+    if opts["from_file"] is not None:
+        config = best_from_json(read_config_json(opts["from_file"])).config
+    else:
+        config = config_from_options(opts).resolve()
+    program = tuple(shlex.split(str(opts["program"]))) if opts["program"] else None
+    server = start_server(config, str(opts["engine"]), str(opts["model_path"]), str(opts["log_path"]),
+                          host=str(opts["host"]), port=opts["port"], program=program,
+                          health_timeout_s=float(opts["health_timeout"]))
+    click.echo(f"serving {server.engine} at {server.url} (pid {server.process.pid}, log {server.log_path}); "
+               "Ctrl-C stops it")
+    previous = signal.signal(signal.SIGTERM, _raise_terminated)
+    stopped_by_us = False
+    try:
+        server.process.wait()
+    except (KeyboardInterrupt, _Terminated):
+        stopped_by_us = True
+    finally:
+        status = server.stop()
+        signal.signal(signal.SIGTERM, previous)
+    if stopped_by_us:
+        click.echo(f"stopped {server.engine} (exit status {status})")
+    else:
+        raise LaunchError(f"engine: {server.engine} exited with status {status} while serving; log: {server.log_path}")
+
+
+def _raise_terminated(signum: int, frame: object) -> None:
+    raise _Terminated()

@@ -1,0 +1,33 @@
+"""A stand-in serving engine for launcher tests: a real process that answers GET /health on --host/--port.
+
+It takes any engine flags, prints them (the launcher's log shows them) and
+behaves as FAKE_ENGINE says: `healthy` (default) answers 200 after
+FAKE_ENGINE_DELAY seconds, `never` answers 503 forever, `crash` exits 3 at once.
+"""
+
+import http.server
+import os
+import sys
+import time
+
+args = sys.argv[1:]
+print("argv:", " ".join(args), flush=True)
+behaviour = os.environ.get("FAKE_ENGINE", "healthy")
+if behaviour == "crash":
+    print("fake engine: giving up", flush=True)
+    sys.exit(3)
+host, port = args[args.index("--host") + 1], int(args[args.index("--port") + 1])
+ready_at = time.monotonic() + float(os.environ.get("FAKE_ENGINE_DELAY", "0"))
+
+
+class Health(http.server.BaseHTTPRequestHandler):
+    def do_GET(self) -> None:  # noqa: N802 - the stdlib's name
+        ok = self.path == "/health" and behaviour == "healthy" and time.monotonic() >= ready_at
+        self.send_response(200 if ok else 503)
+        self.end_headers()
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+http.server.HTTPServer((host, port), Health).serve_forever()

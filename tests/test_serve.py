@@ -1,0 +1,103 @@
+"""The launcher and `pipedeck serve`: the export's flags, health, logs, a clean stop, every failure one line."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import httpx
+import pytest
+from pipedeck.backends.config import ServingConfig
+from pipedeck.backends.launch import ExportError
+from pipedeck.backends.live.launcher import LaunchError, server_command, start_server
+from pipedeck.console.cli import cli
+from pipedeck.console.errors import run_cli
+
+FAKE = (sys.executable, str(Path(__file__).parent / "data" / "fake_engine.py"))
+CPU = dict(model="qwen2.5-14b", hardware="a100-40g-pcie", tp=1, pp=1, chunk=512, max_running=4, kv_capacity=4096)
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def test_llama_server_gets_the_flags_its_config_maps_to():
+    argv, env = server_command(ServingConfig(**CPU).resolve(), "llama-server", "tiny.gguf", "127.0.0.1", 8123)
+    assert argv == ["llama-server", "--model", "tiny.gguf", "--parallel", "4", "--ctx-size", "4096",
+                    "--batch-size", "512", "--ubatch-size", "512", "--metrics", "--host", "127.0.0.1", "--port", "8123"]
+    assert env == {}
+    with pytest.raises(ExportError, match="^tp: llama-server runs one process"):
+        server_command(ServingConfig(**{**CPU, "pp": 2}).resolve(), "llama-server", "tiny.gguf", "127.0.0.1", 1)
+
+
+def test_vllm_gets_the_same_flags_and_environment_as_its_export():
+    config = ServingConfig(model="qwen2.5-14b", hardware="a100-40g-pcie", tp=2, pp=2, layer_split=(25, 23)).resolve()
+    argv, env = server_command(config, "vllm", "Qwen/Qwen2.5-14B-Instruct", "127.0.0.1", 8000)
+    assert argv[:3] == ["vllm", "serve", "Qwen/Qwen2.5-14B-Instruct"]
+    assert argv[argv.index("--pipeline-parallel-size") + 1] == "2" and argv[-4:] == ["--host", "127.0.0.1", "--port", "8000"]
+    assert env["VLLM_PP_LAYER_PARTITION"] == "25,23"
+
+
+def test_a_server_starts_answers_health_and_stops_by_its_pid(tmp_path, monkeypatch):
+    monkeypatch.setenv("FAKE_ENGINE_DELAY", "0.3")
+    log = tmp_path / "server.log"
+    with start_server(ServingConfig(**CPU).resolve(), "llama-server", "tiny.gguf", log, program=FAKE) as server:
+        assert httpx.get(f"{server.url}/health").status_code == 200
+        pid = server.process.pid
+    assert not alive(pid) and "--parallel 4" in log.read_text()
+
+
+@pytest.mark.parametrize("behaviour, message", [
+    ("crash", r"^engine: llama-server exited with status 3 before it was healthy; log: .*\(last line: fake engine: giving up\)$"),
+    ("never", r"^health: llama-server at http://127.0.0.1:\d+ was not healthy within 1 s; log: "),
+])
+def test_a_server_that_never_gets_healthy_is_one_line_and_leaves_nothing_running(tmp_path, monkeypatch, behaviour,
+                                                                                 message):
+    monkeypatch.setenv("FAKE_ENGINE", behaviour)
+    started = []
+    real_popen = subprocess.Popen
+
+    def recording(*args, **kwargs):
+        started.append(real_popen(*args, **kwargs))
+        return started[-1]
+
+    monkeypatch.setattr(subprocess, "Popen", recording)
+    with pytest.raises(LaunchError, match=message):
+        start_server(ServingConfig(**CPU).resolve(), "llama-server", "tiny.gguf", tmp_path / "log", program=FAKE,
+                     health_timeout_s=1.0)
+    assert started and not alive(started[0].pid)
+
+
+def test_a_missing_engine_program_is_one_line(tmp_path, capsys):
+    status = run_cli(cli, ["serve", "--engine", "llama-server", "--model-path", "tiny.gguf", "--model", "qwen2.5-14b",
+                           "--hardware", "a100-40g-pcie", "--tp", "1", "--pp", "1", "--kv-capacity", "4096",
+                           "--program", str(tmp_path / "no-such-llama-server"), "--log", str(tmp_path / "log")])
+    assert status == 2
+    missing = str(tmp_path / "no-such-llama-server")
+    assert capsys.readouterr().err.strip() == (f"pipedeck: error: engine: {missing!r} not found; "
+                                               "install llama-server or give its program")
+
+
+def test_pipedeck_serve_runs_until_sigterm_and_stops_the_engine(tmp_path):
+    argv = [str(Path(sys.executable).parent / "pipedeck"), "serve", "--engine", "llama-server", "--model-path", "t.gguf",
+            "--model", "qwen2.5-14b", "--hardware", "a100-40g-pcie", "--tp", "1", "--pp", "1", "--kv-capacity", "4096",
+            "--program", " ".join(FAKE), "--log", str(tmp_path / "serve.log")]
+    serve = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        line = serve.stdout.readline()
+        assert line.startswith("serving llama-server at http://127.0.0.1:"), line + serve.stderr.read()
+        url = line.split(" at ")[1].split()[0]
+        assert httpx.get(f"{url}/health").status_code == 200
+        serve.send_signal(signal.SIGTERM)
+        assert serve.wait(10) == 0 and serve.stdout.readline().startswith("stopped llama-server")
+        with pytest.raises(httpx.TransportError):
+            httpx.get(f"{url}/health", timeout=1.0)
+    finally:
+        serve.kill()
