@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from .live.records import LiveRun
 
 
 class RequestRecord(NamedTuple):
@@ -63,16 +66,22 @@ class RankTime(NamedTuple):
     idle: float  # no work anywhere in the pipeline (open-loop traffic gaps)
 
 
-def _stats(values: np.ndarray) -> dict[str, float]:
+def stats(values: np.ndarray) -> dict[str, float] | None:
+    """Mean and percentiles of `values`; None when there are none (nothing measured is not 0)."""
     if values.size == 0:
-        return {"mean": 0.0, "p50": 0.0, "p90": 0.0, "p99": 0.0}
+        return None
     p50, p90, p99 = np.percentile(values, [50, 90, 99])
     return {"mean": float(values.mean()), "p50": float(p50), "p90": float(p90), "p99": float(p99)}
 
 
 @dataclass
 class RunResult:
-    """Everything one run produced."""
+    """Everything one run produced.
+
+    What a backend cannot measure is None or empty, never 0: a live server has
+    no ranks, spans, steps, chunks or stage executions, and preemptions only
+    when its engine counts them. `live` holds what only a live run measures.
+    """
 
     config: dict[str, object]
     scenario: str
@@ -82,11 +91,12 @@ class RunResult:
     records: list[RequestRecord]
     ranks: list[RankTime]
     makespan_s: float
-    steps: int
-    chunks: int
-    stage_executions: int
+    steps: int | None
+    chunks: int | None
+    stage_executions: int | None
     spans: list[Span] = field(default_factory=list)
-    preemptions: int = 0  # requests evicted from the KV cache to be recomputed
+    preemptions: int | None = 0  # requests evicted from the KV cache to be recomputed
+    live: LiveRun | None = None  # every request as a live load generator saw it, and the server's metrics
 
     def ttfts(self) -> np.ndarray:
         return np.fromiter((r.ttft_s for r in self.records), float, len(self.records))
@@ -109,11 +119,11 @@ class RunResult:
         prompt = sum(r.prompt_tokens for r in self.records)
         output = sum(r.output_tokens for r in self.records)
         span = self.makespan_s or 1.0
-        breakdown = self.breakdown()
-        return {
+        breakdown = self.breakdown() if self.ranks else None
+        summary = {
             "requests": len(self.records),
-            "ttft_s": _stats(self.ttfts()),
-            "tpot_s": _stats(self.tpots()),
+            "ttft_s": stats(self.ttfts()),
+            "tpot_s": stats(self.tpots()),
             "throughput_tok_s": (prompt + output) / span,
             "output_throughput_tok_s": output / span,
             "request_throughput_rps": len(self.records) / span,
@@ -123,6 +133,9 @@ class RunResult:
             "stage_executions": self.stage_executions,
             "preemptions": self.preemptions,
             "breakdown_s": breakdown,
-            "bubble_ratio": breakdown["bubble"] / span,
+            "bubble_ratio": breakdown["bubble"] / span if breakdown else None,
             "per_rank": [r._asdict() for r in self.ranks],
         }
+        if self.live is not None:
+            summary["live"] = self.live.summary()
+        return summary

@@ -1,0 +1,180 @@
+"""The engine's own view of a run: `/metrics` scraped on an interval and mapped to pipedeck's names.
+
+One table maps each engine's Prometheus series to pipedeck's names (live.md,
+"Metric names"); the engine is recognised from the series it exposes. A name
+the engine does not expose, or did not expose in any scrape, is listed in
+`missing`, never reported as 0. Series with several label sets (vLLM's
+`engine` label under data parallelism) are summed, except KV use, which is
+averaged.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import NamedTuple
+
+import httpx
+from prometheus_client.parser import text_string_to_metric_families
+
+ENGINES = ("vllm", "sglang", "llamacpp")
+
+
+class Series(NamedTuple):
+    """One pipedeck metric and the series each engine exposes it as (None: the engine has none)."""
+
+    name: str
+    kind: str  # "sum" or "mean" over label sets, or "histogram"
+    vllm: str | None
+    sglang: str | None
+    llamacpp: str | None
+
+
+TABLE = (
+    Series("running", "sum", "vllm:num_requests_running", "sglang:num_running_reqs", "llamacpp:requests_processing"),
+    Series("waiting", "sum", "vllm:num_requests_waiting", "sglang:num_queue_reqs", "llamacpp:requests_deferred"),
+    Series("kv_usage", "mean", "vllm:kv_cache_usage_perc", "sglang:token_usage", None),
+    Series("prompt_tokens_total", "sum", "vllm:prompt_tokens_total", "sglang:prompt_tokens_total",
+           "llamacpp:prompt_tokens_total"),
+    Series("generation_tokens_total", "sum", "vllm:generation_tokens_total", "sglang:generation_tokens_total",
+           "llamacpp:tokens_predicted_total"),
+    Series("preemptions_total", "sum", "vllm:num_preemptions_total", None, None),
+    Series("ttft_s", "histogram", "vllm:time_to_first_token_seconds", "sglang:time_to_first_token_seconds", None),
+    Series("tpot_s", "histogram", "vllm:request_time_per_output_token_seconds",
+           "sglang:request_time_per_output_token_seconds", None),
+    Series("itl_s", "histogram", "vllm:inter_token_latency_seconds", "sglang:inter_token_latency_seconds", None),
+    Series("e2e_s", "histogram", "vllm:e2e_request_latency_seconds", "sglang:e2e_request_latency_seconds", None),
+    Series("queue_s", "histogram", "vllm:request_queue_time_seconds", "sglang:queue_time_seconds", None),
+)
+NAMES = tuple(s.name for s in TABLE)
+COUNTERS = ("prompt_tokens_total", "generation_tokens_total", "preemptions_total")
+
+
+class Histogram(NamedTuple):
+    """A Prometheus histogram: cumulative counts per upper bound (the last is inf), sum and count."""
+
+    buckets: tuple[tuple[float, float], ...]
+    sum: float
+    count: float
+
+
+class Scrape(NamedTuple):
+    """One parsed `/metrics` page: the engine recognised and the pipedeck metrics it gave."""
+
+    engine: str | None
+    values: dict[str, float | Histogram]
+
+    @property
+    def missing(self) -> tuple[str, ...]:
+        return tuple(name for name in NAMES if name not in self.values)
+
+
+class Sample(NamedTuple):
+    """The pipedeck metrics of one scrape, at a time in seconds from the start of the run."""
+
+    time_s: float
+    values: dict[str, float | Histogram]
+
+
+@dataclass
+class MetricsTimeline:
+    """Every scrape of a run, in time order, and the scrapes that failed (one line each)."""
+
+    engine: str | None = None
+    samples: list[Sample] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+
+    @property
+    def missing(self) -> tuple[str, ...]:
+        """The pipedeck names absent from every scrape."""
+        seen = {name for sample in self.samples for name in sample.values}
+        return tuple(name for name in NAMES if name not in seen)
+
+    def final_counters(self) -> dict[str, float]:
+        """The counters at the last scrape that had each."""
+        return {name: value for sample in self.samples for name, value in sample.values.items() if name in COUNTERS}
+
+    def counter_deltas(self) -> dict[str, float]:
+        """How much each counter grew from its first scrape to its last (what this run added)."""
+        first: dict[str, float] = {}
+        for sample in self.samples:
+            for name in COUNTERS:
+                if name in sample.values:
+                    first.setdefault(name, sample.values[name])
+        return {name: last - first[name] for name, last in self.final_counters().items()}
+
+
+def detect_engine(names: set[str] | dict[str, object]) -> str | None:
+    """The engine whose prefix (`vllm:`, `sglang:`, `llamacpp:`) most of the series carry; None if none does."""
+    counts = {engine: sum(name.startswith(engine + ":") for name in names) for engine in ENGINES}
+    best = max(ENGINES, key=counts.__getitem__)
+    return best if counts[best] else None
+
+
+def parse(text: str) -> Scrape:
+    """Map one Prometheus exposition page to pipedeck's names; raises ValueError if it is not one."""
+    samples: dict[str, list[tuple[dict[str, str], float]]] = defaultdict(list)
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            samples[sample.name].append((sample.labels, sample.value))
+    engine = detect_engine(samples)
+    values: dict[str, float | Histogram] = {}
+    for series in TABLE:
+        name = getattr(series, engine) if engine else None
+        value = _read(series.kind, name, samples) if name else None
+        if value is not None:
+            values[series.name] = value
+    return Scrape(engine, values)
+
+
+def _read(kind: str, name: str, samples: dict[str, list[tuple[dict[str, str], float]]]) -> float | Histogram | None:
+    if kind == "histogram":
+        return _histogram(name, samples)
+    found = [float(value) for _, value in samples.get(name, ())]
+    if not found:
+        return None
+    return sum(found) / len(found) if kind == "mean" else sum(found)
+
+
+def _histogram(name: str, samples: dict[str, list[tuple[dict[str, str], float]]]) -> Histogram | None:
+    counts: dict[float, float] = defaultdict(float)
+    for labels, value in samples.get(name + "_bucket", ()):
+        counts[float(labels["le"])] += value
+    if not counts:
+        return None
+    total = float(sum(value for _, value in samples.get(name + "_sum", ())))
+    count = float(sum(value for _, value in samples.get(name + "_count", ())))
+    return Histogram(tuple(sorted(counts.items())), total, count)
+
+
+async def poll(client: httpx.AsyncClient, interval_s: float, stop: asyncio.Event, t0: float) -> MetricsTimeline:
+    """Scrape `/metrics` every `interval_s` until `stop` is set, then once more; times are loop time minus `t0`."""
+    timeline = MetricsTimeline()
+    loop = asyncio.get_running_loop()
+    while True:
+        await _scrape_into(timeline, client, loop, t0)
+        try:
+            await asyncio.wait_for(stop.wait(), interval_s)
+        except TimeoutError:
+            continue
+        await _scrape_into(timeline, client, loop, t0)
+        return timeline
+
+
+async def _scrape_into(timeline: MetricsTimeline, client: httpx.AsyncClient, loop: asyncio.AbstractEventLoop,
+                       t0: float) -> None:
+    """Append one scrape to `timeline`, or one line to its errors if the scrape failed."""
+    try:
+        response = await client.get("/metrics")
+        response.raise_for_status()
+        scrape = parse(response.text)
+    except httpx.HTTPStatusError as err:
+        timeline.errors.append(f"/metrics: http {err.response.status_code}")
+    except httpx.HTTPError as err:
+        timeline.errors.append(f"/metrics: {type(err).__name__}: {err}")
+    except ValueError as err:
+        timeline.errors.append(" ".join(f"/metrics: not Prometheus text: {err}".split()))
+    else:
+        timeline.engine = timeline.engine or scrape.engine
+        timeline.samples.append(Sample(loop.time() - t0, scrape.values))

@@ -1,0 +1,199 @@
+"""A stand-in OpenAI-compatible server, for tests and the load generator's overhead benchmark.
+
+Streams `/v1/completions` as vLLM does (one SSE event per token, usage when
+asked, then `[DONE]`, chunked HTTP/1.1 with keep-alive) with a set delay
+before the first token and between tokens, and can misbehave on every k-th
+request: answer HTTP 500, close the connection mid-stream, stall, send a line
+that is not JSON, or end the body cleanly without `[DONE]`. Also answers
+`/v1/models` (with llama-server's `n_vocab`) and `/metrics` (llama-server's
+series). Plain asyncio streams, nothing to install. As a program it serves on
+127.0.0.1 and prints its URL:
+
+    python -m pipedeck.backends.live.mock_server [--port N] [--first-token-s S] [--token-s S]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+from dataclasses import dataclass
+
+FAULTS = ("http500", "die", "stall", "malformed", "truncate")
+
+
+@dataclass(frozen=True)
+class Behaviour:
+    """How the mock answers completions."""
+
+    first_token_s: float = 0.0  # delay from the request to the first token
+    token_s: float = 0.0  # delay between tokens
+    fault: str | None = None  # one of FAULTS
+    fault_every: int = 1  # the fault hits requests 1, 1 + k, 1 + 2k, ... in arrival order
+    fault_after: int = 1  # tokens sent before a die, stall or malformed line
+    tokens_per_event: int = 1
+    usage: bool = True  # send usage when the request asks for it
+    n_vocab: int = 32000
+
+    def __post_init__(self) -> None:
+        if self.fault not in (None, *FAULTS):
+            raise ValueError(f"fault: one of {', '.join(FAULTS)} or None, got {self.fault!r}")
+
+
+def _chunk(data: bytes) -> bytes:
+    return b"%x\r\n%s\r\n" % (len(data), data)
+
+
+def _event(payload: dict | str) -> bytes:
+    text = payload if isinstance(payload, str) else json.dumps(payload)
+    return _chunk(f"data: {text}\n\n".encode())
+
+
+def _response(status: str, content_type: str, body: bytes) -> bytes:
+    head = f"HTTP/1.1 {status}\r\ncontent-type: {content_type}\r\ncontent-length: {len(body)}\r\n\r\n"
+    return head.encode() + body
+
+
+STREAM_HEAD = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n"
+DONE = _event("[DONE]") + _chunk(b"")
+
+
+class MockServer:
+    """The server; `async with MockServer(behaviour) as url:` serves on 127.0.0.1 until the block ends."""
+
+    def __init__(self, behaviour: Behaviour = Behaviour(), port: int = 0) -> None:
+        self.behaviour = behaviour
+        self.port = port
+        self.completions = 0  # completion requests received
+        self.processing = 0
+        self.prompt_tokens = 0
+        self.predicted_tokens = 0
+        self._server: asyncio.Server | None = None
+        self._handlers: set[asyncio.Task] = set()
+
+    async def __aenter__(self) -> str:
+        self._server = await asyncio.start_server(self._serve, "127.0.0.1", self.port)
+        self.port = self._server.sockets[0].getsockname()[1]
+        return f"http://127.0.0.1:{self.port}"
+
+    async def __aexit__(self, *exc: object) -> None:
+        assert self._server is not None
+        self._server.close()
+        for task in list(self._handlers):
+            task.cancel()
+        await asyncio.gather(*self._handlers, return_exceptions=True)
+        await self._server.wait_closed()
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        self._handlers.add(task)
+        try:
+            while await self._answer(reader, writer):
+                pass
+        except (asyncio.IncompleteReadError, ConnectionError, asyncio.CancelledError):
+            pass  # the client left, or the server is closing
+        finally:
+            self._handlers.discard(task)
+            writer.close()
+
+    async def _answer(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> bool:
+        """Answer one request; False when the connection is to be closed."""
+        head = (await reader.readuntil(b"\r\n\r\n")).decode("latin-1").split("\r\n")
+        method, path, _ = head[0].split(" ", 2)
+        headers = dict((k.strip().lower(), v.strip()) for k, v in (line.split(":", 1) for line in head[1:] if line))
+        body = await reader.readexactly(int(headers.get("content-length", 0)))
+        if method == "POST" and path == "/v1/completions":
+            return await self._complete(json.loads(body), reader, writer)
+        if path == "/v1/models":
+            models = {"object": "list", "data": [{"id": "mock", "meta": {"n_vocab": self.behaviour.n_vocab}}]}
+            writer.write(_response("200 OK", "application/json", json.dumps(models).encode()))
+        elif path == "/metrics":
+            writer.write(_response("200 OK", "text/plain; version=0.0.4", self.metrics().encode()))
+        else:
+            writer.write(_response("404 Not Found", "text/plain", b"not found"))
+        await writer.drain()
+        return True
+
+    def metrics(self) -> str:
+        """llama-server's `/metrics` series, from what the mock has served."""
+        rows = (("prompt_tokens_total", "counter", self.prompt_tokens),
+                ("tokens_predicted_total", "counter", self.predicted_tokens),
+                ("requests_processing", "gauge", self.processing), ("requests_deferred", "gauge", 0))
+        return "".join(f"# TYPE llamacpp:{name} {kind}\nllamacpp:{name} {value}\n" for name, kind, value in rows)
+
+    async def _complete(self, request: dict, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> bool:
+        b = self.behaviour
+        self.completions += 1
+        fault = b.fault if (self.completions - 1) % b.fault_every == 0 else None
+        if fault == "http500":
+            writer.write(_response("500 Internal Server Error", "application/json", b'{"error": "mock failure"}'))
+            await writer.drain()
+            return True
+        prompt = request["prompt"]
+        n_prompt = len(prompt) if isinstance(prompt, list) else len(prompt.split())
+        n_out = int(request["max_tokens"])
+        self.processing += 1
+        self.prompt_tokens += n_prompt
+        try:
+            writer.write(STREAM_HEAD)
+            if b.first_token_s:
+                await asyncio.sleep(b.first_token_s)
+            sent = 0
+            while sent < n_out:
+                if fault and sent >= b.fault_after:
+                    return await self._misbehave(fault, reader, writer)
+                k = min(b.tokens_per_event, n_out - sent)
+                sent += k
+                self.predicted_tokens += k
+                choice = {"index": 0, "text": " tok" * k, "logprobs": None,
+                          "finish_reason": "length" if sent == n_out else None}
+                writer.write(_event({"id": "cmpl-mock", "object": "text_completion", "model": "mock",
+                                     "choices": [choice]}))
+                if b.token_s and sent < n_out:
+                    await writer.drain()
+                    await asyncio.sleep(b.token_s)
+            if b.usage and (request.get("stream_options") or {}).get("include_usage"):
+                usage = {"prompt_tokens": n_prompt, "completion_tokens": n_out, "total_tokens": n_prompt + n_out}
+                writer.write(_event({"id": "cmpl-mock", "object": "text_completion", "model": "mock", "choices": [],
+                                     "usage": usage}))
+            writer.write(DONE)
+            await writer.drain()
+            return True
+        finally:
+            self.processing -= 1
+
+    async def _misbehave(self, fault: str, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> bool:
+        """Break the stream as `fault` says; False closes the connection afterwards."""
+        if fault == "truncate":
+            writer.write(_chunk(b""))
+            await writer.drain()
+            return True
+        if fault == "malformed":
+            writer.write(_event("{not json"))
+            writer.write(DONE)
+        elif fault == "stall":
+            await writer.drain()
+            await reader.read()  # silent until the client gives up and closes
+        await writer.drain()
+        return False
+
+
+async def _serve_forever(behaviour: Behaviour, port: int) -> None:
+    async with MockServer(behaviour, port) as url:
+        print(url, flush=True)
+        await asyncio.Event().wait()
+
+
+def main() -> None:
+    """Serve the mock on 127.0.0.1 until killed."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--port", type=int, default=0, help="TCP port (0: any free port)")
+    parser.add_argument("--first-token-s", type=float, default=0.0, help="delay before the first token")
+    parser.add_argument("--token-s", type=float, default=0.0, help="delay between tokens")
+    args = parser.parse_args()
+    asyncio.run(_serve_forever(Behaviour(first_token_s=args.first_token_s, token_s=args.token_s), args.port))
+
+
+if __name__ == "__main__":
+    main()
