@@ -54,12 +54,29 @@ def _simulator(**options: object) -> Backend:
     return SimBackend()
 
 
+def _live(endpoint: str | None = None, **load: object) -> Backend:
+    from .live.backend import LiveBackend
+    from .live.loadgen import LoadOptions
+
+    if not endpoint:
+        raise ConfigError("endpoint: the live backend needs the server's URL, e.g. http://127.0.0.1:8000")
+    try:
+        options = LoadOptions(**load)
+    except TypeError as err:
+        raise ConfigError(f"backend: the live backend does not take {err}") from None
+    return LiveBackend(endpoint, options)
+
+
 def _register_builtin() -> None:
     from .policies.modes import MODES
 
     register_backend(BackendEntry("sim", "embedded simulator",
                                   Capabilities(modes=tuple(MODES), timeline=True, reconfigurable=True, paced=False),
                                   _simulator))
+    # A live server runs the config it was started with, whatever its mode; it keeps wall time itself.
+    register_backend(BackendEntry("live", "OpenAI-compatible server",
+                                  Capabilities(modes=tuple(MODES), timeline=False, reconfigurable=False, paced=True),
+                                  _live))
 
 
 _register_builtin()

@@ -13,9 +13,18 @@ from types import TracebackType
 import duckdb
 import numpy as np
 
+from ..backends.live.records import live_from_dict, live_to_dict
 from ..backends.result import RankTime, RequestRecord, RunResult, Span
-from .columns import (RANK_COLUMNS, REQUEST_COLUMNS, SPAN_COLUMNS, insert_columns, rank_columns, read_rows,
-                      request_columns, span_columns)
+from .columns import (
+    RANK_COLUMNS,
+    REQUEST_COLUMNS,
+    SPAN_COLUMNS,
+    insert_columns,
+    rank_columns,
+    read_rows,
+    request_columns,
+    span_columns,
+)
 from .connect import connect, first_line, translate
 from .errors import StoreError
 from .paths import default_db_path
@@ -28,7 +37,7 @@ FINISHED_STATES = frozenset({"COMPLETE", "PRUNED", "FAIL"})
 DIRECTIONS = ("maximize", "minimize")
 
 _RUN_COLUMNS = ("created_at, pipedeck_version, backend, scenario, seed, rate, model, hardware, mode, tp, pp, chunk, "
-                "config, summary, makespan_s, steps, chunks, stage_executions, study, trial, label")
+                "config, summary, makespan_s, steps, chunks, stage_executions, study, trial, label, live")
 _LIST_COLUMNS = ("id, created_at, backend, scenario, mode, model, hardware, tp, pp, chunk, rate, seed, study, trial, "
                  "label, makespan_s, summary")
 _TRIAL_COLUMNS = "study, number, state, params, config, metrics, objective, duration_s, completed_at, run_id"
@@ -123,7 +132,8 @@ class RunStore:
             _opt_str(config.get("model")), _opt_str(config.get("hardware")), _opt_str(config.get("mode")),
             _opt_int(config.get("tp")), _opt_int(config.get("pp")), _opt_int(config.get("chunk")),
             dumps(config, "config"), dumps(result.summary(), "summary"), float(result.makespan_s),
-            int(result.steps), int(result.chunks), int(result.stage_executions), study, _opt_int(trial), label,
+            _opt_int(result.steps), _opt_int(result.chunks), _opt_int(result.stage_executions), study, _opt_int(trial),
+            label, None if result.live is None else dumps(live_to_dict(result.live), "live"),
         ]
         tables = [("run_ranks", rank_columns(0, result.ranks)), ("requests", request_columns(0, result.records))]
         if keep_timeline:
@@ -151,19 +161,21 @@ class RunStore:
             row = con.execute(
                 "SELECT id, created_at, study, trial, label, pipedeck_version, backend, scenario, seed, rate, config, "
                 "makespan_s, steps, chunks, stage_executions, "
-                "coalesce(CAST(json_extract(summary, '$.preemptions') AS BIGINT), 0) FROM runs WHERE id = ?",
+                # runs stored before preemptions were counted had none; a live run without the counter has NULL
+                "coalesce(CAST(json_extract(summary, '$.preemptions') AS BIGINT), CASE WHEN live IS NULL THEN 0 END), "
+                "live FROM runs WHERE id = ?",
                 [run_id]).fetchone()
             if row is None:
                 raise self._no_run(run_id)
             (rid, created, study, trial, label, version, backend, scenario, seed, rate, config,
-             makespan, steps, chunks, execs, preemptions) = row
+             makespan, steps, chunks, execs, preemptions, live) = row
             result = RunResult(
                 config=json.loads(config), scenario=scenario, backend=backend, seed=seed, rate=rate,
                 records=read_rows(con, "requests", rid, REQUEST_COLUMNS, RequestRecord),
                 ranks=read_rows(con, "run_ranks", rid, RANK_COLUMNS, RankTime),
                 makespan_s=makespan, steps=steps, chunks=chunks, stage_executions=execs,
                 spans=read_rows(con, "spans", rid, SPAN_COLUMNS, Span) if timeline else [],
-                preemptions=preemptions,
+                preemptions=preemptions, live=None if live is None else live_from_dict(json.loads(live)),
             )
         return StoredRun(id=rid, created_at=_utc(created), study=study, trial=trial, label=label,
                          pipedeck_version=version, result=result)

@@ -111,7 +111,14 @@ def _v1(con: duckdb.DuckDBPyConnection) -> None:
     con.execute(_V1)
 
 
-MIGRATIONS: list[Migration] = [_v1]
+def _v2(con: duckdb.DuckDBPyConnection) -> None:
+    """Live runs: step counts only where a backend counts them, and the load generator's own record."""
+    for column in ("steps", "chunks", "stage_executions"):
+        con.execute(f"ALTER TABLE runs ALTER COLUMN {column} DROP NOT NULL")
+    con.execute("ALTER TABLE runs ADD COLUMN live JSON")
+
+
+MIGRATIONS: list[Migration] = [_v1, _v2]
 SCHEMA_VERSION = len(MIGRATIONS)
 
 

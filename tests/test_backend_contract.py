@@ -1,15 +1,17 @@
 """What every registered backend must do, checked on each one (like Optuna's storage test suite).
 
-A backend that needs something to run against (a live server) adds a factory
-to `FACTORIES`; one registered without a factory fails `test_every_registered_backend_is_checked`.
+Each registered backend has a factory here (the live one runs against the
+mock streaming server in a process of its own); one registered without a
+factory fails `test_every_registered_backend_is_checked`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import subprocess
+import sys
+from collections.abc import Iterator
 
 import pytest
-
 from pipedeck.backends.base import Backend, RunCancelled, RunObserver
 from pipedeck.backends.config import ServingConfig
 from pipedeck.backends.registry import BACKENDS, make_backend
@@ -19,20 +21,35 @@ from pipedeck.store import RunStore
 
 CONFIG = ServingConfig(model="qwen2.5-14b", hardware="a100-40g-pcie", tp=2, pp=2, chunk=2048)
 REQUESTS = 12
-FACTORIES: dict[str, Callable[[], Backend]] = {"sim": lambda: make_backend("sim")}
+RATE = 20.0
+CHECKED = ("sim", "live")
 
 
 def test_every_registered_backend_is_checked():
-    assert set(BACKENDS) <= set(FACTORIES)
+    assert set(BACKENDS) <= set(CHECKED)
 
 
-@pytest.fixture(params=sorted(FACTORIES))
+@pytest.fixture(scope="module")
+def mock_server() -> Iterator[str]:
+    """The mock OpenAI-compatible server on a free loopback port; its URL."""
+    process = subprocess.Popen([sys.executable, "-m", "pipedeck.backends.live.mock_server", "--token-s", "0.002"],
+                               stdout=subprocess.PIPE, text=True)
+    try:
+        yield process.stdout.readline().strip()
+    finally:
+        process.terminate()
+        process.wait(10)
+
+
+@pytest.fixture(params=CHECKED)
 def backend(request) -> Backend:
-    return FACTORIES[request.param]()
+    if request.param == "live":
+        return make_backend("live", endpoint=request.getfixturevalue("mock_server"), metrics_interval_s=0.1)
+    return make_backend(request.param)
 
 
 def run(backend: Backend, observer: RunObserver | None = None, timeline: bool = True) -> RunResult:
-    return backend.run(load_scenario("azure-conv"), CONFIG, rate=2.0, seed=3, num_requests=REQUESTS,
+    return backend.run(load_scenario("azure-conv"), CONFIG, rate=RATE, seed=3, num_requests=REQUESTS,
                        observer=observer, timeline=timeline)
 
 
@@ -43,12 +60,12 @@ def test_it_is_registered_under_its_name_with_its_capabilities(backend):
 
 def test_every_request_of_the_workload_comes_back_once_in_time_order(backend):
     result = run(backend)
-    asked = load_scenario("azure-conv").workload(seed=3, rate=2.0, num_requests=REQUESTS).requests
+    asked = load_scenario("azure-conv").workload(seed=3, rate=RATE, num_requests=REQUESTS).requests
     assert sorted(r.id for r in result.records) == [q.id for q in asked]
     for record, request in zip(sorted(result.records, key=lambda r: r.id), asked):
         assert record.arrival_s == pytest.approx(request.arrival_s, abs=0.05)
         assert record.arrival_s < record.first_token_s <= record.finish_s <= result.makespan_s
-    assert (result.backend, result.scenario, result.seed, result.rate) == (backend.name, "azure-conv", 3, 2.0)
+    assert (result.backend, result.scenario, result.seed, result.rate) == (backend.name, "azure-conv", 3, RATE)
 
 
 def test_it_draws_a_timeline_exactly_when_it_says_it_can(backend):
@@ -83,5 +100,5 @@ def test_its_result_is_stored_and_read_back_unchanged(backend, tmp_path):
     result = run(backend)
     with RunStore.open(tmp_path / "runs.duckdb") as store:
         stored = store.get_run(store.save_run(result)).result
-    assert stored.records == result.records and stored.spans == result.spans
-    assert stored.summary() == result.summary()
+    assert stored.records == result.records and stored.spans == result.spans and stored.live == result.live
+    assert stored.summary() == result.summary() and stored.steps == result.steps

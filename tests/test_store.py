@@ -13,10 +13,9 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 import duckdb
-import pytest
-
 import pipedeck.store.runstore as runstore_module
 import pipedeck.store.schema as schema_module
+import pytest
 from pipedeck.backends.config import ServingConfig
 from pipedeck.backends.result import RankTime, RequestRecord, RunResult, Span
 from pipedeck.backends.sim import SimBackend
@@ -368,7 +367,23 @@ def test_schema_version_is_recorded_once(db):
     RunStore.open(db).close()
     with RunStore.open(db) as s:
         assert s.con.execute("SELECT version, applied_at FROM schema_version").fetchall() == first
-    assert [v for v, _ in first] == [SCHEMA_VERSION] == [1]
+    assert [v for v, _ in first] == list(range(1, SCHEMA_VERSION + 1)) == [1, 2]
+
+
+def test_a_store_written_at_version_1_is_migrated_in_place_keeping_its_runs(db, sim_result):
+    with RunStore.open(db) as store:  # write a run, then take the file back to what version 1 wrote
+        run_id = store.save_run(sim_result)
+        store.con.execute("DELETE FROM schema_version WHERE version > 1")
+        store.con.execute("ALTER TABLE runs DROP COLUMN live")
+        for column in ("steps", "chunks", "stage_executions"):
+            store.con.execute(f"ALTER TABLE runs ALTER COLUMN {column} SET NOT NULL")
+    with RunStore.open(db) as store:
+        assert [v for (v,) in store.con.execute("SELECT version FROM schema_version ORDER BY 1").fetchall()] == [1, 2]
+        back = store.get_run(run_id).result
+        assert back.records == sim_result.records and back.steps == sim_result.steps and back.live is None
+        nullable = store.con.execute("SELECT is_nullable FROM information_schema.columns WHERE table_name = 'runs' "
+                                     "AND column_name = 'steps'").fetchone()
+        assert nullable == ("YES",)
 
 
 def test_newer_schema_is_refused_without_changes(db):

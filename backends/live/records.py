@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from dataclasses import dataclass
 from typing import NamedTuple
@@ -9,7 +10,7 @@ from typing import NamedTuple
 import numpy as np
 
 from ..result import RequestRecord, stats
-from .metrics import MetricsTimeline
+from .metrics import Histogram, MetricsTimeline, Sample
 
 
 class LiveRequest(NamedTuple):
@@ -80,3 +81,39 @@ class LiveRun:
             "server_counters": server.counter_deltas() if server else None,
         }
 
+
+
+def live_to_dict(run: LiveRun) -> dict[str, object]:
+    """The whole live run as plain JSON data (histogram bounds of +inf written "+Inf", as Prometheus does)."""
+    server = run.server
+    return {
+        "requests": [r._asdict() for r in run.requests], "unsent": run.unsent, "loadgen_cpu_s": run.loadgen_cpu_s,
+        "server": None if server is None else {
+            "engine": server.engine, "errors": server.errors,
+            "samples": [{"time_s": s.time_s, "values": {k: _value_to_json(v) for k, v in s.values.items()}}
+                        for s in server.samples]},
+    }
+
+
+def live_from_dict(data: dict) -> LiveRun:
+    """Inverse of `live_to_dict`."""
+    server = data["server"]
+    timeline = None if server is None else MetricsTimeline(
+        server["engine"], [Sample(s["time_s"], {k: _value_from_json(v) for k, v in s["values"].items()})
+                           for s in server["samples"]], list(server["errors"]))
+    requests = [LiveRequest(**{**r, "gaps_s": tuple(r["gaps_s"])}) for r in data["requests"]]
+    return LiveRun(requests, data["unsent"], data["loadgen_cpu_s"], timeline)
+
+
+def _value_to_json(value: float | Histogram) -> object:
+    if isinstance(value, Histogram):
+        return {"buckets": [["+Inf" if math.isinf(le) else le, n] for le, n in value.buckets],
+                "sum": value.sum, "count": value.count}
+    return value
+
+
+def _value_from_json(value: object) -> float | Histogram:
+    if isinstance(value, dict):
+        buckets = tuple((math.inf if le == "+Inf" else le, n) for le, n in value["buckets"])
+        return Histogram(buckets, value["sum"], value["count"])
+    return value  # type: ignore[return-value]

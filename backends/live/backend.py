@@ -1,0 +1,33 @@
+"""A running OpenAI-compatible server as a `Backend`: replay a scenario against it, measure as clients do."""
+
+from __future__ import annotations
+
+from ...scenarios.scenario import Scenario
+from ..base import RunObserver
+from ..config import ServingConfig
+from ..result import RunResult
+from .loadgen import LoadOptions, run_scenario
+
+
+class LiveBackend:
+    """Sends each scenario's requests to the server at `endpoint` on their schedule.
+
+    The server runs whatever config it was started with (`pipedeck serve`
+    starts it from one); the config given to `run` is recorded with the run,
+    not applied. A live server has no per-rank timeline.
+    """
+
+    name = "live"
+
+    def __init__(self, endpoint: str, options: LoadOptions = LoadOptions()):
+        from ..registry import backend_entry
+
+        self.endpoint, self.options = endpoint.rstrip("/"), options
+        self.capabilities = backend_entry("live").capabilities
+
+    def run(self, scenario: Scenario, config: ServingConfig, rate: float | None = None, seed: int = 0,
+            num_requests: int | None = None, observer: RunObserver | None = None,
+            timeline: bool = True) -> RunResult:
+        """Replay `scenario` against the server and return what the clients and /metrics saw."""
+        return run_scenario(scenario, self.endpoint, rate=rate, seed=seed, num_requests=num_requests,
+                            options=self.options, config=config.to_dict(), observer=observer)
