@@ -12,7 +12,7 @@ from .report import report
 from .runs import runs
 from .serve import serve
 from .show import show
-from .simulate import simulate
+from .simulate import run, simulate
 from .tune import tune
 
 
@@ -23,6 +23,7 @@ def cli() -> None:
 
 
 cli.add_command(simulate)
+cli.add_command(run)
 cli.add_command(runs)
 cli.add_command(show)
 cli.add_command(tune)

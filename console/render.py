@@ -20,7 +20,8 @@ def print_run(result: RunResult, console: Console | None = None) -> None:
     """Latency, throughput and the per-rank time breakdown of one run."""
     console = console or Console()
     s = result.summary()
-    console.print(f"[bold]{result.scenario}[/]  {config_line(result.config)}")
+    recorded = "  (the config recorded with it; the server runs its own)" if result.live is not None else ""
+    console.print(f"[bold]{result.scenario}[/] on {result.backend}  {config_line(result.config)}{recorded}")
     lat = Table(title="latency (s)", title_justify="left")
     for col in ("metric", "mean", "p50", "p90", "p99"):
         lat.add_column(col, justify="right")
@@ -28,11 +29,16 @@ def print_run(result: RunResult, console: Console | None = None) -> None:
         row = s[key]
         lat.add_row(key.split("_")[0].upper(), *(f"{row[k]:.4g}" for k in ("mean", "p50", "p90", "p99")))
     console.print(lat)
+    counts = "".join(f"  {name} {s[name]}" for name in ("steps", "chunks") if s[name] is not None)
     console.print(
         f"requests {s['requests']}  makespan {s['makespan_s']:.3f} s  throughput {s['throughput_tok_s']:.0f} tok/s "
-        f"(output {s['output_throughput_tok_s']:.0f} tok/s)  steps {s['steps']}  chunks {s['chunks']}"
+        f"(output {s['output_throughput_tok_s']:.0f} tok/s){counts}"
         + (f"  preemptions {s['preemptions']}" if s["preemptions"] else "")
     )
+    if result.live is not None:
+        _print_live(s["live"], console)
+    if not result.ranks:  # a live server has no per-rank view
+        return
     ranks = Table(title="time per rank (s)", title_justify="left")
     for col in ("rank", "compute", "exposed comm", "bubble", "idle"):
         ranks.add_column(col, justify="right")
@@ -42,3 +48,14 @@ def print_run(result: RunResult, console: Console | None = None) -> None:
     ranks.add_row("mean", f"{b['compute']:.3f}", f"{b['exposed_comm']:.3f}", f"{b['bubble']:.3f}", f"{b['idle']:.3f}", style="bold")
     console.print(ranks)
     console.print(f"bubble ratio {s['bubble_ratio']:.1%}")
+
+
+def _print_live(live: dict[str, object], console: Console) -> None:
+    """What the load generator saw beyond the records: failures, and what the server's /metrics said."""
+    line = f"live: sent {live['sent']}, failed {live['failed']}, unsent {live['unsent']}"
+    if live["first_error"]:
+        line += f" (first error: {live['first_error']})"
+    console.print(line)
+    if live["engine"] is not None or live["server_missing"] is not None:
+        missing = ", ".join(live["server_missing"] or []) or "none"
+        console.print(f"server metrics: {live['engine'] or 'unknown engine'}; missing: {missing}")

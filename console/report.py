@@ -11,8 +11,15 @@ from ..store import RunStore, StudyRow, TrialRow
 from ..tuner.objective import OBJECTIVES
 from ..tuner.study import open_storage
 from .options import check_writable
-from .plots import (Section, best_vs_default, chunk_vs_objective, history_from_trials, optuna_history,
-                    optuna_importances, page)
+from .plots import (
+    Section,
+    best_vs_default,
+    chunk_vs_objective,
+    history_from_trials,
+    optuna_history,
+    optuna_importances,
+    page,
+)
 from .plots.common import slo_from_dict
 from .plots.study import completed, objective_label
 from .runs import READ_LOCK_WAIT_S, db_option, db_path, local_time

@@ -86,4 +86,9 @@ def row_cells(r: RunRow) -> tuple[str, ...]:
                                         format_tokens(int(r.chunk)) if r.chunk is not None else None) if part)
     label = " ".join(part for part in (r.label, None if r.trial is None else f"#{r.trial}") if part)
     return (str(r.id), r.created_at.astimezone().strftime("%m-%d %H:%M"), scenario, r.model or "", config,
-            f"{r.ttft_p90_s:.4g}", f"{r.tpot_p90_s:.4g}", f"{r.bubble_ratio:.1%}", label)
+            _number(r.ttft_p90_s, ".4g"), _number(r.tpot_p90_s, ".4g"), _number(r.bubble_ratio, ".1%"), label)
+
+
+def _number(value: float | None, spec: str) -> str:
+    """A figure, or n/a where the run could not measure it (a live server has no bubble)."""
+    return "n/a" if value is None else format(value, spec)

@@ -1,4 +1,4 @@
-"""`pipedeck simulate`: run one scenario under one config on the simulator."""
+"""`pipedeck simulate` and `pipedeck run`: one scenario under one config, on the simulator or any backend."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import json
 
 import click
 
+from ..backends.registry import BACKENDS, make_backend
 from ..backends.result import RunResult
-from ..backends.registry import make_backend
 from ..backends.timeline import write_chrome_trace
 from ..store import RunStore
 from .options import check_writable, config_from_options, config_options, scenario_from_options, workload_options
@@ -26,16 +26,44 @@ from .runs import WRITE_LOCK_WAIT_S, db_option, db_path
 @click.option("--no-store", is_flag=True, help="Do not store the run.")
 def simulate(**opts: object) -> None:
     """Simulate one scenario under one serving config."""
+    execute(opts, "sim")
+
+
+@click.command("run")
+@click.option("--backend", type=click.Choice(list(BACKENDS)), default="sim", show_default=True,
+              help="Backend to run on.")
+@click.option("--endpoint", default=None, help="The live backend's server, e.g. http://127.0.0.1:8080.")
+@click.option("--served-model", default=None,
+              help="Live: the model name to request (default: the first one /v1/models lists).")
+@config_options
+@workload_options("azure-conv")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of tables.")
+@click.option("--timeline", type=click.Path(dir_okay=False), default=None,
+              help="Write the per-rank timeline as a Chrome trace (backends that draw one).")
+@db_option
+@click.option("--label", default=None, help="A label stored with the run (shown by pipedeck runs).")
+@click.option("--no-store", is_flag=True, help="Do not store the run.")
+def run(**opts: object) -> None:
+    """Run one scenario under one serving config on a backend (a live server: the config it was started with)."""
+    options = {"endpoint": opts["endpoint"], "model": opts["served_model"]} if opts["backend"] == "live" else {}
+    execute(opts, str(opts["backend"]), **options)
+
+
+def execute(opts: dict[str, object], backend_name: str, **backend_options: object) -> None:
+    """Run, store, and print one run as the options say."""
     config = config_from_options(opts)
     scenario = scenario_from_options(opts)
+    backend = make_backend(backend_name, **backend_options)
     if opts["timeline"]:
+        if not backend.capabilities.timeline:
+            raise click.BadParameter(f"the {backend_name} backend draws no per-rank timeline", param_hint="--timeline")
         check_writable(str(opts["timeline"]), "--timeline")
     store = not opts["no_store"]
     path = db_path(opts)
     if store:
-        RunStore.open(path).close()  # a bad --db fails here, before any work; the file is not held while simulating
-    result = make_backend("sim").run(scenario, config, rate=opts["rate"], seed=opts["seed"],
-                                     num_requests=opts["num_requests"], timeline=bool(opts["timeline"]) or store)
+        RunStore.open(path).close()  # a bad --db fails here, before any work; the file is not held while running
+    result = backend.run(scenario, config, rate=opts["rate"], seed=opts["seed"], num_requests=opts["num_requests"],
+                         timeline=bool(opts["timeline"]) or store)
     run_id = None
     if store:
         with RunStore.open(path, lock_timeout_s=WRITE_LOCK_WAIT_S) as db:
@@ -54,7 +82,16 @@ def simulate(**opts: object) -> None:
 
 def run_json(result: RunResult) -> dict[str, object]:
     """The JSON object `simulate --json` prints."""
-    return {
+    data = {
         "scenario": result.scenario, "backend": result.backend, "seed": result.seed, "rate": result.rate,
         **result.summary(), "config": result.config,
     }
+    if result.live is not None:
+        server = result.live.server
+        data["server_metrics"] = None if server is None else {
+            "engine": server.engine, "missing": list(server.missing), "scrapes": len(server.samples),
+            "scrape_errors": server.errors, "counters": server.counter_deltas(),
+            "last": {name: value for sample in server.samples for name, value in sample.values.items()
+                     if isinstance(value, int | float)},
+        }
+    return data

@@ -10,10 +10,10 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn
 from rich.table import Table
 
 from ..backends.config import ServingConfig
+from ..backends.launch import get_engine
 from ..backends.registry import BACKENDS
 from ..backends.tokens import format_tokens
 from ..store import RunStore, default_db_path
-from ..backends.launch import get_engine
 from ..tuner.objective import OBJECTIVES, TuneSpec
 from ..tuner.space import knob_settings
 from ..tuner.study import SAMPLERS, TuneOutcome, open_store, run_study

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 import httpx
 
 from ...scenarios import Request, Scenario, Workload
+from ...scenarios.errors import PipedeckError
 from ..base import RunCancelled, RunObserver
 from ..errors import ConfigError
 from ..result import RunResult
@@ -33,8 +34,8 @@ from .records import LiveRequest, LiveRun
 PROMPT_KINDS = ("tokens", "text")
 
 
-class ServerUnreachable(RuntimeError):
-    """The server could not tell which model it serves; the message is one line."""
+class ServerUnreachable(PipedeckError):
+    """The server could not tell which model it serves; the message is one line naming the endpoint."""
 
 
 @dataclass(frozen=True)
@@ -135,8 +136,9 @@ async def _first_model(client: httpx.AsyncClient, required: bool) -> dict:
             raise ValueError("the first entry has no id")
     except (httpx.HTTPError, ValueError, KeyError, IndexError, TypeError) as err:
         if required:
-            raise ServerUnreachable(f"{client.base_url.join('/v1/models')}: no model listed "
-                                    f"({type(err).__name__}: {err}); pass LoadOptions(model=...)") from None
+            raise ServerUnreachable(f"endpoint: {client.base_url.join('/v1/models')} lists no model "
+                                    f"({type(err).__name__}: {err}); is the server up? (or name the model to request)"
+                                    ) from None
         return {}
     return entry
 

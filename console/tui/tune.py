@@ -16,18 +16,25 @@ from textual.widgets import Button, DataTable, Input, Label, Select, Static
 from textual.worker import get_current_worker
 
 from ...backends.config import ServingConfig
+from ...backends.launch import ENGINES
 from ...backends.profiles import hardware_names, model_names
 from ...backends.tokens import format_tokens
 from ...scenarios import catalog
 from ...store import TrialRow
-from ...backends.launch import ENGINES
 from ...tuner.export import export_best
 from ...tuner.objective import OBJECTIVES, TuneSpec
 from ...tuner.slo import SLOError
 from ...tuner.space import knob_settings
 from ...tuner.study import Progress, open_store, run_study
-from ..tunespec import (DEFAULT_SCENARIO, DEFAULT_TRIALS, TuneInputError, TuneInputs, build_spec, default_engine,
-                        value_text)
+from ..tunespec import (
+    DEFAULT_SCENARIO,
+    DEFAULT_TRIALS,
+    TuneInputError,
+    TuneInputs,
+    build_spec,
+    default_engine,
+    value_text,
+)
 from .fields import error_field, form_fields
 from .messages import Exported, TrialsUpdated, TuneEnded, TuneFailed, WorkFailed
 from .view import DEFAULT_SLO, View, choose, one_line, shown_path, typed_number
