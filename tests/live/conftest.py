@@ -1,7 +1,7 @@
 """Fixtures for the live tests: a real llama-server binary and the tiny model it serves.
 
-The first run builds llama-server from the llama-cpp-python sdist (about 5.5 minutes on
-2 cores; see tests/live/llama_server.py); later runs find it cached.  Without cmake or a
+The first run builds llama-server from the llama-cpp-python sdist (about 12 CPU-minutes;
+see tests/live/llama_server.py); later runs find it cached.  Without cmake or a
 C/C++ compiler the live tests skip and say why; a failed build fails them.
 """
 

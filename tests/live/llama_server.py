@@ -12,10 +12,11 @@ test needs to start one, with no binary or model downloaded from anywhere but Py
     llama-cpp-python sdist on PyPI vendors under ``vendor/llama.cpp`` (the pinned
     version below, checked against its SHA-256).  Only the ``llama-server`` target is
     built: cmake, Release, static llama/ggml libraries, no web UI download
-    (``LLAMA_USE_PREBUILT_UI=OFF``), no OpenSSL, and a portable x86-64 AVX2 baseline
-    instead of ``-march=native`` (``GGML_NATIVE=OFF``) so a shared cache never holds an
-    instruction set another machine lacks.  It needs ``cmake``, a C and a C++ compiler
-    and ``pip`` access to the package index; about 5.5 minutes on 2 cores, once: the
+    (``LLAMA_USE_PREBUILT_UI=OFF``), no OpenSSL, and ggml's fixed x86-64 baseline (AVX2,
+    FMA, F16C) instead of ``-march=native`` (``GGML_NATIVE=OFF``), so a cache shared with
+    other AVX2 machines holds nothing they cannot run.  It needs ``cmake``, a C and a C++
+    compiler and ``pip`` access to the package index; about 12 CPU-minutes (so about 6 on
+    2 idle cores; 12.5 minutes measured on 2 shared, busy ones; a 15 MB binary), once: the
     binary is cached in ``${XDG_CACHE_HOME:-~/.cache}/pipedeck/llama-server-<version>/``
     (override the directory with ``$PIPEDECK_CACHE``) and every later call returns at
     once.  The build runs in a temporary directory beside the cache and the finished
