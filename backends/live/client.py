@@ -98,8 +98,8 @@ async def stream_completion(pool: ClientPool, body: bytes, *, request_id: int, p
         error = f"stalled: no event for {stall_s:g} s after {stream.received}"
     except httpx.ConnectError as err:
         error = f"connect: {err}"
-    except httpx.RemoteProtocolError as err:
-        error = f"stream broken: {err} (after {stream.received})"
+    except (httpx.RemoteProtocolError, httpx.ReadError) as err:  # the server closed or reset the connection
+        error = f"stream broken: {err or type(err).__name__} (after {stream.received})"
     except httpx.HTTPError as err:
         error = f"{type(err).__name__}: {err}"
     times = stream.times

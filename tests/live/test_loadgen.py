@@ -7,7 +7,6 @@ import json
 import socket
 
 import pytest
-
 from pipedeck.backends.base import RunCancelled, RunObserver
 from pipedeck.backends.errors import ConfigError
 from pipedeck.backends.live import LoadOptions, ServerUnreachable, replay, run_result, run_scenario

@@ -8,7 +8,6 @@ import sys
 from collections.abc import Iterator
 
 import pytest
-
 from pipedeck.console.cli import cli
 from pipedeck.console.errors import run_cli
 from pipedeck.store import RunStore
