@@ -100,10 +100,13 @@ def run_cells(results: Sequence[RunResult], slo: SLO | None = None) -> list[list
         cells = []
         for row, base in zip(rows, first):
             value = row.value(result, summary)
+            if value is None:  # not measured by this backend (a live server counts no steps): absent, not 0
+                cells.append(Cell("n/a"))
+                continue
             if not row.fmt:
                 cells.append(Cell(str(value)))
                 continue
-            delta, tint = _delta(row, float(value), float(base)) if index else ("", PLAIN)
+            delta, tint = _delta(row, float(value), float(base)) if index and base is not None else ("", PLAIN)
             cells.append(Cell(format(value, row.fmt) + delta, tint))
         columns.append(cells)
     return columns

@@ -50,3 +50,13 @@ def test_a_live_run_without_a_server_is_one_line(capsys):
     assert capsys.readouterr().err.startswith("pipedeck: error: endpoint: http://127.0.0.1:9/v1/models lists no model")
     assert run_cli(cli, ["run", "--backend", "live", "--timeline", "t.json", "--endpoint", "http://x", "--no-store"]) == 2
     assert "draws no per-rank timeline" in capsys.readouterr().err
+
+
+def test_compare_puts_a_live_run_beside_a_simulated_one(capsys, tmp_path, mock_url):
+    db = str(tmp_path / "runs.duckdb")
+    common = ["--scenario", "sharegpt", "--rate", "30", "--requests", "10", "--db", db, "--json"]
+    live = cli_json(capsys, ["run", "--backend", "live", "--endpoint", mock_url, *common])["run_id"]
+    sim = cli_json(capsys, ["run", "--backend", "sim", *common])["run_id"]
+    out = tmp_path / "compare.html"
+    assert run_cli(cli, ["compare", str(sim), str(live), "--db", db, "--out", str(out)]) == 0, capsys.readouterr().err
+    assert "n/a" in out.read_text()  # the live run's steps and bubble ratio: not measured, not 0
