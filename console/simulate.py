@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 
 import click
 
@@ -15,15 +16,24 @@ from .render import print_run
 from .runs import WRITE_LOCK_WAIT_S, db_option, db_path
 
 
+def output_options(fn: Callable) -> Callable:
+    """--json, --timeline, --db, --label and --no-store: what to print and where to keep the run."""
+    for option in reversed((
+        click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of tables."),
+        click.option("--timeline", type=click.Path(dir_okay=False), default=None,
+                     help="Write the per-rank timeline as a Chrome trace (open in Perfetto; backends that draw one)."),
+        db_option,
+        click.option("--label", default=None, help="A label stored with the run (shown by pipedeck runs)."),
+        click.option("--no-store", is_flag=True, help="Do not store the run."),
+    )):
+        fn = option(fn)
+    return fn
+
+
 @click.command()
 @config_options
 @workload_options("long-128k")
-@click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of tables.")
-@click.option("--timeline", type=click.Path(dir_okay=False), default=None,
-              help="Write the per-rank timeline as a Chrome trace (open in Perfetto).")
-@db_option
-@click.option("--label", default=None, help="A label stored with the run (shown by pipedeck runs).")
-@click.option("--no-store", is_flag=True, help="Do not store the run.")
+@output_options
 def simulate(**opts: object) -> None:
     """Simulate one scenario under one serving config."""
     execute(opts, "sim")
@@ -37,12 +47,7 @@ def simulate(**opts: object) -> None:
               help="Live: the model name to request (default: the first one /v1/models lists).")
 @config_options
 @workload_options("azure-conv")
-@click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of tables.")
-@click.option("--timeline", type=click.Path(dir_okay=False), default=None,
-              help="Write the per-rank timeline as a Chrome trace (backends that draw one).")
-@db_option
-@click.option("--label", default=None, help="A label stored with the run (shown by pipedeck runs).")
-@click.option("--no-store", is_flag=True, help="Do not store the run.")
+@output_options
 def run(**opts: object) -> None:
     """Run one scenario under one serving config on a backend (a live server: the config it was started with)."""
     options = {"endpoint": opts["endpoint"], "model": opts["served_model"]} if opts["backend"] == "live" else {}

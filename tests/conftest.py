@@ -1,6 +1,10 @@
-"""Shared test setup: no test writes the default run store (./pipedeck.duckdb) by accident."""
+"""Shared test setup: no test writes the default run store (./pipedeck.duckdb) by accident; a mock live server."""
 
 from __future__ import annotations
+
+import subprocess
+import sys
+from collections.abc import Iterator
 
 import pytest
 
@@ -9,3 +13,15 @@ import pytest
 def _private_run_store(tmp_path_factory, monkeypatch):
     """Point $PIPEDECK_DB at a fresh file outside the test's own tmp_path and working directory."""
     monkeypatch.setenv("PIPEDECK_DB", str(tmp_path_factory.mktemp("store") / "pipedeck.duckdb"))
+
+
+@pytest.fixture(scope="module")
+def mock_server() -> Iterator[str]:
+    """The mock OpenAI-compatible streaming server (backends/live/mock_server.py) on a free loopback port; its URL."""
+    process = subprocess.Popen([sys.executable, "-m", "pipedeck.backends.live.mock_server", "--token-s", "0.002"],
+                               stdout=subprocess.PIPE, text=True)
+    try:
+        yield process.stdout.readline().strip()
+    finally:
+        process.terminate()
+        process.wait(10)

@@ -7,10 +7,6 @@ factory fails `test_every_registered_backend_is_checked`.
 
 from __future__ import annotations
 
-import subprocess
-import sys
-from collections.abc import Iterator
-
 import pytest
 from pipedeck.backends.base import Backend, RunCancelled, RunObserver
 from pipedeck.backends.config import ServingConfig
@@ -27,18 +23,6 @@ CHECKED = ("sim", "live")
 
 def test_every_registered_backend_is_checked():
     assert set(BACKENDS) <= set(CHECKED)
-
-
-@pytest.fixture(scope="module")
-def mock_server() -> Iterator[str]:
-    """The mock OpenAI-compatible server on a free loopback port; its URL."""
-    process = subprocess.Popen([sys.executable, "-m", "pipedeck.backends.live.mock_server", "--token-s", "0.002"],
-                               stdout=subprocess.PIPE, text=True)
-    try:
-        yield process.stdout.readline().strip()
-    finally:
-        process.terminate()
-        process.wait(10)
 
 
 @pytest.fixture(params=CHECKED)

@@ -3,25 +3,10 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
-from collections.abc import Iterator
 
-import pytest
 from pipedeck.console.cli import cli
 from pipedeck.console.errors import run_cli
 from pipedeck.store import RunStore
-
-
-@pytest.fixture(scope="module")
-def mock_url() -> Iterator[str]:
-    process = subprocess.Popen([sys.executable, "-m", "pipedeck.backends.live.mock_server", "--token-s", "0.002"],
-                               stdout=subprocess.PIPE, text=True)
-    try:
-        yield process.stdout.readline().strip()
-    finally:
-        process.terminate()
-        process.wait(10)
 
 
 def cli_json(capsys, argv: list[str]) -> dict:
@@ -29,9 +14,9 @@ def cli_json(capsys, argv: list[str]) -> dict:
     return json.loads(capsys.readouterr().out)
 
 
-def test_a_live_run_prints_the_simulators_keys_and_the_servers_metrics_and_is_stored(capsys, tmp_path, mock_url):
+def test_a_live_run_prints_the_simulators_keys_and_the_servers_metrics_and_is_stored(capsys, tmp_path, mock_server):
     db = tmp_path / "runs.duckdb"
-    live = cli_json(capsys, ["run", "--backend", "live", "--endpoint", mock_url, "--scenario", "sharegpt",
+    live = cli_json(capsys, ["run", "--backend", "live", "--endpoint", mock_server, "--scenario", "sharegpt",
                              "--rate", "30", "--requests", "20", "--db", str(db), "--json"])
     sim = cli_json(capsys, ["simulate", "--scenario", "sharegpt", "--rate", "30", "--requests", "20", "--no-store",
                             "--json"])
@@ -52,10 +37,10 @@ def test_a_live_run_without_a_server_is_one_line(capsys):
     assert "draws no per-rank timeline" in capsys.readouterr().err
 
 
-def test_compare_puts_a_live_run_beside_a_simulated_one(capsys, tmp_path, mock_url):
+def test_compare_puts_a_live_run_beside_a_simulated_one(capsys, tmp_path, mock_server):
     db = str(tmp_path / "runs.duckdb")
     common = ["--scenario", "sharegpt", "--rate", "30", "--requests", "10", "--db", db, "--json"]
-    live = cli_json(capsys, ["run", "--backend", "live", "--endpoint", mock_url, *common])["run_id"]
+    live = cli_json(capsys, ["run", "--backend", "live", "--endpoint", mock_server, *common])["run_id"]
     sim = cli_json(capsys, ["run", "--backend", "sim", *common])["run_id"]
     out = tmp_path / "compare.html"
     assert run_cli(cli, ["compare", str(sim), str(live), "--db", db, "--out", str(out)]) == 0, capsys.readouterr().err
