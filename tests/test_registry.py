@@ -9,10 +9,11 @@ from pipedeck.console.tunespec import TuneInputs, build_spec
 from pipedeck.tuner.objective import Evaluator
 
 
-def test_the_simulator_is_registered_with_its_capabilities():
-    sim = make_backend("sim")
-    assert isinstance(sim, SimBackend) and sim.capabilities is BACKENDS["sim"].capabilities
-    assert sim.capabilities.timeline and not sim.capabilities.paced
+def test_the_simulator_draws_timelines_and_runs_unpaced_the_live_backend_the_opposite():
+    sim, live = BACKENDS["sim"].capabilities, BACKENDS["live"].capabilities
+    assert isinstance(make_backend("sim"), SimBackend)
+    assert (sim.timeline, sim.paced, sim.reconfigurable) == (True, False, True)
+    assert (live.timeline, live.paced, live.reconfigurable) == (False, True, False)
 
 
 def test_an_unknown_backend_is_one_line_naming_the_choices():

@@ -9,10 +9,10 @@ program has reached that work and it is free), then both are busy while the
 data moves; when two ranks each block sending to the other (the fold handoff
 of vanilla VPP), both directions go at once as one exchange (grouped
 send/recv, as engines issue bidirectional transfers to avoid deadlock), so
-each has stalled until the other arrived. With asynchronous transfers (receives posted ahead on alternating
-communication groups) a rank runs the smallest-key work that has arrived,
-a send is queued on the link and overlaps compute, and a rank waits only
-when nothing has arrived. Up to `in_flight` micro-batches (slots) are in
+each has stalled until the other arrived. With asynchronous transfers
+(receives posted ahead on alternating communication groups) a rank runs the
+smallest-key work that has arrived, a send is queued on the link and
+overlaps compute, and a rank waits only when nothing has arrived. Up to `in_flight` micro-batches (slots) are in
 flight; when one leaves the last stage its tokens are emitted and the
 scheduler forms the next one for the freed slot.
 
@@ -168,8 +168,8 @@ class Engine:
             self.in_flight += 1
             self.sched_free = max(self.sched_free, t) + self.step_overhead
             if self.sync:
-                for stage, (rank, (a, c)) in enumerate(zip(self.stage_ranks, self.order)):
-                    heapq.heappush(self.program[rank], (a * b.id + c, b.id, stage))
+                for stage, rank in enumerate(self.stage_ranks):
+                    heapq.heappush(self.program[rank], (self._key(b.id, stage), b.id, stage))
             self._arrive(self.stage_ranks[0], b, 0, self.sched_free, None)
 
     # -- ranks ----------------------------------------------------------------
@@ -204,9 +204,9 @@ class Engine:
 
     def _next_in_program(self, r: int, t: float) -> tuple[int, int] | None:
         """Synchronous ranks: the head of the program if it is here; receive it if its sender waits."""
-        if not self.program[r]:
+        work = self._next(r)
+        if work is None:
             return None
-        work = self.program[r][0][1:]
         item = self.ready[r].get(work)
         if item is not None:
             if item[1] > t:  # the host is still preparing it
@@ -222,11 +222,9 @@ class Engine:
         """Asynchronous ranks: the smallest-key work that has arrived; else wake when the next lands."""
         best = None
         best_key = soonest = math.inf
-        order = self.order
-        for work, (b, ready_t, _) in self.ready[r].items():
+        for work, (_, ready_t, _) in self.ready[r].items():
             if ready_t <= t:
-                a, c = order[work[1]]
-                key = a * work[0] + c
+                key = self._key(*work)
                 if key < best_key:
                     best, best_key = work, key
             elif ready_t < soonest:
@@ -234,6 +232,11 @@ class Engine:
         if best is None:
             self._wake(r, soonest)
         return best
+
+    def _key(self, batch: int, stage: int) -> int:
+        """The place of a stage of a micro-batch in its rank's program (`program_order`)."""
+        a, c = self.order[stage]
+        return a * batch + c
 
     def _wake(self, r: int, when: float) -> None:
         """Dispatch rank r again at `when` (its next work lands then)."""
