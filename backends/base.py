@@ -13,13 +13,13 @@ if TYPE_CHECKING:
 
 
 class Snapshot(NamedTuple):
-    """A periodic view of a run in progress."""
+    """A periodic view of a run in progress; None where the backend cannot see a figure (a server without it)."""
 
     time_s: float
-    done: int
-    in_flight: int
-    waiting: int
-    kv_used: float  # fraction of KV capacity reserved
+    done: int  # requests finished
+    running: int | None  # requests the engine is serving (admitted, KV held)
+    waiting: int | None  # requests queued in the engine, not yet admitted
+    kv_used: float | None  # fraction of KV capacity reserved
 
 
 class RunObserver:
@@ -51,6 +51,7 @@ class Capabilities:
     timeline: bool  # returns per-rank spans
     reconfigurable: bool  # can switch configs between runs without a restart
     paced: bool  # runs in real time (live clusters) rather than as fast as it can
+    endpoint: bool = False  # drives a server at a URL: made with `endpoint=URL`
 
 
 class Backend(Protocol):

@@ -129,7 +129,7 @@ def test_observer_sees_every_request_once_and_snapshots():
     times = [s.time_s for s in obs.snaps]
     assert times == sorted(times) and times[-1] <= result.makespan_s
     assert [s.done for s in obs.snaps] == sorted(s.done for s in obs.snaps)
-    assert all(0 <= s.kv_used <= 1 and s.in_flight >= 0 and s.waiting >= 0 for s in obs.snaps)
+    assert all(0 <= s.kv_used <= 1 and s.running >= 0 and s.waiting >= 0 for s in obs.snaps)
     assert obs.spans == len(result.spans)
 
 
@@ -197,7 +197,7 @@ def test_tiny_kv_capacity_serialises_requests(mode, fits):
     assert sorted(r.id for r in result.records) == list(range(8))
     busy = [(r.first_token_s, r.finish_s) for r in result.records]
     assert max_overlap(busy) == fits
-    assert obs.snaps and max(s.in_flight for s in obs.snaps) <= fits
+    assert obs.snaps and max(s.running for s in obs.snaps) <= fits
     assert max(s.kv_used for s in obs.snaps) <= fits * REQUEST / capacity + 1e-12
     if fits == 1:  # the next prompt starts only after the previous request has finished
         by_first = sorted(result.records, key=lambda r: r.first_token_s)

@@ -23,15 +23,17 @@ import httpx
 
 from ...scenarios import Request, Scenario, Workload
 from ...scenarios.errors import PipedeckError
-from ..base import RunCancelled, RunObserver
+from ..base import RunCancelled, RunObserver, Snapshot
 from ..errors import ConfigError
 from ..result import RunResult
 from .client import ClientPool, completion_body, stream_completion
-from .metrics import poll
+from .metrics import MetricsTimeline, poll
 from .prompts import text_prompt, token_prompt, token_range
 from .records import LiveRequest, LiveRun
+from .version import engine_version
 
 PROMPT_KINDS = ("tokens", "text")
+SNAPSHOT_INTERVAL_S = 0.5  # how often an observer hears the run's progress and the server's gauges
 
 
 class ServerUnreachable(PipedeckError):
@@ -87,23 +89,27 @@ async def replay(workload: Workload, base_url: str, options: LoadOptions = LoadO
     try:
         async with pool.client() as control:
             model, ids = await _target(control, options)
+            version = await engine_version(control)
             bodies = [_body(r, model, ids, seed) for r in workload.requests]  # before the clock starts
-            run = _Run(pool, options, observer)
+            server = MetricsTimeline() if options.metrics_interval_s is not None else None
+            run = _Run(pool, options, observer, server)
             stop = asyncio.Event()
             poller = None
-            if options.metrics_interval_s is not None:
-                poller = asyncio.create_task(poll(control, options.metrics_interval_s, stop, run.t0))
+            if server is not None:
+                poller = asyncio.create_task(poll(control, options.metrics_interval_s, stop, run.t0, server))
             cpu = time.process_time()
             try:
                 await run.drive(workload, bodies)
             finally:
                 stop.set()
-                server = await poller if poller else None
+                if poller:
+                    await poller
             cpu = time.process_time() - cpu
     finally:
         await pool.aclose()
     requests = sorted(run.done, key=lambda r: r.id)
-    return LiveRun(requests=requests, unsent=len(workload) - len(requests), loadgen_cpu_s=cpu, server=server)
+    return LiveRun(requests=requests, unsent=len(workload) - len(requests), loadgen_cpu_s=cpu, server=server,
+                   engine_version=version)
 
 
 def _body(request: Request, model: str, ids: tuple[int, int] | None, seed: int) -> bytes:
@@ -146,8 +152,9 @@ async def _first_model(client: httpx.AsyncClient, required: bool) -> dict:
 class _Run:
     """One replay in progress: the clock, the deadline and the requests done."""
 
-    def __init__(self, pool: ClientPool, options: LoadOptions, observer: RunObserver | None) -> None:
-        self.pool, self.options, self.observer = pool, options, observer
+    def __init__(self, pool: ClientPool, options: LoadOptions, observer: RunObserver | None,
+                 server: MetricsTimeline | None) -> None:
+        self.pool, self.options, self.observer, self.server = pool, options, observer, server
         self.loop = asyncio.get_running_loop()
         self.t0 = self.loop.time()
         self.deadline = self.t0 + options.max_duration_s
@@ -174,10 +181,28 @@ class _Run:
             await asyncio.gather(*self.tasks, return_exceptions=True)
 
     async def _watch(self, main: asyncio.Task) -> None:
+        """Report a snapshot every SNAPSHOT_INTERVAL_S, and cancel the run when the observer says stop."""
         assert self.observer is not None
+        next_snapshot = self.t0
         while not self.observer.should_stop():
+            if self.loop.time() >= next_snapshot:
+                self.observer.snapshot(self.snapshot())
+                next_snapshot += SNAPSHOT_INTERVAL_S
             await asyncio.sleep(0.1)
         main.cancel()
+
+    def snapshot(self) -> Snapshot:
+        """Requests served so far, and the server's running, waiting and KV use at its latest scrape."""
+        latest = self.server.samples[-1].values if self.server and self.server.samples else {}
+
+        def gauge(name: str) -> float | None:
+            value = latest.get(name)
+            return value if isinstance(value, float | int) else None
+
+        running, waiting = gauge("running"), gauge("waiting")
+        served = sum(r.error is None for r in self.done)
+        return Snapshot(self.loop.time() - self.t0, served, None if running is None else int(running),
+                        None if waiting is None else int(waiting), gauge("kv_usage"))
 
     async def _open_loop(self, jobs: list[tuple[Request, bytes]]) -> None:
         for request, body in jobs:

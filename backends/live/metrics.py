@@ -148,9 +148,13 @@ def _histogram(name: str, samples: dict[str, list[tuple[dict[str, str], float]]]
     return Histogram(tuple(sorted(counts.items())), total, count)
 
 
-async def poll(client: httpx.AsyncClient, interval_s: float, stop: asyncio.Event, t0: float) -> MetricsTimeline:
-    """Scrape `/metrics` every `interval_s` until `stop` is set, then once more; times are loop time minus `t0`."""
-    timeline = MetricsTimeline()
+async def poll(client: httpx.AsyncClient, interval_s: float, stop: asyncio.Event, t0: float,
+               timeline: MetricsTimeline) -> None:
+    """Scrape `/metrics` into `timeline` every `interval_s` until `stop` is set, then once more.
+
+    Times are loop time minus `t0`; `timeline` fills as the run goes, so the
+    run's observer can read the latest scrape.
+    """
     loop = asyncio.get_running_loop()
     while True:
         await _scrape_into(timeline, client, loop, t0)
@@ -159,7 +163,7 @@ async def poll(client: httpx.AsyncClient, interval_s: float, stop: asyncio.Event
         except TimeoutError:
             continue
         await _scrape_into(timeline, client, loop, t0)
-        return timeline
+        return
 
 
 async def _scrape_into(timeline: MetricsTimeline, client: httpx.AsyncClient, loop: asyncio.AbstractEventLoop,

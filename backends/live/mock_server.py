@@ -5,9 +5,9 @@ asked, then `[DONE]`, chunked HTTP/1.1 with keep-alive) with a set delay
 before the first token and between tokens, and can misbehave on every k-th
 request: answer HTTP 500, close the connection mid-stream, stall, send a line
 that is not JSON, or end the body cleanly without `[DONE]`. Also answers
-`/v1/models` (with llama-server's `n_vocab`) and `/metrics` (llama-server's
-series). Plain asyncio streams, nothing to install. As a program it serves on
-127.0.0.1 and prints its URL:
+`/v1/models` (with llama-server's `n_vocab`), `/props` (its `build_info`)
+and `/metrics` (llama-server's series). Plain asyncio streams, nothing to
+install. As a program it serves on 127.0.0.1 and prints its URL:
 
     python -m pipedeck.backends.live.mock_server [--port N] [--first-token-s S] [--token-s S]
 """
@@ -20,6 +20,7 @@ import json
 from dataclasses import dataclass
 
 FAULTS = ("http500", "die", "stall", "malformed", "truncate")
+MOCK_BUILD = "b0-mock"
 
 
 @dataclass(frozen=True)
@@ -108,6 +109,8 @@ class MockServer:
         if path == "/v1/models":
             models = {"object": "list", "data": [{"id": "mock", "meta": {"n_vocab": self.behaviour.n_vocab}}]}
             writer.write(_response("200 OK", "application/json", json.dumps(models).encode()))
+        elif path == "/props":  # where llama-server reports its build
+            writer.write(_response("200 OK", "application/json", json.dumps({"build_info": MOCK_BUILD}).encode()))
         elif path == "/metrics":
             writer.write(_response("200 OK", "text/plain; version=0.0.4", self.metrics().encode()))
         else:

@@ -53,6 +53,7 @@ class LiveRun:
     unsent: int  # workload requests whose time came after the run's time limit
     loadgen_cpu_s: float  # CPU seconds the load generator's process used during the run
     server: MetricsTimeline | None = None  # None when /metrics was not scraped
+    engine_version: str | None = None  # "<engine> <version>" as the server reported it; None: it did not say
 
     def failed(self) -> list[LiveRequest]:
         return [r for r in self.requests if r.error is not None]
@@ -76,6 +77,7 @@ class LiveRun:
             "send_lag_s": {"p99": float(np.percentile(lags, 99)), "max": float(lags.max())} if lags.size else None,
             "loadgen_cpu_s": self.loadgen_cpu_s,
             "engine": server.engine if server else None,
+            "engine_version": self.engine_version,
             "server_missing": list(server.missing) if server else None,
             "server_scrape_errors": len(server.errors) if server else None,
             "server_counters": server.counter_deltas() if server else None,
@@ -88,6 +90,7 @@ def live_to_dict(run: LiveRun) -> dict[str, object]:
     server = run.server
     return {
         "requests": [r._asdict() for r in run.requests], "unsent": run.unsent, "loadgen_cpu_s": run.loadgen_cpu_s,
+        "engine_version": run.engine_version,
         "server": None if server is None else {
             "engine": server.engine, "errors": server.errors,
             "samples": [{"time_s": s.time_s, "values": {k: _value_to_json(v) for k, v in s.values.items()}}
@@ -102,7 +105,7 @@ def live_from_dict(data: dict) -> LiveRun:
         server["engine"], [Sample(s["time_s"], {k: _value_from_json(v) for k, v in s["values"].items()})
                            for s in server["samples"]], list(server["errors"]))
     requests = [LiveRequest(**{**r, "gaps_s": tuple(r["gaps_s"])}) for r in data["requests"]]
-    return LiveRun(requests, data["unsent"], data["loadgen_cpu_s"], timeline)
+    return LiveRun(requests, data["unsent"], data["loadgen_cpu_s"], timeline, data.get("engine_version"))
 
 
 def _value_to_json(value: float | Histogram) -> object:

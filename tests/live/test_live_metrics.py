@@ -83,11 +83,13 @@ def test_poll_keeps_scraping_past_failures_and_scrapes_once_more_on_stop():
     async def main() -> MetricsTimeline:
         transport = httpx.MockTransport(answer)
         async with httpx.AsyncClient(base_url="http://127.0.0.1:9", transport=transport) as client:
-            stop = asyncio.Event()
-            task = asyncio.create_task(poll(client, 0.01, stop, asyncio.get_running_loop().time()))
+            stop, timeline = asyncio.Event(), MetricsTimeline()
+            task = asyncio.create_task(poll(client, 0.01, stop, asyncio.get_running_loop().time(), timeline))
             await asyncio.sleep(0.1)
+            assert timeline.samples, "scrapes are visible while the poll runs"
             stop.set()
-            return await task
+            await task
+            return timeline
 
     timeline = asyncio.run(main())
     assert timeline.engine == "llamacpp" and len(timeline.samples) >= 2

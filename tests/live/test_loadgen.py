@@ -162,6 +162,39 @@ def test_the_observer_sees_each_served_request_and_can_stop_the_run():
     assert observer.done[:2] == [0, 1] and len(observer.done) < 50
 
 
+def test_the_observer_hears_progress_and_the_servers_gauges_while_the_run_goes():
+    class Recorder(RunObserver):
+        def __init__(self):
+            self.snapshots = []
+
+        def snapshot(self, snap):
+            self.snapshots.append(snap)
+
+    observer = Recorder()
+    # 6 requests at once, each streaming for about 1.2 s: the server has 6 running for most of the run
+    live, _ = drive(Behaviour(token_s=0.1), workload(6, output=12), observer=observer, metrics_interval_s=0.1)
+    snaps = observer.snapshots
+    assert len(snaps) >= 2 and [s.time_s for s in snaps] == sorted(s.time_s for s in snaps)
+    assert [s.done for s in snaps] == sorted(s.done for s in snaps) and snaps[-1].done <= 6
+    assert max(s.running for s in snaps if s.running is not None) == 6  # llamacpp:requests_processing
+    assert {s.waiting for s in snaps[1:]} == {0}  # llamacpp:requests_deferred
+    assert {s.kv_used for s in snaps} == {None}  # llama-server has no KV series: unknown, not 0
+    assert live.failed() == []
+
+
+def test_without_scraping_the_servers_gauges_are_unknown():
+    class Recorder(RunObserver):
+        def __init__(self):
+            self.snapshots = []
+
+        def snapshot(self, snap):
+            self.snapshots.append(snap)
+
+    observer = Recorder()
+    drive(Behaviour(token_s=0.05), workload(2, output=12), observer=observer)
+    assert observer.snapshots and {(s.running, s.waiting, s.kv_used) for s in observer.snapshots} == {(None,) * 3}
+
+
 def test_a_scenario_run_scrapes_the_server_and_fills_a_run_result():
     async def main():
         async with MockServer() as url:
@@ -176,6 +209,7 @@ def test_a_scenario_run_scrapes_the_server_and_fills_a_run_result():
     assert summary["breakdown_s"] is None and summary["bubble_ratio"] is None and summary["per_rank"] == []
     live = summary["live"]
     assert live["engine"] == "llamacpp" and "kv_usage" in live["server_missing"]
+    assert live["engine_version"] == "llama.cpp b0-mock"  # from the build llama-server reports at /props
     assert live["server_counters"]["generation_tokens_total"] == sum(r.output_tokens for r in result.records)
 
 
