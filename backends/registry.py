@@ -74,8 +74,9 @@ def _register_builtin() -> None:
                                   Capabilities(modes=tuple(MODES), timeline=True, reconfigurable=True, paced=False),
                                   _simulator))
     # A live server runs the config it was started with, whatever its mode; it keeps wall time itself.
-    register_backend(BackendEntry("live", "OpenAI-compatible server",
-                                  Capabilities(modes=tuple(MODES), timeline=False, reconfigurable=False, paced=True),
+    register_backend(BackendEntry("live", "a real server",
+                                  Capabilities(modes=tuple(MODES), timeline=False, reconfigurable=False, paced=True,
+                                               endpoint=True),
                                   _live))
 
 

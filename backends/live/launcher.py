@@ -13,12 +13,14 @@ import signal
 import socket
 import subprocess
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
 
 from ...scenarios.errors import PipedeckError
+from ..base import RunCancelled
 from ..config import ResolvedConfig
 from ..launch import plan_launch
 
@@ -78,8 +80,12 @@ def free_port(host: str = LOOPBACK) -> int:
 
 def start_server(config: ResolvedConfig, engine: str, model_path: str, log_path: str | os.PathLike[str], *,
                  host: str = LOOPBACK, port: int | None = None, program: tuple[str, ...] | None = None,
-                 health_timeout_s: float = 600.0) -> Server:
-    """Start the engine and wait until GET /health answers 200; LaunchError (and nothing left running) otherwise."""
+                 health_timeout_s: float = 600.0, cancelled: Callable[[], bool] = lambda: False) -> Server:
+    """Start the engine and wait until GET /health answers 200; LaunchError (and nothing left running) otherwise.
+
+    `cancelled` is asked while waiting; when it says True the server is
+    stopped and RunCancelled raised.
+    """
     port = port or free_port(host)
     argv, env = server_command(config, engine, model_path, host, port, program)
     log = Path(log_path)
@@ -93,18 +99,20 @@ def start_server(config: ResolvedConfig, engine: str, model_path: str, log_path:
         raise LaunchError(f"log: cannot start {engine} logging to {log}: {err.strerror or err}") from None
     server = Server(engine, f"http://{host}:{port}", process, log)
     try:
-        wait_healthy(server, health_timeout_s)
+        wait_healthy(server, health_timeout_s, cancelled)
     except BaseException:
         server.stop(grace_s=2.0)
         raise
     return server
 
 
-def wait_healthy(server: Server, timeout_s: float) -> None:
+def wait_healthy(server: Server, timeout_s: float, cancelled: Callable[[], bool] = lambda: False) -> None:
     """Poll /health until it answers 200; LaunchError if the process exits or time runs out."""
     deadline = time.monotonic() + timeout_s
     with httpx.Client(timeout=2.0) as client:
         while True:
+            if cancelled():
+                raise RunCancelled(f"stopped while waiting for {server.engine} to become healthy")
             status = server.process.poll()
             if status is not None:
                 raise LaunchError(f"engine: {server.engine} exited with status {status} before it was healthy; "
