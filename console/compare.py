@@ -14,6 +14,7 @@ from .options import check_writable
 from .plots import PlotRun, Section, latency_cdfs, metrics_table, page, run_name, time_breakdown, timelines
 from .plots.common import slo_from_dict
 from .plots.gantt import MAX_SPANS
+from .plots.server import scraped, server_gauges
 from .runs import READ_LOCK_WAIT_S, db_option, db_path, local_time
 
 PNG_HINT = "png: skipped: PNG export needs kaleido: pip install 'pipedeck[png]'"
@@ -77,20 +78,31 @@ def _meta(stored: list[StoredRun], slo: SLO | None) -> list[str]:
 
 
 def compare_sections(stored: list[StoredRun], slo: SLO | None, max_spans: int) -> list[Section]:
-    """The page's sections for these runs."""
+    """The page's sections for these runs; the per-rank ones leave out runs without a timeline (live ones)."""
     runs = [PlotRun(run_name(s.id, s.result, s.label), s.result) for s in stored]
-    return [
+    ranked = [run for run in runs if run.result.ranks]
+    without = ", ".join(run.name for run in runs if not run.result.ranks)
+    left_out = f" Not shown: {without} (a live server has no per-rank timeline)." if without else ""
+    sections = [
         Section("Latency", latency_cdfs(runs, slo.to_dict() if slo else None), key="cdf",
                 note="Empirical CDFs over all requests; dashed lines are the SLO limits, dotted lines their "
                      "percentile."),
-        Section("Where the time went", time_breakdown(runs), key="breakdown",
-                note="Per-rank time splits exactly into compute, exposed communication, bubble (waiting while the "
-                     "pipeline is busy elsewhere) and idle (no work queued)."),
         Section("Metrics", metrics_table(runs, slo), key="metrics"),
-        Section("Pipeline timelines", timelines(runs, max_spans), key="timeline",
-                note="One row per rank; bar colour is the micro-batch's lead request, labels are virtual stage and "
-                     "chunk (s<stage> c<chunk>, d for decode-only). Drag to zoom; double-click to reset."),
     ]
+    if scraped(runs):
+        sections.append(Section("Server gauges", server_gauges(runs), key="server",
+                                note="What each live server's /metrics said during the run (scraped about once a "
+                                     "second); a gauge its engine does not expose is not drawn."))
+    if ranked:
+        sections.insert(1, Section(
+            "Where the time went", time_breakdown(ranked), key="breakdown",
+            note="Per-rank time splits exactly into compute, exposed communication, bubble (waiting while the "
+                 "pipeline is busy elsewhere) and idle (no work queued)." + left_out))
+        sections.append(Section(
+            "Pipeline timelines", timelines(ranked, max_spans), key="timeline",
+            note="One row per rank; bar colour is the micro-batch's lead request, labels are virtual stage and "
+                 "chunk (s<stage> c<chunk>, d for decode-only). Drag to zoom; double-click to reset." + left_out))
+    return sections
 
 
 def kaleido_installed() -> bool:

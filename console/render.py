@@ -56,6 +56,7 @@ def _print_live(live: dict[str, object], console: Console) -> None:
     if live["first_error"]:
         line += f" (first error: {live['first_error']})"
     console.print(line)
+    console.print(f"server: {live['engine_version'] or 'version not reported'}")
     if live["engine"] is not None or live["server_missing"] is not None:
         missing = ", ".join(live["server_missing"] or []) or "none"
         console.print(f"server metrics: {live['engine'] or 'unknown engine'}; missing: {missing}")

@@ -45,7 +45,8 @@ class RunRow:
     tpot_p90_s: float
     throughput_tok_s: float
     makespan_s: float
-    bubble_ratio: float
+    bubble_ratio: float | None  # None: not measured (a live run)
+    failed: int | None = None  # a live run's requests that failed; None for a simulated run
 
 
 @dataclass(frozen=True)

@@ -385,6 +385,7 @@ def _run_row(row: tuple) -> RunRow:
         hardware=hardware, tp=tp, pp=pp, chunk=chunk, rate=rate, seed=seed, study=study, trial=trial, label=label,
         requests=s["requests"], ttft_p90_s=s["ttft_s"]["p90"], tpot_p90_s=s["tpot_s"]["p90"],
         throughput_tok_s=s["throughput_tok_s"], makespan_s=makespan, bubble_ratio=s["bubble_ratio"],
+        failed=s["live"]["failed"] if s.get("live") else None,
     )
 
 

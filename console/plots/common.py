@@ -29,8 +29,9 @@ class PlotRun:
 
 
 def run_name(run_id: int, result: RunResult, label: str | None = None) -> str:
-    """The legend name of a stored run: `run <id> <mode> <label>`."""
-    return " ".join(filter(None, (f"run {run_id}", str(result.config.get("mode", "")), label)))
+    """The legend name of a stored run: `run <id> [<backend>] <mode> <label>`, the backend unless simulated."""
+    backend = None if result.backend == "sim" else result.backend
+    return " ".join(filter(None, (f"run {run_id}", backend, str(result.config.get("mode", "")), label)))
 
 
 def wrap(text: str, width: int = 14) -> str:

@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 
+from pipedeck.backends.live import LoadOptions, run_scenario
+from pipedeck.backends.live.mock_server import Behaviour, MockServer
 from pipedeck.console.cli import cli
+from pipedeck.console.compare import compare_sections
 from pipedeck.console.errors import run_cli
+from pipedeck.console.runs import row_cells
+from pipedeck.scenarios import load_scenario
 from pipedeck.store import RunStore
 
 
@@ -27,6 +33,15 @@ def test_a_live_run_prints_the_simulators_keys_and_the_servers_metrics_and_is_st
     with RunStore.open(db) as store:
         stored = store.get_run(live["run_id"]).result
     assert stored.backend == "live" and len(stored.live.requests) == 20 and stored.spans == []
+    assert stored.live.engine_version == live["live"]["engine_version"] == "llama.cpp b0-mock"
+
+
+def test_a_live_runs_table_names_the_server_and_what_its_metrics_lack(capsys, mock_server):
+    assert run_cli(cli, ["run", "--backend", "live", "--endpoint", mock_server, "--scenario", "sharegpt",
+                         "--requests", "4", "--no-store"]) == 0
+    out = capsys.readouterr().out
+    assert "live: sent 4, failed 0, unsent 0" in out and "server: llama.cpp b0-mock" in out
+    assert "server metrics: llamacpp; missing: kv_usage" in " ".join(out.split())
 
 
 def test_a_live_run_without_a_server_is_one_line(capsys):
@@ -45,3 +60,31 @@ def test_compare_puts_a_live_run_beside_a_simulated_one(capsys, tmp_path, mock_s
     out = tmp_path / "compare.html"
     assert run_cli(cli, ["compare", str(sim), str(live), "--db", db, "--out", str(out)]) == 0, capsys.readouterr().err
     assert "n/a" in out.read_text()  # the live run's steps and bubble ratio: not measured, not 0
+    with RunStore.open(db, read_only=True) as store:
+        stored = [store.get_run(sim), store.get_run(live)]
+    sections = {s.key: s for s in compare_sections(stored, None, 1000)}
+    assert list(sections) == ["cdf", "breakdown", "metrics", "server", "timeline"]
+    live_name = f"run {live} "
+    breakdown_names = {str(x) for trace in sections["breakdown"].figure.data for x in trace.x if isinstance(x, str)}
+    assert not any(name.startswith(live_name) for name in breakdown_names) and live_name in sections["breakdown"].note
+    gauges = sections["server"].figure
+    assert {a.text for a in gauges.layout.annotations} == {"running requests", "waiting requests"}  # llama.cpp: no KV
+    assert {trace.name for trace in gauges.data} == {gauges.data[0].name} and gauges.data[0].name.startswith(live_name)
+    only_live = [s.key for s in compare_sections([stored[1], stored[1]], None, 1000)]
+    assert only_live == ["cdf", "metrics", "server"]
+
+
+def test_a_live_run_with_failed_requests_is_stored_with_them_and_listed_as_failed(tmp_path):
+    async def main():
+        async with MockServer(Behaviour(fault="http500", fault_every=3)) as url:
+            return await asyncio.to_thread(run_scenario, load_scenario("sharegpt"), url, rate=50.0, num_requests=9,
+                                           options=LoadOptions(metrics_interval_s=None))
+
+    result = asyncio.run(main())
+    with RunStore.open(tmp_path / "runs.duckdb") as store:
+        run_id = store.save_run(result)
+        (row,) = store.list_runs()
+        stored = store.get_run(run_id).result
+    assert (row.requests, row.failed) == (6, 3)  # served and failed: requests 0, 3 and 6 got HTTP 500
+    assert [r.error for r in stored.live.failed()] == [result.live.failed()[0].error] * 3
+    assert row_cells(row)[-1] == "live 3 failed"
