@@ -1,4 +1,5 @@
-"""The console's Live view: a paced simulated run fills the metrics and the pipeline strip and is stored."""
+"""The console's Live view: a paced simulated run fills the metrics and the pipeline strip and is stored;
+a run attached to a server's endpoint shows its gauges as the server reports them."""
 
 from __future__ import annotations
 
@@ -6,8 +7,9 @@ import asyncio
 
 from textual.widgets import Static
 
+from pipedeck.backends.live.mock_server import Behaviour, MockServer
 from pipedeck.console.tui import PipedeckApp
-from pipedeck.console.tui.live import LiveScreen
+from pipedeck.console.tui.live import NO_TIMELINE, LiveScreen
 from pipedeck.console.tui.widgets import PipelineStrip
 from pipedeck.store import RunStore
 from tests.tui_support import QWEN, SIZE, fill, notifications, wait_for
@@ -27,7 +29,7 @@ def test_a_run_at_max_speed_fills_metrics_and_timeline_and_is_stored(tmp_path):
             await pilot.press("s")
             await wait_for(pilot, lambda: live.worker is None and live.stats is not None)
             stats = live.stats
-            assert stats.done == 8 and stats.last.in_flight == 0
+            assert stats.done == 8 and stats.last.running == 0
             assert len(stats.history["throughput"]) > 2 and max(stats.history["kv"]) > 0
             assert str(live.query_one("#v-done", Static).content) == "8/8"
             start, end, spans = live.query_one(PipelineStrip)._view
@@ -73,5 +75,48 @@ def test_a_backend_error_is_a_notification_not_a_crash(tmp_path):
             await wait_for(pilot, lambda: live.worker is None and notifications(app))
             assert any(sev == "error" and msg.startswith("kv_capacity: request") for sev, msg in notifications(app))
             assert app.is_running
+
+    asyncio.run(scenario())
+
+
+def test_a_run_attached_to_a_server_shows_its_gauges_and_is_stored_as_live(tmp_path):
+    db = tmp_path / "c.duckdb"
+
+    async def scenario() -> None:
+        async with MockServer(Behaviour(first_token_s=0.05, token_s=0.02)) as url:
+            app = PipedeckApp(db, QWEN)
+            async with app.run_test(size=SIZE) as pilot:
+                live = app.screen
+                fill(live, {"backend": "live"})
+                await pilot.pause()
+                assert live.query_one("#live-server").display and live.query_one("#speed").disabled
+                assert live.query_one(PipelineStrip).placeholder == NO_TIMELINE
+                fill(live, {**SHORT, "target": url})
+                await pilot.press("s")
+                await wait_for(pilot, lambda: live.worker is None and live.stats is not None)
+                stats = live.stats
+                assert stats.done == 8 and stats.last.running == 0 and stats.last.kv_used is None
+                assert max(stats.history["running"]) >= 1  # llamacpp:requests_processing while requests streamed
+                assert not stats.history["kv"] and str(live.query_one("#v-kv", Static).content) == "n/a"
+                assert live.query_one(PipelineStrip)._view[2] == []  # no per-rank rows for a server
+                status = str(live.query_one("#live-status", Static).content)
+                assert "s elapsed" in status and "llama.cpp b0-mock" in status and "stored run 1" in status
+
+    asyncio.run(scenario())
+    with RunStore.open(db, read_only=True) as store:
+        (row,) = store.list_runs()
+        assert row.backend == "live" and row.requests == 8 and store.count_spans(row.id) == 0
+
+
+def test_a_live_run_without_an_endpoint_is_refused_with_one_line(tmp_path):
+    async def scenario() -> None:
+        app = PipedeckApp(tmp_path / "c.duckdb", QWEN)
+        async with app.run_test(size=SIZE) as pilot:
+            live = app.screen
+            fill(live, {**SHORT, "backend": "live"})
+            await pilot.press("s")
+            await wait_for(pilot, lambda: notifications(app))
+            assert notifications(app) == [("error", "endpoint: give the server's URL, e.g. http://127.0.0.1:8080")]
+            assert live.worker is None
 
     asyncio.run(scenario())

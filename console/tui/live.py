@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from rich.table import Table
@@ -15,7 +15,10 @@ from textual.widgets import Button, Input, Label, Select, Sparkline, Static
 from textual.worker import Worker, get_current_worker
 
 from ...backends.base import RunCancelled
+from ...backends.launch import ENGINES
+from ...backends.live.launcher import Server, start_server
 from ...backends.registry import BACKENDS, backend_entry, make_backend
+from ...backends.result import RunResult
 from ...scenarios import Scenario, catalog, load_scenario
 from ...store import StoreError
 from ...tuner.slo import SLO, SLOError, parse_slo
@@ -24,14 +27,19 @@ from .livestats import PERCENTILES, LiveStats
 from .messages import RunFailed, RunFinished, RunProgress, RunStarted, RunStopped, StoreListed
 from .pacing import PacedObserver
 from .sources import FORM, describe, load_source, source_options
-from .view import DEFAULT_SLO, View, one_line, typed_number
+from .view import DEFAULT_SLO, View, one_line, shown_path, typed_number
 from .widgets import PipelineStrip
 
 SPEEDS = (("0.5x", "0.5"), ("1x", "1"), ("2x", "2"), ("5x", "5"), ("10x", "10"), ("max", "max"))
 LIVE_SCENARIO = "long-64k"
+ENDPOINT_HINT = "http://127.0.0.1:8080"
 WINDOWS_S = (0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0)
-PROGRESS_ROWS = (("in_flight", "in flight"), ("waiting", "waiting"), ("throughput", "throughput"),
+PROGRESS_ROWS = (("running", "running"), ("waiting", "waiting"), ("throughput", "throughput"),
                  ("kv", "KV cache"))
+ATTACH = "attach"  # the server picker's value for "a server already running at the endpoint"
+SERVE_LOG = "pipedeck-serve.log"  # a server the console launches logs here, beside the run store
+STRIP_KEY = "digit: virtual stage · colour: request · grey: decode · ─ transfer · blank: bubble"
+NO_TIMELINE = "no per-rank timeline: a live server shows progress and latency only"
 
 
 @dataclass(frozen=True)
@@ -44,8 +52,14 @@ class LiveJob:
     rate: float | None
     requests: int | None
     total: int
-    speed: float | None  # None: as fast as it can
+    speed: float | None  # None: as fast as it can (or, for a paced backend, in its own time)
+    server: str = ATTACH  # for a backend that drives a server: ATTACH, or the engine to launch
+    target: str = ""  # the endpoint to attach to, or the weights to launch the engine with
     seed: int = 0
+
+    @property
+    def paced(self) -> bool:
+        return backend_entry(self.backend).capabilities.paced
 
 
 def seconds(value: float) -> str:
@@ -76,6 +90,24 @@ def latency_table(stats: LiveStats | None, slo: SLO | None) -> Table:
                 verdict = Text(f"P{limit.percentile:g} {seconds(actual)} ", style=style) + verdict
         table.add_row(metric.upper(), *cells, verdict)
     return table
+
+
+def known(value: float | None, show: Callable[[float], str]) -> str:
+    """A figure as `show` writes it; n/a when the backend cannot see it (a server without the series)."""
+    return "n/a" if value is None else show(value)
+
+
+def finished(result: RunResult, clock: str) -> str:
+    """What a finished run did, on one line: requests, time, and the bubble or the server it ran on."""
+    summary = result.summary()
+    line = f"{len(result.records)} requests, {result.makespan_s:.4g} s {clock}"
+    if summary["bubble_ratio"] is not None:
+        line += f", bubble {summary['bubble_ratio']:.1%}"
+    live = summary.get("live")
+    if live:
+        line += f", {live['failed']} failed" if live["failed"] else ""
+        line += f", {live['engine_version'] or live['engine'] or 'engine unknown'}"
+    return line
 
 
 class LiveScreen(View):
@@ -114,6 +146,12 @@ class LiveScreen(View):
                          compact=True, id="config")
             yield Label("SLO")
             yield Input(DEFAULT_SLO, compact=True, id="slo")
+        with Grid(id="live-server", classes="controls"):
+            yield Label("server")
+            yield Select([("attach", ATTACH)] + [(f"launch {name}", name) for name in ENGINES],
+                         value=ATTACH, allow_blank=False, compact=True, id="server")
+            yield Label("endpoint", id="target-label")
+            yield Input(placeholder=ENDPOINT_HINT, compact=True, id="target")
         with Horizontal(classes="actions"):
             yield Button("Start", id="start", variant="success", compact=True)
             yield Button("Stop", id="stop", variant="error", compact=True, disabled=True)
@@ -136,6 +174,7 @@ class LiveScreen(View):
         yield PipelineStrip(id="strip")
 
     def on_mount(self) -> None:
+        self._backend_chosen()
         self.query_one("#progress").border_title = "progress"
         self.query_one("#latency-panel").border_title = "latency vs SLO"
         self._title_strip()
@@ -195,20 +234,37 @@ class LiveScreen(View):
         total = len(scenario.workload(rate=rate, num_requests=requests).requests)
         speed = str(self.query_one("#speed", Select).value)
         backend = str(self.query_one("#backend", Select).value)
+        server, target = str(self.query_one("#server", Select).value), self.query_one("#target", Input).value.strip()
+        if backend_entry(backend).capabilities.endpoint and not target:
+            raise ValueError(f"endpoint: give the server's URL, e.g. {ENDPOINT_HINT}" if server == ATTACH else
+                             f"model: give the weights {server} serves (a path or hub id)")
         paced = backend_entry(backend).capabilities.paced  # a real server keeps wall time itself
         return LiveJob(backend, scenario, str(self.query_one("#config", Select).value), rate, requests, total,
-                       None if speed == "max" or paced else float(speed))
+                       None if speed == "max" or paced else float(speed), server, target)
 
     @work(thread=True, group="live-run")
     def _run(self, job: LiveJob) -> None:
-        """Resolve the config, run the backend with a paced observer, and store the finished run."""
-        observer = PacedObserver(job.speed, lambda frame: self.post_message(RunProgress(frame)),
-                                 get_current_worker().cancelled_event)
+        """Resolve the config, launch its server if asked, run the backend, and store the finished run.
+
+        A server the console launched is stopped however the run ends.
+        """
+        cancelled = get_current_worker().cancelled_event
+        observer = PacedObserver(job.speed, lambda frame: self.post_message(RunProgress(frame)), cancelled)
+        server: Server | None = None
         try:
             config = load_source(job.source, self.session.config, self.session.db).resolve()
-            self.post_message(RunStarted(job.scenario.name, describe(config), config.pp, job.total))
-            result = make_backend(job.backend).run(job.scenario, config, rate=job.rate, seed=job.seed,
-                                                   num_requests=job.requests, observer=observer, timeline=True)
+            options = {}
+            if backend_entry(job.backend).capabilities.endpoint:
+                if job.server != ATTACH:
+                    log = self.session.db.parent / SERVE_LOG
+                    self.app.call_from_thread(self._status, f"launching {job.server} (log {shown_path(log)})...")
+                    server = start_server(config, job.server, job.target, log, cancelled=cancelled.is_set)
+                options["endpoint"] = server.url if server else job.target
+            ranks = config.pp if backend_entry(job.backend).capabilities.timeline else 0  # strip rows
+            self.post_message(RunStarted(job.scenario.name, describe(config), ranks, job.total))
+            result = make_backend(job.backend, **options).run(job.scenario, config, rate=job.rate, seed=job.seed,
+                                                              num_requests=job.requests, observer=observer,
+                                                              timeline=True)
         except RunCancelled:
             observer.flush()
             self.post_message(RunStopped(observer.sim_time))
@@ -216,6 +272,9 @@ class LiveScreen(View):
         except Exception as err:  # noqa: BLE001 - whatever a backend raises becomes a notification
             self.post_message(RunFailed(one_line(err)))
             return
+        finally:
+            if server is not None:
+                server.stop()
         observer.flush()
         try:
             with open_store(self.session.db) as store:
@@ -237,19 +296,17 @@ class LiveScreen(View):
             self.stats.add(message.frame)
             self._show()
             if not self.worker.is_cancelled:
-                self._status(f"{self.running}: {self.stats.now:.1f} s simulated")
+                self._status(f"{self.stats.now:.1f} s {self._clock()}: {self.running}")
 
     def on_run_finished(self, message: RunFinished) -> None:
-        summary = message.result.summary()
         if self.stats is not None:
             self.stats.finish(message.result)
             self._show()
-        self._ended(f"done: {len(message.result.records)} requests, {message.result.makespan_s:.4g} s simulated, "
-                    f"bubble {summary['bubble_ratio']:.1%}; stored run {message.run_id}")
+        self._ended(f"stored run {message.run_id}: {finished(message.result, self._clock())}")
         self.notify(f"stored run {message.run_id}", timeout=4)
 
     def on_run_stopped(self, message: RunStopped) -> None:
-        self._ended(f"cancelled at {message.at_s:.4g} s simulated; nothing stored")
+        self._ended(f"cancelled at {message.at_s:.4g} s {self._clock()}; nothing stored")
 
     def on_run_failed(self, message: RunFailed) -> None:
         self._ended(f"failed: {message.error}")
@@ -270,6 +327,26 @@ class LiveScreen(View):
     def _stop_pressed(self) -> None:
         self.action_stop()
 
+    @on(Select.Changed, "#backend")
+    @on(Select.Changed, "#server")
+    def _backend_chosen(self) -> None:
+        """Show the server controls for a backend that drives a server; speed only for one that is not paced."""
+        capabilities = backend_entry(str(self.query_one("#backend", Select).value)).capabilities
+        self.query_one("#live-server").display = capabilities.endpoint
+        self.query_one("#speed", Select).disabled = capabilities.paced
+        attach = self.query_one("#server", Select).value == ATTACH
+        self.query_one("#target-label", Label).update("endpoint" if attach else "model")
+        self.query_one("#target", Input).placeholder = ENDPOINT_HINT if attach else "weights: a path or hub id"
+        strip = self.query_one(PipelineStrip)
+        strip.placeholder = "no timeline yet: start a run" if capabilities.timeline else NO_TIMELINE
+        strip.border_subtitle = STRIP_KEY if capabilities.timeline else ""
+        strip.refresh()
+
+    def _clock(self) -> str:
+        """What the run's time is: wall time on a paced backend, simulated time otherwise."""
+        paced = backend_entry(str(self.query_one("#backend", Select).value)).capabilities.paced
+        return "elapsed" if paced else "simulated"
+
     @on(Input.Changed, "#slo")
     def _slo_changed(self, event: Input.Changed) -> None:
         try:
@@ -288,8 +365,10 @@ class LiveScreen(View):
         assert stats is not None
         last = stats.last
         self.query_one("#v-done", Static).update(f"{stats.done}/{stats.total}")
-        values = {"in_flight": str(last.in_flight) if last else "-", "waiting": str(last.waiting) if last else "-",
-                  "throughput": f"{stats.throughput:,.0f} tok/s", "kv": f"{last.kv_used:.1%}" if last else "-"}
+        values = {"running": "-", "waiting": "-", "kv": "-"} if last is None else {
+            "running": known(last.running, str), "waiting": known(last.waiting, str),
+            "kv": known(last.kv_used, "{:.1%}".format)}
+        values["throughput"] = f"{stats.throughput:,.0f} tok/s"
         for key, text in values.items():
             self.query_one(f"#v-{key}", Static).update(text)
         for key, series in stats.history.items():
@@ -309,5 +388,4 @@ class LiveScreen(View):
         strip = self.query_one(PipelineStrip)
         now = f" at {self.stats.now:.4g} s" if self.stats else ""
         strip.border_title = f"pipeline, last {WINDOWS_S[self.window]:g} s{now}   [ ] zoom"
-        strip.border_subtitle = "digit: virtual stage · colour: request · grey: decode · ─ transfer · blank: bubble"
 

@@ -12,7 +12,7 @@ from .pacing import Frame
 
 HISTORY_POINTS = 600  # per series: five minutes of simulated time at one snapshot every 0.5 s
 KEEP_SPANS_S = 60.0  # timeline kept for the strip, the widest window it can show
-SERIES = ("in_flight", "waiting", "throughput", "kv", "ttft_p90", "tpot_p90")
+SERIES = ("running", "waiting", "throughput", "kv", "ttft_p90", "tpot_p90")
 PERCENTILES = (50.0, 90.0, 99.0)
 
 
@@ -50,8 +50,10 @@ class LiveStats:
         self._prune()
 
     def finish(self, result: RunResult) -> None:
-        """Close the run at its makespan: nothing in flight, nothing waiting, the KV cache empty."""
-        self._tick(Snapshot(result.makespan_s, len(result.records), 0, 0, 0.0))
+        """Close the run at its makespan: nothing running or waiting, the KV cache empty (where they are known)."""
+        seen = self.last or Snapshot(0.0, 0, 0, 0, 0.0)
+        self._tick(Snapshot(result.makespan_s, len(result.records), None if seen.running is None else 0,
+                            None if seen.waiting is None else 0, None if seen.kv_used is None else 0.0))
 
     def latency(self, metric: str) -> tuple[float, float, float] | None:
         """P50, P90 and P99 of `ttft` or `tpot` over the finished requests, None before the first."""
@@ -80,10 +82,11 @@ class LiveStats:
     def _tick(self, snap: Snapshot) -> None:
         self.now, self.last = snap.time_s, snap
         ttft, tpot = self.latency("ttft"), self.latency("tpot")
-        point = {"in_flight": snap.in_flight, "waiting": snap.waiting, "throughput": self.throughput,
+        point = {"running": snap.running, "waiting": snap.waiting, "throughput": self.throughput,
                  "kv": snap.kv_used, "ttft_p90": ttft[1] if ttft else 0.0, "tpot_p90": tpot[1] if tpot else 0.0}
         for name, value in point.items():
-            self.history[name].append(float(value))
+            if value is not None:  # a figure the backend cannot see has no history, not a line at 0
+                self.history[name].append(float(value))
 
     def _prune(self) -> None:
         horizon = self.now - KEEP_SPANS_S

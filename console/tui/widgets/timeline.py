@@ -81,6 +81,7 @@ class PipelineStrip(Widget):
     def __init__(self, *, id: str | None = None) -> None:
         super().__init__(id=id)
         self._view: tuple[float, float, list[list[Span]]] = (0.0, 0.0, [])
+        self.placeholder = "no timeline yet: start a run"  # what an empty strip says
 
     def show(self, start: float, end: float, spans_by_rank: list[list[Span]]) -> None:
         """Draw the spans over [start, end)."""
@@ -100,7 +101,7 @@ class PipelineStrip(Widget):
         start, end, spans_by_rank = self._view
         width = self.size.width - LABEL_WIDTH - RATIO_WIDTH
         if not spans_by_rank or width < 1 or end <= start:
-            return Text("no timeline yet: start a run", style="dim")
+            return Text(self.placeholder, style="dim")
         rows = self._rows_per_rank(len(spans_by_rank), self.app.size.height)
         lines = []
         for rank, (spans, ratio) in enumerate(zip(spans_by_rank, bubble_ratios(spans_by_rank, start, end))):
