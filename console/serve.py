@@ -16,7 +16,7 @@ from .options import config_from_options, config_options
 
 
 class _Terminated(Exception):
-    """SIGTERM reached `pipedeck serve`: stop the server as for Ctrl-C."""
+    """SIGTERM or SIGINT reached `pipedeck serve`: stop the server."""
 
 
 @click.command()
@@ -45,7 +45,8 @@ def serve(**opts: object) -> None:
                           health_timeout_s=float(opts["health_timeout"]))
     click.echo(f"serving {server.engine} at {server.url} (pid {server.process.pid}, log {server.log_path}); "
                "Ctrl-C stops it")
-    previous = signal.signal(signal.SIGTERM, _raise_terminated)
+    # SIGINT too: a shell starts a background job with SIGINT ignored, and `kill -INT` should still stop it
+    previous = {sig: signal.signal(sig, _raise_terminated) for sig in (signal.SIGTERM, signal.SIGINT)}
     stopped_by_us = False
     try:
         server.process.wait()
@@ -53,7 +54,8 @@ def serve(**opts: object) -> None:
         stopped_by_us = True
     finally:
         status = server.stop()
-        signal.signal(signal.SIGTERM, previous)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
     if stopped_by_us:
         click.echo(f"stopped {server.engine} (exit status {status})")
     else:

@@ -85,17 +85,22 @@ def test_a_missing_engine_program_is_one_line(tmp_path, capsys):
                                                "install llama-server or give its program")
 
 
-def test_pipedeck_serve_runs_until_sigterm_and_stops_the_engine(tmp_path):
+def _ignore_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # as a shell starts a background job (`pipedeck serve ... &`)
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["sigterm", "sigint-in-background"])
+def test_pipedeck_serve_runs_until_sigterm_or_sigint_and_stops_the_engine(tmp_path, sig):
     argv = [str(Path(sys.executable).parent / "pipedeck"), "serve", "--engine", "llama-server", "--model-path", "t.gguf",
             "--model", "qwen2.5-14b", "--hardware", "a100-40g-pcie", "--tp", "1", "--pp", "1", "--kv-capacity", "4096",
             "--program", " ".join(FAKE), "--log", str(tmp_path / "serve.log")]
-    serve = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    serve = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=_ignore_sigint)
     try:
         line = serve.stdout.readline()
         assert line.startswith("serving llama-server at http://127.0.0.1:"), line + serve.stderr.read()
         url = line.split(" at ")[1].split()[0]
         assert httpx.get(f"{url}/health").status_code == 200
-        serve.send_signal(signal.SIGTERM)
+        serve.send_signal(sig)
         assert serve.wait(10) == 0 and serve.stdout.readline().startswith("stopped llama-server")
         with pytest.raises(httpx.TransportError):
             httpx.get(f"{url}/health", timeout=1.0)
