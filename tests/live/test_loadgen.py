@@ -162,15 +162,16 @@ def test_the_observer_sees_each_served_request_and_can_stop_the_run():
     assert observer.done[:2] == [0, 1] and len(observer.done) < 50
 
 
+class SnapshotRecorder(RunObserver):
+    def __init__(self):
+        self.snapshots = []
+
+    def snapshot(self, snap):
+        self.snapshots.append(snap)
+
+
 def test_the_observer_hears_progress_and_the_servers_gauges_while_the_run_goes():
-    class Recorder(RunObserver):
-        def __init__(self):
-            self.snapshots = []
-
-        def snapshot(self, snap):
-            self.snapshots.append(snap)
-
-    observer = Recorder()
+    observer = SnapshotRecorder()
     # 6 requests at once, each streaming for about 1.2 s: the server has 6 running for most of the run
     live, _ = drive(Behaviour(token_s=0.1), workload(6, output=12), observer=observer, metrics_interval_s=0.1)
     snaps = observer.snapshots
@@ -183,14 +184,7 @@ def test_the_observer_hears_progress_and_the_servers_gauges_while_the_run_goes()
 
 
 def test_without_scraping_the_servers_gauges_are_unknown():
-    class Recorder(RunObserver):
-        def __init__(self):
-            self.snapshots = []
-
-        def snapshot(self, snap):
-            self.snapshots.append(snap)
-
-    observer = Recorder()
+    observer = SnapshotRecorder()
     drive(Behaviour(token_s=0.05), workload(2, output=12), observer=observer)
     assert observer.snapshots and {(s.running, s.waiting, s.kv_used) for s in observer.snapshots} == {(None,) * 3}
 
