@@ -16,9 +16,9 @@ from ..backends.memory import weight_bytes_per_device
 from ..backends.policies.modes import MODES
 from ..backends.registry import backend_entry
 from ..scenarios import PipedeckError, load_scenario
-from ..tuner.objective import TuneSpec
+from ..tuner.objective import TuneSpec, space_context
 from ..tuner.slo import parse_slo
-from ..tuner.space import SpaceContext, default_params, parse_fixes, suggest_config
+from ..tuner.space import default_params, parse_fixes, suggest_config
 from ..tuner.study import default_storage, make_sampler
 
 DEFAULT_SCENARIO = "azure-conv"
@@ -106,20 +106,21 @@ def build_spec(inputs: TuneInputs, db: str | Path) -> TuneSpec:
             if fixed.get("delay_scheduling"):
                 raise ConfigError(f"fix: delay scheduling cannot run on {engine.name}, the --format of --export")
             fixed.setdefault("delay_scheduling", False)
-    ctx = SpaceContext(inputs.model, inputs.hardware, devices, modes=modes)
-    default = suggest_config(optuna.trial.FixedTrial(default_params(ctx, fixed)), ctx, fixed)
-    ServingConfig(**default).resolve()  # the pins must leave at least the engine default runnable
     trials = inputs.trials if inputs.trials is not None else (None if inputs.timeout else DEFAULT_TRIALS)
     slo_text = slo.text() if slo else ""
     name = inputs.study or default_study_name(scenario.name, inputs.model, inputs.hardware, devices, objective,
                                               slo_text)
     make_sampler(inputs.sampler, 0)
-    return TuneSpec(study=name, storage=inputs.storage or default_storage(db), scenario=inputs.scenario,
+    spec = TuneSpec(study=name, storage=inputs.storage or default_storage(db), scenario=inputs.scenario,
                     model=inputs.model, hardware=inputs.hardware, devices=devices, objective=objective,
                     slo=slo_text or None, seed=inputs.seed, requests=inputs.requests, fixed=fixed,
                     sampler=inputs.sampler, trials=trials,
                     deadline=None if inputs.timeout is None else time.time() + inputs.timeout, modes=modes,
-                    backend=inputs.backend)
+                    backend=inputs.backend, engine=inputs.engine or default_engine(inputs.hardware))
+    ctx = space_context(spec)
+    default = suggest_config(optuna.trial.FixedTrial(default_params(ctx, fixed)), ctx, fixed)
+    ServingConfig(**default).resolve()  # the pins must leave at least the engine default runnable
+    return spec
 
 
 def value_text(objective: str, value: float) -> str:

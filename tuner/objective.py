@@ -49,6 +49,7 @@ class TuneSpec:
     precision: float = 0.02
     modes: tuple[str, ...] | None = None  # restrict the search to these modes (e.g. an engine's)
     backend: str = "sim"  # the registered backend every trial runs on
+    engine: str = "vllm"  # whose default config is the baseline trial
 
     @property
     def direction(self) -> str:
@@ -56,7 +57,7 @@ class TuneSpec:
 
     def settings(self) -> dict[str, object]:
         """What a resumed study must agree on."""
-        return {"backend": self.backend, "scenario": self.scenario, "model": self.model, "hardware": self.hardware,
+        return {"backend": self.backend, "engine": self.engine, "scenario": self.scenario, "model": self.model, "hardware": self.hardware,
                 "devices": self.devices, "objective": self.objective, "slo": self.slo, "seed": self.seed,
                 "requests": self.requests, "modes": list(self.modes) if self.modes else None, "fixed": {k: list(v) if isinstance(v, tuple) else v
                                                      for k, v in sorted(self.fixed.items())}}
@@ -71,6 +72,13 @@ class Measurement:
     result: RunResult | None  # the run the value was measured on
     rate: float | None
     upper: float | None = None  # for pruned goodput searches: a rate known to fail
+
+
+def space_context(spec: TuneSpec) -> SpaceContext:
+    """The search space of `spec`: its cluster, its baseline engine and its workload's longest prompt."""
+    workload = load_scenario(spec.scenario).workload(seed=spec.seed, num_requests=spec.requests)
+    return SpaceContext(spec.model, spec.hardware, spec.devices, engine=spec.engine,
+                        longest_prompt=max(r.prompt_tokens for r in workload.requests), modes=spec.modes)
 
 
 class Evaluator:
@@ -132,7 +140,7 @@ class Objective:
     def __init__(self, spec: TuneSpec, stop: StopFlag | None = None):
         self.spec = spec
         self.evaluator = Evaluator(spec, stop)
-        self.ctx = SpaceContext(spec.model, spec.hardware, spec.devices, modes=spec.modes)
+        self.ctx = space_context(spec)
 
     def __call__(self, trial: optuna.Trial) -> float:
         draft = suggest_config(trial, self.ctx, self.spec.fixed)

@@ -29,9 +29,9 @@ from optuna.trial import FrozenTrial, TrialState
 from ..backends.config import ServingConfig
 from ..backends.errors import ConfigError
 from ..store import RunStore
-from .objective import FINISHED, Evaluator, Objective, TuneInterrupted, TuneSpec
+from .objective import FINISHED, Evaluator, Objective, TuneInterrupted, TuneSpec, space_context
 from .slo import parse_slo
-from .space import SpaceContext, default_params
+from .space import default_params
 
 SAMPLERS = ("tpe", "random")
 POLL_S = 0.25
@@ -203,8 +203,7 @@ def create_or_resume(spec: TuneSpec) -> tuple[optuna.Study, bool]:
         return study, False
     study = optuna.create_study(study_name=spec.study, storage=storage, direction=spec.direction)
     study.set_user_attr("pipedeck", spec.settings())
-    ctx = SpaceContext(spec.model, spec.hardware, spec.devices, modes=spec.modes)
-    study.enqueue_trial(default_params(ctx, spec.fixed), user_attrs={"role": "default"})
+    study.enqueue_trial(default_params(space_context(spec), spec.fixed), user_attrs={"role": "default"})
     return study, True
 
 
