@@ -63,6 +63,7 @@ def test_keys_are_answered_while_a_study_runs_and_pause_resumes_the_same_study(t
         app = PipedeckApp(db)
         async with app.run_test(size=SIZE) as pilot:
             tune = await open_tune(pilot)
+            fill(tune, {"trials": "500"})  # still running after the resume, however fast trials are
             app.simulate_key("s")
             await wait_for(pilot, lambda: tune.phase == "running")
             for key, mode in (("1", "live"), ("2", "tune")):  # answered at once, though the tuner keeps a core busy

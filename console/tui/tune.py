@@ -264,9 +264,12 @@ class TuneScreen(View):
 
         def progress(p: Progress) -> None:
             nonlocal shown, trials
-            if shown is None or p.finished != shown.finished:  # the store gains trials only as they finish
+            # the store gains trials as they finish, and may lag the study's count by a sync
+            if shown is None or p.finished != shown.finished or len(trials) < p.finished:
                 with open_store(self.session.db) as store:
-                    trials = store.trials(spec.study)
+                    fresh = store.trials(spec.study)
+                if len(fresh) != len(trials):
+                    trials, shown = fresh, None
             if p != shown:
                 shown = p
                 self.post_message(TrialsUpdated(p, trials))
