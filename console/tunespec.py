@@ -23,6 +23,7 @@ from ..tuner.study import default_storage, make_sampler
 
 DEFAULT_SCENARIO = "azure-conv"
 DEFAULT_TRIALS = 50
+DEFAULT_REPEATS = 5  # seeds per finalist: a t-interval over 5 values is about +-1.2 standard deviations
 
 
 class TuneInputError(PipedeckError):
@@ -53,6 +54,7 @@ class TuneInputs:
     requests: int | None = None
     engine: str | None = None  # search only the modes this engine can run
     backend: str = "sim"  # the registered backend trials run on
+    repeats: int = 1  # seeds the best and the default are measured on, for their intervals
 
 
 def default_devices(model: str, hardware: str) -> int:
@@ -89,6 +91,10 @@ def build_spec(inputs: TuneInputs, db: str | Path) -> TuneSpec:
                                              "(use azure-conv, sharegpt, cnn, cnn-reversed or --objective ttft)")
     if inputs.trials is not None and inputs.trials < 1:
         raise TuneInputError("trials", f"must be a positive integer, got {inputs.trials}")
+    if inputs.repeats < 1:
+        raise TuneInputError("repeats", f"must be a positive integer, got {inputs.repeats}")
+    if inputs.repeats > 1 and objective != "goodput":
+        raise TuneInputError("repeats", "intervals are measured for the goodput objective; use --repeats 1")
     if inputs.timeout is not None and not inputs.timeout > 0:
         raise TuneInputError("timeout", f"must be a positive number of seconds, got {inputs.timeout}")
     fixed = parse_fixes(list(inputs.fixes))
@@ -116,7 +122,8 @@ def build_spec(inputs: TuneInputs, db: str | Path) -> TuneSpec:
                     slo=slo_text or None, seed=inputs.seed, requests=inputs.requests, fixed=fixed,
                     sampler=inputs.sampler, trials=trials,
                     deadline=None if inputs.timeout is None else time.time() + inputs.timeout, modes=modes,
-                    backend=inputs.backend, engine=inputs.engine or default_engine(inputs.hardware))
+                    backend=inputs.backend, engine=inputs.engine or default_engine(inputs.hardware),
+                    repeats=inputs.repeats)
     ctx = space_context(spec)
     default = suggest_config(optuna.trial.FixedTrial(default_params(ctx, fixed)), ctx, fixed)
     ServingConfig(**default).resolve()  # the pins must leave at least the engine default runnable

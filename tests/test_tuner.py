@@ -142,6 +142,31 @@ def test_stop_request_interrupts_and_the_study_resumes(tmp_path):
     assert not again.interrupted and again.trials >= first.trials + 2
 
 
+def measured_configs(tmp_path, name: str = "t") -> list[str]:
+    """The configs a study's finished trials measured (answers to a repeated config excluded), as JSON."""
+    study = optuna.load_study(study_name=name, storage=open_storage(str(tmp_path / "journal.jsonl")))
+    return [json.dumps(t.user_attrs["config"], sort_keys=True) for t in study.get_trials(states=finished_states())
+            if "config" in t.user_attrs and "duplicate_of" not in t.user_attrs]
+
+
+@pytest.mark.parametrize("sampler", ["random", "tpe"])
+def test_a_resumed_study_never_measures_a_finished_config_again(tmp_path, sampler):
+    db = tmp_path / "runs.duckdb"
+    for target in (4, 8, 12):  # three sessions; each new one used to replay the first one's proposals
+        run_study(spec(tmp_path, trials=target, sampler=sampler), db)
+    configs = measured_configs(tmp_path)
+    assert len(configs) >= 12 and len(set(configs)) == len(configs)
+
+
+def test_a_space_smaller_than_the_trials_asked_for_ends(tmp_path):
+    pinned = parse_fixes(["tp=4", "pp=1", "chunk=2k", "max-running=256", "delay-scheduling=off"])
+    outcome = run_study(spec(tmp_path, trials=3, fixed=pinned), tmp_path / "runs.duckdb")
+    study = optuna.load_study(study_name="t", storage=open_storage(str(tmp_path / "journal.jsonl")))
+    assert len(measured_configs(tmp_path)) == 1 and outcome.trials == 1  # the one config, measured once
+    repeats = [t for t in study.trials if "duplicate_of" in t.user_attrs]
+    assert repeats and all(t.value == outcome.best.value for t in repeats) and len(study.trials) <= 1 + 3 * 3
+
+
 def test_resume_after_a_killed_tune_keeps_every_finished_trial_once(tmp_path):
     db = tmp_path / "runs.duckdb"
     argv = [sys.executable, "-m", "pipedeck.console", "tune", *SMALL, "--study", "killed", "--db", str(db)]
@@ -191,15 +216,28 @@ def finished_states():
     return (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED)
 
 
-def test_tune_json_reports_best_default_and_ratio(tmp_path, capsys):
-    status = run_cli(cli, ["tune", *SMALL, "--trials", "5", "--db", str(tmp_path / "r.duckdb"), "--json"])
+def test_tune_json_reports_best_default_ratio_ties_and_intervals(tmp_path, capsys):
+    status = run_cli(cli, ["tune", *SMALL, "--trials", "8", "--repeats", "3", "--db", str(tmp_path / "r.duckdb"),
+                           "--json"])
     out = json.loads(capsys.readouterr().out)
     assert status == 0
-    assert out["trials"] >= 5 and out["study"]
+    assert out["trials"] >= 8 and out["study"] and out["baseline_engine"] == "vllm"
     for key in ("best", "default"):
-        assert set(out[key]) >= {"config", "goodput_rps", "attainment"}
+        assert set(out[key]) >= {"config", "goodput_rps", "attainment", "goodput_ci"}
         assert 0 <= out[key]["attainment"] <= 1
+        ci = out[key]["goodput_ci"]
+        assert ci["seeds"] == [0, 1, 2] and ci["values"][0] == out[key]["goodput_rps"]  # its own seed first
+        assert ci["low"] <= ci["mean"] <= ci["high"] and ci["mean"] == pytest.approx(sum(ci["values"]) / 3)
     assert out["ratio"] == pytest.approx(out["best"]["goodput_rps"] / out["default"]["goodput_rps"])
+    assert out["clear_win"] == (out["best"]["goodput_ci"]["low"] > out["default"]["goodput_ci"]["high"])
+    tied = [t["goodput_rps"] for t in out["ties"]]
+    assert out["best"]["trial"] in [t["trial"] for t in out["ties"]]
+    assert max(tied) <= min(tied) * 1.02  # every tie within the precision of the best
+    assert set(out["inert"]) <= {"parallelism", "mode", "chunk", "max-running", "layer-split", "delay-scheduling",
+                                 "waiting-tok-threshold", "load-alpha", "base-unit", "delay-mode", "smooth-factor",
+                                 "min-chunk", "kv-free-threshold", "tpot-violation", "ttft-low", "ttft-high",
+                                 "tpot-safe", "alp-window-s", "slo-tpot-coeff", "rls-forgetting",
+                                 "controller-min-chunk", "adaptive-threshold", "adaptive-fit-chunks"}
 
 
 def test_tune_summary_shows_the_knobs_of_the_chosen_mode(tmp_path, capsys):

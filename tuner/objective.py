@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -17,6 +18,7 @@ from .slo import SLO, parse_slo
 from .space import SpaceContext, suggest_config
 
 OBJECTIVES = {"goodput": "maximize", "ttft": "minimize", "throughput": "maximize"}
+PRECISION = 0.02  # relative width of a goodput search's final bracket; objectives this close tie
 FINISHED = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED)
 
 
@@ -46,10 +48,11 @@ class TuneSpec:
     sampler: str = "tpe"
     trials: int | None = None
     deadline: float | None = None  # time.time() after which no new trial starts
-    precision: float = 0.02
+    precision: float = PRECISION
     modes: tuple[str, ...] | None = None  # restrict the search to these modes (e.g. an engine's)
     backend: str = "sim"  # the registered backend every trial runs on
     engine: str = "vllm"  # whose default config is the baseline trial
+    repeats: int = 1  # seeds each finalist's goodput is measured on, for its interval
 
     @property
     def direction(self) -> str:
@@ -126,6 +129,14 @@ def _latency_metrics(result: RunResult) -> dict[str, float]:
             "throughput_tok_s": s["throughput_tok_s"], "bubble_ratio": s["bubble_ratio"]}
 
 
+def finished_with(study: optuna.Study, config: dict[str, object]) -> optuna.trial.FrozenTrial | None:
+    """The first finished trial that measured `config` (repeats excluded), if any."""
+    key = json.dumps(config, sort_keys=True)  # a stored config's tuples come back as lists
+    return next((t for t in study.get_trials(deepcopy=False, states=FINISHED)
+                 if "duplicate_of" not in t.user_attrs and json.dumps(t.user_attrs.get("config"), sort_keys=True) == key),
+                None)
+
+
 def best_value(study: optuna.Study) -> float | None:
     """The best completed objective value so far, if any."""
     try:
@@ -152,6 +163,13 @@ class Objective:
             trial.set_user_attr("infeasible", str(err))
             raise optuna.TrialPruned(str(err)) from None
         trial.set_user_attr("config", config.to_dict())
+        earlier = finished_with(trial.study, trial.user_attrs["config"])
+        if earlier is not None:  # never measure a finished config twice: answer with its result
+            trial.set_user_attr("duplicate_of", earlier.number)
+            trial.set_user_attr("metrics", earlier.user_attrs.get("metrics", {}))
+            if earlier.state != optuna.trial.TrialState.COMPLETE:
+                raise optuna.TrialPruned(f"the same config as trial {earlier.number}, which was pruned")
+            return earlier.value
         prunable = self.spec.objective == "goodput" and "role" not in trial.user_attrs
         try:
             measured = self.evaluator.measure(config, best_value(trial.study) if prunable else None)

@@ -315,6 +315,8 @@ class TuneScreen(View):
     def on_tune_ended(self, message: TuneEnded) -> None:
         outcome = message.outcome
         self.finished = outcome.trials
+        if outcome.best is not None:  # the recommended trial: ties are broken as `pipedeck tune` breaks them
+            self.best = outcome.best.number
         self._show_best(outcome.ratio)
         if outcome.interrupted:
             self._set_phase("paused")
