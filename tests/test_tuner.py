@@ -278,3 +278,19 @@ def test_a_study_from_before_the_backend_setting_resumes_on_the_simulator(tmp_pa
     assert create_or_resume(old)[1] is False
     with pytest.raises(ConfigError, match="was created with backend='sim', not 'live'"):
         create_or_resume(spec(tmp_path, backend="live"))
+
+
+def test_report_and_compare_show_the_finalists_intervals(tmp_path, capsys):
+    db = str(tmp_path / "r.duckdb")
+    assert run_cli(cli, ["tune", *SMALL, "--trials", "4", "--repeats", "2", "--db", db, "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    page = tmp_path / "compare.html"
+    assert run_cli(cli, ["compare", str(out["best_run_id"]), str(out["default_run_id"]), "--db", db,
+                         "--out", str(page)]) == 0
+    text = page.read_text()
+    for key in ("best", "default"):
+        ci = out[key]["goodput_ci"]
+        assert f"goodput {ci['mean']:.3g} req/s (95% {ci['low']:.3g}-{ci['high']:.3g} over 2 seeds)" in text
+    report = tmp_path / "report.html"
+    assert run_cli(cli, ["report", "--study", out["study"], "--db", db, "--out", str(report)]) == 0
+    assert "Goodput over arrival traces (mean and 95% interval)" in report.read_text()
