@@ -288,3 +288,9 @@ register_dimension(knob_dimension(
     "base_unit", lambda trial, name: trial.suggest_categorical(name, (64, 128, 256)), _delaying))
 register_dimension(knob_dimension(
     "delay_mode", lambda trial, name: trial.suggest_categorical(name, ("auto", "tpot_first", "e2e_first")), _delaying))
+# pinned only, never searched (`--fix max-running=4 --fix kv-capacity=8192`): what a live engine must be told it
+# can hold, e.g. llama-server, which splits its KV cache (--ctx-size) over its slots (--parallel)
+register_dimension(Dimension("max-running", ("max_running",), KNOB_BY_FIELD["max_running"].check,
+                             lambda trial, draft, ctx: {}, lambda draft, ctx: {}, active=lambda draft: False))
+register_dimension(Dimension("kv-capacity", ("kv_capacity",), lambda text: parse_tokens(text, "kv_capacity"),
+                             lambda trial, draft, ctx: {}, lambda draft, ctx: {}, active=lambda draft: False))

@@ -308,7 +308,8 @@ def _outcome(spec: TuneSpec, study: optuna.Study, db: str | Path, interrupted: b
     best = study.best_trial if any(t.state == TrialState.COMPLETE for t in study.get_trials(deepcopy=False)) else None
     default = _default_trial(study)
     with open_store(db) as store:
-        run_ids = {row.trial: row.id for row in store.list_runs(study=spec.study) if row.trial is not None}
+        run_ids = {row.trial: row.id for row in store.list_runs(study=spec.study)
+                   if row.trial is not None and row.label in ("best", "default")}  # not other runs of a trial
     if not interrupted:
         evaluator = Evaluator(spec)
         for number, trial in {t.number: t for t in (best, default) if t is not None}.items():
