@@ -17,6 +17,7 @@ from ..store import RunStore, default_db_path
 from ..tuner.objective import OBJECTIVES, TuneSpec
 from ..tuner.space import knob_settings
 from ..tuner.study import SAMPLERS, TuneOutcome, open_store, run_study
+from .confirm import LivePlan, confirm_json, live_plan, print_live, run_confirm, server_errors, server_options
 from .export import export_best
 from .options import workload_options
 from .tunespec import DEFAULT_SCENARIO, TuneInputError, TuneInputs, build_spec, default_engine, value_text
@@ -36,7 +37,8 @@ from .tunespec import DEFAULT_SCENARIO, TuneInputError, TuneInputs, build_spec, 
 @click.option("--timeout", type=float, default=None, help="Stop starting new trials after this many seconds.")
 @click.option("--jobs", type=int, default=1, show_default=True, help="Trials run in parallel processes.")
 @click.option("--backend", type=click.Choice(list(BACKENDS)), default="sim", show_default=True,
-              help="Backend every trial runs on.")
+              help="Backend every trial runs on (live: a server launched per trial, see --launch).")
+@server_options
 @click.option("--study", default=None, help="Study name; running again resumes it (default: from the settings).")
 @click.option("--storage", default=None, help="Optuna storage: a journal file (default beside --db) or an RDB URL.")
 @click.option("--sampler", type=click.Choice(SAMPLERS), default="tpe", show_default=True)
@@ -46,7 +48,8 @@ from .tunespec import DEFAULT_SCENARIO, TuneInputError, TuneInputs, build_spec, 
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of tables.")
 def tune(**opts: object) -> None:
     """Search pipeline mode, chunk size, layer split and parallelism for the best SLO goodput."""
-    spec, jobs = _spec_from_options(opts)
+    live = live_plan(opts)
+    spec, jobs = _spec_from_options(opts, live)
     console = Console(stderr=True)
     RunStore.open(opts["db"]).close()  # a bad --db fails now, before any work
     with Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
@@ -59,17 +62,22 @@ def tune(**opts: object) -> None:
             bar.update(task, completed=p.finished, description=f"{spec.study}: {best}")
 
         outcome = run_study(spec, opts["db"], jobs=jobs, on_progress=show)
+    confirmed = run_confirm(spec, live, opts["db"], bool(opts["as_json"])) \
+        if live.confirm and not outcome.interrupted else None
     exported = _export(spec, outcome, opts) if opts["export_dir"] and outcome.best else []
+    errors = server_errors(spec)
     if opts["as_json"]:
-        click.echo(json.dumps(_outcome_json(spec, outcome, exported), indent=2))
+        click.echo(json.dumps({**_outcome_json(spec, outcome, exported), "confirm": confirm_json(spec, confirmed),
+                               "server_errors": errors}, indent=2))
     else:
         _print_outcome(spec, outcome, exported)
+        print_live(spec, live, confirmed, errors)
     if outcome.interrupted:
         click.echo(f"interrupted: rerun the same command to resume study {spec.study!r}", err=True)
         raise SystemExit(130)
 
 
-def _spec_from_options(opts: dict[str, object]) -> tuple[TuneSpec, int]:
+def _spec_from_options(opts: dict[str, object], live: LivePlan) -> tuple[TuneSpec, int]:
     """Validate every option before any work and build the worker spec."""
     if opts["jobs"] is not None and opts["jobs"] < 1:
         raise click.BadParameter(f"must be a positive integer, got {opts['jobs']}", param_hint="--jobs")
@@ -79,11 +87,13 @@ def _spec_from_options(opts: dict[str, object]) -> tuple[TuneSpec, int]:
         devices=opts["devices"], slo=opts["slo"], objective=opts["objective"], fixes=tuple(opts["fixes"]),
         trials=opts["trials"], timeout=opts["timeout"], study=opts["study"], storage=opts["storage"],
         sampler=str(opts["sampler"]), seed=int(opts["seed"]), rate=opts["rate"], requests=opts["num_requests"],
-        engine=_export_engine(opts, str(opts["hardware"])), backend=str(opts["backend"]))
+        engine=_export_engine(opts, str(opts["hardware"])) or live.engine, backend=str(opts["backend"]),
+        backend_options=live.trial_options)
     try:
         spec = build_spec(inputs, str(opts["db"]))
     except TuneInputError as err:
         raise click.BadParameter(str(err), param_hint=f"--{err.field}") from None
+    live.check(spec)
     return spec, int(opts["jobs"])
 
 
