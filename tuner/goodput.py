@@ -71,7 +71,7 @@ def find_goodput(evaluate: Callable[[float], RunResult], slo: SLO, start_rate: f
             lo, lo_result = rate, result
         else:
             hi = rate
-    while not ok and rate > min_rate:  # shrink until a rate passes
+    while lo_result is None and rate > min_rate:  # nothing passed yet: shrink until a rate does
         rate = max(rate / 2, min_rate)
         ok, result = met(rate)
         if ok:
