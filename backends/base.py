@@ -51,7 +51,7 @@ class Capabilities:
     timeline: bool  # returns per-rank spans
     reconfigurable: bool  # can switch configs between runs without a restart
     paced: bool  # runs in real time (live clusters) rather than as fast as it can
-    endpoint: bool = False  # drives a server at a URL: made with `endpoint=URL`
+    endpoint: bool = False  # drives a server: made with `endpoint=URL`, or `launch=ENGINE, model_path=W` to start one
 
 
 class Backend(Protocol):

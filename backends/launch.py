@@ -98,6 +98,7 @@ class ServingEngine:
     config_model_key: str = "model"
     modes: dict[str, ModeSupport] = field(default_factory=dict)
     delay_scheduling: ModeSupport | None = None  # how it runs decode rebalancing, if it can
+    model_file: bool = False  # the weights must be a local file (llama-server's GGUF), not a hub id
 
 
 ENGINES: dict[str, ServingEngine] = {}
@@ -309,7 +310,7 @@ register_engine(ServingEngine("vllm-ascend", ("vllm", "serve"), None, _ascend_co
 register_engine(ServingEngine("vllm", ("vllm", "serve"), None, _vllm_common, "vllm-config.yaml"))
 register_engine(ServingEngine("sglang", ("python", "-m", "sglang.launch_server"), "--model-path", _sglang_common,
                        "sglang-config.yaml", "model-path"))
-register_engine(ServingEngine("llama-server", ("llama-server",), "--model", _llama_common))
+register_engine(ServingEngine("llama-server", ("llama-server",), "--model", _llama_common, model_file=True))
 for _name in ENGINES:
     register_support(_name, "cpp", ModeSupport(_nothing))
 register_support("vllm-ascend", "dcpp", ModeSupport(_ascend_dcpp, min_pp=2))

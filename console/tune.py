@@ -17,6 +17,7 @@ from ..store import RunStore, default_db_path
 from ..tuner.objective import OBJECTIVES, TuneSpec
 from ..tuner.space import knob_settings
 from ..tuner.study import SAMPLERS, TuneOutcome, open_store, run_study
+from .confirm import LivePlan, confirm_json, live_plan, print_live, run_confirm, server_errors, server_options
 from .export import export_best
 from .options import workload_options
 from .tunespec import DEFAULT_REPEATS, DEFAULT_SCENARIO, TuneInputError, TuneInputs, build_spec, default_engine, value_text
@@ -35,10 +36,12 @@ from .tunespec import DEFAULT_REPEATS, DEFAULT_SCENARIO, TuneInputError, TuneInp
 @click.option("--trials", type=int, default=None, help="Finished trials the study should have (default 50 unless --timeout).")
 @click.option("--timeout", type=float, default=None, help="Stop starting new trials after this many seconds.")
 @click.option("--jobs", type=int, default=1, show_default=True, help="Trials run in parallel processes.")
-@click.option("--repeats", type=int, default=DEFAULT_REPEATS, show_default=True,
-              help="Arrival traces (seeds) the best and the default are measured on, for 95% goodput intervals.")
+@click.option("--repeats", type=int, default=None,
+              help=f"Arrival traces (seeds) the best and the default are measured on, for 95% goodput intervals "
+                   f"(default {DEFAULT_REPEATS} on the simulator, 1 on a live backend).")
 @click.option("--backend", type=click.Choice(list(BACKENDS)), default="sim", show_default=True,
-              help="Backend every trial runs on.")
+              help="Backend every trial runs on (live: a server launched per trial, see --launch).")
+@server_options
 @click.option("--study", default=None, help="Study name; running again resumes it (default: from the settings).")
 @click.option("--storage", default=None, help="Optuna storage: a journal file (default beside --db) or an RDB URL.")
 @click.option("--sampler", type=click.Choice(SAMPLERS), default="tpe", show_default=True)
@@ -48,7 +51,8 @@ from .tunespec import DEFAULT_REPEATS, DEFAULT_SCENARIO, TuneInputError, TuneInp
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of tables.")
 def tune(**opts: object) -> None:
     """Search pipeline mode, chunk size, layer split and parallelism for the best SLO goodput."""
-    spec, jobs = _spec_from_options(opts)
+    live = live_plan(opts)
+    spec, jobs = _spec_from_options(opts, live)
     console = Console(stderr=True)
     RunStore.open(opts["db"]).close()  # a bad --db fails now, before any work
     with Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
@@ -61,17 +65,22 @@ def tune(**opts: object) -> None:
             bar.update(task, completed=p.finished, description=f"{spec.study}: {best}")
 
         outcome = run_study(spec, opts["db"], jobs=jobs, on_progress=show)
+    confirmed = run_confirm(spec, live, opts["db"], bool(opts["as_json"])) \
+        if live.confirm and not outcome.interrupted else None
     exported = _export(spec, outcome, opts) if opts["export_dir"] and outcome.best else []
+    errors = server_errors(spec)
     if opts["as_json"]:
-        click.echo(json.dumps(_outcome_json(spec, outcome, exported), indent=2))
+        click.echo(json.dumps({**_outcome_json(spec, outcome, exported), "confirm": confirm_json(spec, confirmed),
+                               "server_errors": errors}, indent=2))
     else:
         _print_outcome(spec, outcome, exported)
+        print_live(spec, live, confirmed, errors)
     if outcome.interrupted:
         click.echo(f"interrupted: rerun the same command to resume study {spec.study!r}", err=True)
         raise SystemExit(130)
 
 
-def _spec_from_options(opts: dict[str, object]) -> tuple[TuneSpec, int]:
+def _spec_from_options(opts: dict[str, object], live: LivePlan) -> tuple[TuneSpec, int]:
     """Validate every option before any work and build the worker spec."""
     if opts["jobs"] is not None and opts["jobs"] < 1:
         raise click.BadParameter(f"must be a positive integer, got {opts['jobs']}", param_hint="--jobs")
@@ -81,13 +90,22 @@ def _spec_from_options(opts: dict[str, object]) -> tuple[TuneSpec, int]:
         devices=opts["devices"], slo=opts["slo"], objective=opts["objective"], fixes=tuple(opts["fixes"]),
         trials=opts["trials"], timeout=opts["timeout"], study=opts["study"], storage=opts["storage"],
         sampler=str(opts["sampler"]), seed=int(opts["seed"]), rate=opts["rate"], requests=opts["num_requests"],
-        engine=_export_engine(opts, str(opts["hardware"])), backend=str(opts["backend"]),
-        repeats=int(opts["repeats"]) if opts["objective"] in (None, "goodput") else 1)
+        engine=_export_engine(opts, str(opts["hardware"])) or live.engine, backend=str(opts["backend"]),
+        backend_options=live.trial_options,
+        repeats=_repeats(opts))
     try:
         spec = build_spec(inputs, str(opts["db"]))
     except TuneInputError as err:
         raise click.BadParameter(str(err), param_hint=f"--{err.field}") from None
+    live.check(spec)
     return spec, int(opts["jobs"])
+
+
+def _repeats(opts: dict[str, object]) -> int:
+    """--repeats as given, else 5 seeds on the simulator and 1 on a live server (each is a goodput search)."""
+    if opts["repeats"] is not None:
+        return int(opts["repeats"])
+    return DEFAULT_REPEATS if opts["backend"] == "sim" and opts["objective"] in (None, "goodput") else 1
 
 
 def _export_engine(opts: dict[str, object], hardware: str) -> str | None:

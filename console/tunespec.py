@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import optuna
@@ -54,6 +54,7 @@ class TuneInputs:
     requests: int | None = None
     engine: str | None = None  # search only the modes this engine can run
     backend: str = "sim"  # the registered backend trials run on
+    backend_options: dict[str, object] = field(default_factory=dict)  # its make_backend options (a live launch)
     repeats: int = 1  # seeds the best and the default are measured on, for their intervals
 
 
@@ -115,15 +116,15 @@ def build_spec(inputs: TuneInputs, db: str | Path) -> TuneSpec:
     trials = inputs.trials if inputs.trials is not None else (None if inputs.timeout else DEFAULT_TRIALS)
     slo_text = slo.text() if slo else ""
     name = inputs.study or default_study_name(scenario.name, inputs.model, inputs.hardware, devices, objective,
-                                              slo_text)
+                                              slo_text, "" if inputs.backend == "sim" else inputs.backend)
     make_sampler(inputs.sampler, 0)
     spec = TuneSpec(study=name, storage=inputs.storage or default_storage(db), scenario=inputs.scenario,
                     model=inputs.model, hardware=inputs.hardware, devices=devices, objective=objective,
                     slo=slo_text or None, seed=inputs.seed, requests=inputs.requests, fixed=fixed,
                     sampler=inputs.sampler, trials=trials,
                     deadline=None if inputs.timeout is None else time.time() + inputs.timeout, modes=modes,
-                    backend=inputs.backend, engine=inputs.engine or default_engine(inputs.hardware),
-                    repeats=inputs.repeats)
+                    backend=inputs.backend, backend_options=dict(inputs.backend_options),
+                    engine=inputs.engine or default_engine(inputs.hardware), repeats=inputs.repeats)
     ctx = space_context(spec)
     default = suggest_config(optuna.trial.FixedTrial(default_params(ctx, fixed)), ctx, fixed)
     ServingConfig(**default).resolve()  # the pins must leave at least the engine default runnable

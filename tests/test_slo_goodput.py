@@ -63,6 +63,7 @@ def test_goodput_finds_the_threshold_within_two_percent(threshold, start):
     assert found.upper / found.rate - 1 <= 0.02
     assert found.rate == pytest.approx(true, rel=0.02)
     assert not found.pruned and found.evaluations == len(calls)
+    assert len(set(calls)) == len(calls)  # no rate run twice (a live run costs its whole workload)
 
 
 def test_goodput_zero_when_the_slo_never_holds():

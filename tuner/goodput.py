@@ -39,11 +39,13 @@ class Goodput:
 
 
 def find_goodput(evaluate: Callable[[float], RunResult], slo: SLO, start_rate: float,
-                 precision: float = 0.02, beat: float | None = None, max_rate: float = MAX_RATE) -> Goodput:
+                 precision: float = 0.02, beat: float | None = None, max_rate: float = MAX_RATE,
+                 min_rate: float = MIN_RATE) -> Goodput:
     """Search the goodput of one config; with `beat`, stop as soon as it provably cannot exceed it.
 
     The search never goes above `max_rate`; a config that still meets the SLO
-    there comes back `capped` (see `workload_ceiling`).
+    there comes back `capped` (see `workload_ceiling`). Nor below `min_rate`:
+    a config that fails there has goodput 0.
     """
     evaluations = 0
 
@@ -69,8 +71,8 @@ def find_goodput(evaluate: Callable[[float], RunResult], slo: SLO, start_rate: f
             lo, lo_result = rate, result
         else:
             hi = rate
-    while not ok and rate > MIN_RATE:  # shrink until a rate passes
-        rate /= 2
+    while lo_result is None and rate > min_rate:  # nothing passed yet: shrink until a rate does
+        rate = max(rate / 2, min_rate)
         ok, result = met(rate)
         if ok:
             lo, lo_result = rate, result

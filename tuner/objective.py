@@ -8,18 +8,22 @@ from typing import Protocol
 
 import optuna
 
+from ..backends.base import RunCancelled, RunObserver
 from ..backends.config import ServingConfig
-from ..backends.errors import ConfigError
+from ..backends.errors import ConfigError, ServerError
 from ..backends.registry import make_backend
 from ..backends.result import RunResult
 from ..scenarios import Scenario, load_scenario
-from .goodput import find_goodput, workload_ceiling
+from .goodput import MIN_RATE, find_goodput, workload_ceiling
 from .slo import SLO, parse_slo
 from .space import SpaceContext, suggest_config
 
 OBJECTIVES = {"goodput": "maximize", "ttft": "minimize", "throughput": "maximize"}
 PRECISION = 0.02  # relative width of a goodput search's final bracket; objectives this close tie
 FINISHED = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED)
+LIVE_PRECISION = 0.05  # goodput bracket for live servers: their goodput moves more than 2% between repeats
+LIVE_RUN_LIMIT_S = 600.0  # a live goodput search tries no rate at which the workload takes longer to arrive
+SERVER_SETTINGS = ("launch", "model_path")  # backend options that change what is measured (see settings())
 
 
 class TuneInterrupted(Exception):
@@ -53,17 +57,25 @@ class TuneSpec:
     backend: str = "sim"  # the registered backend every trial runs on
     engine: str = "vllm"  # whose default config is the baseline trial
     repeats: int = 1  # seeds each finalist's goodput is measured on, for its interval
+    backend_options: dict[str, object] = field(default_factory=dict)  # make_backend's keyword options
 
     @property
     def direction(self) -> str:
         return OBJECTIVES[self.objective]
 
     def settings(self) -> dict[str, object]:
-        """What a resumed study must agree on."""
-        return {"backend": self.backend, "engine": self.engine, "scenario": self.scenario, "model": self.model, "hardware": self.hardware,
+        """What a resumed study must agree on.
+
+        Of the backend options only the engine launched and the weights it
+        loads count ("server"); an endpoint, a program path, a timeout or a
+        log folder may change between invocations.
+        """
+        server = {k: self.backend_options[k] for k in SERVER_SETTINGS if k in self.backend_options} or None
+        return {"backend": self.backend, "engine": self.engine, "scenario": self.scenario, "model": self.model,
+                "hardware": self.hardware,
                 "devices": self.devices, "objective": self.objective, "slo": self.slo, "seed": self.seed,
                 "requests": self.requests, "modes": list(self.modes) if self.modes else None, "fixed": {k: list(v) if isinstance(v, tuple) else v
-                                                     for k, v in sorted(self.fixed.items())}}
+                                                     for k, v in sorted(self.fixed.items())}, "server": server}
 
 
 @dataclass(frozen=True)
@@ -92,21 +104,41 @@ class Evaluator:
         self.scenario: Scenario = load_scenario(spec.scenario)
         self.slo: SLO | None = parse_slo(spec.slo) if spec.slo else None
         self.stop = stop
-        self.backend = make_backend(spec.backend)
+        self.backend = make_backend(spec.backend, **spec.backend_options)
 
     def run(self, config: ServingConfig, rate: float | None, timeline: bool = False) -> RunResult:
-        """One simulation of the spec's workload."""
+        """One run of the spec's workload (ServerError when a live server served none of it)."""
         if self.stop is not None and self.stop.is_set():
             raise TuneInterrupted()
-        return self.backend.run(self.scenario, config, rate=rate, seed=self.spec.seed,
-                                num_requests=self.spec.requests, timeline=timeline)
+        paced = self.backend.capabilities.paced  # a live run lasts its workload: let a stop cut it short
+        observer = _StopObserver(self.stop) if paced and self.stop is not None else None
+        try:
+            result = self.backend.run(self.scenario, config, rate=rate, seed=self.spec.seed,
+                                      num_requests=self.spec.requests, observer=observer, timeline=timeline)
+        except RunCancelled:
+            raise TuneInterrupted() from None
+        if result.live is not None and result.live.requests and not result.records:
+            error = next((r.error for r in result.live.requests if r.error), "no token streamed")
+            raise ServerError(f"server: served none of {len(result.live.requests)} requests at {rate:.4g} req/s; "
+                              f"the first failed with {error}")
+        return result
+
+    def close(self) -> None:
+        """Release what the backend holds (a launched server); a later run starts afresh."""
+        close = getattr(self.backend, "close", None)
+        if close is not None:
+            close()
 
     def measure(self, config: ServingConfig, beat: float | None = None) -> Measurement:
         """The spec's objective for one config (goodput may stop early when it cannot beat `beat`)."""
         if self.spec.objective == "goodput":
-            ceiling = workload_ceiling(self.spec.requests or self.scenario.num_requests, self.slo)
+            requests = self.spec.requests or self.scenario.num_requests
+            ceiling = workload_ceiling(requests, self.slo)
+            precision, floor = self.spec.precision, MIN_RATE
+            if self.backend.capabilities.paced:  # a live server: a coarser bracket, no run longer than the limit
+                precision, floor = max(precision, LIVE_PRECISION), max(floor, requests / LIVE_RUN_LIMIT_S)
             found = find_goodput(lambda rate: self.run(config, rate), self.slo, self.scenario.rate or 1.0,
-                                 self.spec.precision, beat, ceiling)
+                                 precision, beat, ceiling, floor)
             metrics = {"goodput_rps": found.rate, "attainment": found.attainment, "evaluations": found.evaluations,
                        "capped": found.capped}
             if found.result is not None:
@@ -120,6 +152,16 @@ class Evaluator:
             metrics["attainment"] = self.slo.attainment(result)
         value = metrics["ttft_mean_s"] if self.spec.objective == "ttft" else metrics["throughput_tok_s"]
         return Measurement(value, metrics, result, self.scenario.rate)
+
+
+class _StopObserver(RunObserver):
+    """Cancels a paced run when the tune is asked to stop."""
+
+    def __init__(self, stop: StopFlag):
+        self.stop = stop
+
+    def should_stop(self) -> bool:
+        return self.stop.is_set()
 
 
 def _latency_metrics(result: RunResult) -> dict[str, float]:
@@ -176,6 +218,11 @@ class Objective:
         except TuneInterrupted:
             trial.set_user_attr("interrupted", True)
             raise
+        except ServerError as err:  # that config's server failed: this trial ends, the study goes on
+            trial.set_user_attr("error", str(err))
+            raise optuna.TrialPruned(str(err)) from None
+        finally:
+            self.evaluator.close()  # the next trial gets a fresh server
         trial.set_user_attr("metrics", measured.metrics)
         if measured.value is None:
             trial.report(measured.upper or 0.0, 0)

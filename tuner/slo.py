@@ -47,22 +47,32 @@ class SLO:
         return {l.metric: {"limit_s": l.limit_s, "percentile": l.percentile} for l in self.limits}
 
     def met(self, result: RunResult) -> bool:
-        """True when every limit's percentile over the run's requests is within its bound."""
+        """True when every limit's percentile over the run's requests is within its bound.
+
+        A live run's failed requests count as missing every limit.
+        """
         return all(float(np.percentile(_values(result, l.metric), l.percentile)) <= l.limit_s
                    for l in self.limits)
 
     def attainment(self, result: RunResult) -> float:
-        """Fraction of requests that meet every limit themselves."""
-        if not result.records:
+        """Fraction of requests that meet every limit themselves (a live run's failed requests do not)."""
+        values = {l.metric: _values(result, l.metric) for l in self.limits}
+        count = len(next(iter(values.values())))
+        if not count:
             return 0.0
-        ok = np.ones(len(result.records), dtype=bool)
+        ok = np.ones(count, dtype=bool)
         for l in self.limits:
-            ok &= _values(result, l.metric) <= l.limit_s
+            ok &= values[l.metric] <= l.limit_s
         return float(ok.mean())
 
 
+FAILED = float(np.finfo(float).max)  # a failed request's latency: above every limit, finite for percentiles
+
+
 def _values(result: RunResult, metric: str) -> np.ndarray:
-    return result.ttfts() if metric == "ttft" else result.tpots()
+    served = result.ttfts() if metric == "ttft" else result.tpots()
+    failed = len(result.live.failed()) if result.live is not None else 0
+    return np.concatenate([served, np.full(failed, FAILED)]) if failed else served
 
 
 def parse_slo(text: str) -> SLO:

@@ -107,6 +107,7 @@ class Dimension:
     suggest: Callable[[optuna.Trial, Draft, SpaceContext], Draft]
     default: Callable[[Draft, SpaceContext], dict[str, object]]  # engine default, as trial params
     active: Callable[[Draft], bool] = lambda draft: True
+    searched: bool = True  # False: only ever pinned with --fix, so never a knob the search could move
 
 
 DIMENSIONS: list[Dimension] = []
@@ -337,3 +338,8 @@ register_dimension(knob_dimension(
     "base_unit", lambda trial, name: trial.suggest_categorical(name, (64, 128, 256)), _delaying))
 register_dimension(knob_dimension(
     "delay_mode", lambda trial, name: trial.suggest_categorical(name, ("auto", "tpot_first", "e2e_first")), _delaying))
+# pinned only, never searched (`--fix kv-capacity=8192`): what a live engine must be told it can hold, e.g.
+# llama-server, which splits its KV cache (--ctx-size) over its slots (--parallel)
+register_dimension(Dimension("kv-capacity", ("kv_capacity",), lambda text: parse_tokens(text, "kv_capacity"),
+                             lambda trial, draft, ctx: {}, lambda draft, ctx: {}, active=lambda draft: False,
+                             searched=False))

@@ -337,7 +337,8 @@ def _outcome(spec: TuneSpec, study: optuna.Study, db: str | Path, interrupted: b
     finalists = {t.number: t for t in (best, default) if t is not None}
     intervals = {} if interrupted else {n: _interval(spec, study, t) for n, t in finalists.items()}
     with open_store(db) as store:
-        run_ids = {row.trial: row.id for row in store.list_runs(study=spec.study) if row.trial is not None}
+        run_ids = {row.trial: row.id for row in store.list_runs(study=spec.study)
+                   if row.trial is not None and row.label in ("best", "default")}  # not other runs of a trial
     if not interrupted:
         evaluator = Evaluator(spec)
         for number, trial in finalists.items():

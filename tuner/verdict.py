@@ -59,14 +59,14 @@ def changes(config: Mapping[str, object], baseline: Mapping[str, object] | None)
     """How many searched knobs `config` sets differently from `baseline` (0 without a baseline)."""
     if baseline is None:
         return 0
-    return sum(_knob(config, dim.fields) != _knob(baseline, dim.fields) for dim in DIMENSIONS)
+    return sum(_knob(config, dim.fields) != _knob(baseline, dim.fields) for dim in DIMENSIONS if dim.searched)
 
 
 def inert_knobs(configs: Sequence[Mapping[str, object]]) -> tuple[str, ...]:
     """The knobs (by --fix name) that take more than one value among `configs`."""
     if len(configs) < 2:
         return ()
-    return tuple(dim.flag for dim in DIMENSIONS if len({_knob(c, dim.fields) for c in configs}) > 1)
+    return tuple(dim.flag for dim in DIMENSIONS if dim.searched and len({_knob(c, dim.fields) for c in configs}) > 1)
 
 
 def _knob(config: Mapping[str, object], fields: tuple[str, ...]) -> str:

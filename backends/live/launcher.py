@@ -19,15 +19,15 @@ from pathlib import Path
 
 import httpx
 
-from ...scenarios.errors import PipedeckError
 from ..base import RunCancelled
 from ..config import ResolvedConfig
+from ..errors import ServerError
 from ..launch import plan_launch
 
 LOOPBACK = "127.0.0.1"
 
 
-class LaunchError(PipedeckError):
+class LaunchError(ServerError):
     """A server could not be started or did not become healthy; one line naming the cause and the log."""
 
 
@@ -116,7 +116,7 @@ def wait_healthy(server: Server, timeout_s: float, cancelled: Callable[[], bool]
             status = server.process.poll()
             if status is not None:
                 raise LaunchError(f"engine: {server.engine} exited with status {status} before it was healthy; "
-                                  f"log: {server.log_path}{_last_line(server.log_path)}")
+                                  f"log: {server.log_path}{last_log_line(server.log_path)}")
             try:
                 if client.get(f"{server.url}/health").status_code == 200:
                     return
@@ -124,11 +124,12 @@ def wait_healthy(server: Server, timeout_s: float, cancelled: Callable[[], bool]
                 pass
             if time.monotonic() > deadline:
                 raise LaunchError(f"health: {server.engine} at {server.url} was not healthy within {timeout_s:g} s; "
-                                  f"log: {server.log_path}{_last_line(server.log_path)}")
+                                  f"log: {server.log_path}{last_log_line(server.log_path)}")
             time.sleep(0.05)
 
 
-def _last_line(path: Path) -> str:
+def last_log_line(path: Path) -> str:
+    """' (last line: ...)' naming the log's last non-blank line, or '' when it has none."""
     lines = [line for line in path.read_text(errors="replace").splitlines() if line.strip()] if path.exists() else []
     return f" (last line: {lines[-1].strip()[:160]})" if lines else ""
 

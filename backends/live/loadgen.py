@@ -22,9 +22,8 @@ from dataclasses import dataclass
 import httpx
 
 from ...scenarios import Request, Scenario, Workload
-from ...scenarios.errors import PipedeckError
 from ..base import RunCancelled, RunObserver, Snapshot
-from ..errors import ConfigError
+from ..errors import ConfigError, ServerError
 from ..result import RunResult
 from .client import ClientPool, completion_body, stream_completion
 from .metrics import MetricsTimeline, poll
@@ -36,7 +35,7 @@ PROMPT_KINDS = ("tokens", "text")
 SNAPSHOT_INTERVAL_S = 0.5  # how often an observer hears the run's progress and the server's gauges
 
 
-class ServerUnreachable(PipedeckError):
+class ServerUnreachable(ServerError):
     """The server could not tell which model it serves; the message is one line naming the endpoint."""
 
 

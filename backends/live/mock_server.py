@@ -5,8 +5,8 @@ asked, then `[DONE]`, chunked HTTP/1.1 with keep-alive) with a set delay
 before the first token and between tokens, and can misbehave on every k-th
 request: answer HTTP 500, close the connection mid-stream, stall, send a line
 that is not JSON, or end the body cleanly without `[DONE]`. Also answers
-`/v1/models` (with llama-server's `n_vocab`), `/props` (its `build_info`)
-and `/metrics` (llama-server's series). Plain asyncio streams, nothing to
+`/v1/models` (with llama-server's `n_vocab`), `/props` (its `build_info`),
+`/metrics` (llama-server's series) and `/health`. Plain asyncio streams, nothing to
 install. As a program it serves on 127.0.0.1 and prints its URL:
 
     python -m pipedeck.backends.live.mock_server [--port N] [--first-token-s S] [--token-s S]
@@ -113,6 +113,8 @@ class MockServer:
             writer.write(_response("200 OK", "application/json", json.dumps({"build_info": MOCK_BUILD}).encode()))
         elif path == "/metrics":
             writer.write(_response("200 OK", "text/plain; version=0.0.4", self.metrics().encode()))
+        elif path == "/health":
+            writer.write(_response("200 OK", "application/json", b'{"status": "ok"}'))
         else:
             writer.write(_response("404 Not Found", "text/plain", b"not found"))
         await writer.drain()

@@ -2,21 +2,38 @@
 
 It takes any engine flags, prints them (the launcher's log shows them) and
 behaves as FAKE_ENGINE says: `healthy` (default) answers 200 after
-FAKE_ENGINE_DELAY seconds, `never` answers 503 forever, `crash` exits 3 at once.
+FAKE_ENGINE_DELAY seconds, `never` answers 503 forever, `crash` exits 3 at once,
+`serve` streams completions as pipedeck's mock server does (a whole fake
+engine for the live backend), and `crash-once` exits 3 the first time
+(creating the file FAKE_ENGINE_ONCE) and serves every later time.
 """
 
+import asyncio
 import http.server
 import os
 import sys
 import time
+from pathlib import Path
 
 args = sys.argv[1:]
 print("argv:", " ".join(args), flush=True)
 behaviour = os.environ.get("FAKE_ENGINE", "healthy")
+if behaviour == "crash-once":
+    marker = Path(os.environ["FAKE_ENGINE_ONCE"])
+    behaviour = "serve" if marker.exists() else "crash"
+    marker.touch()
 if behaviour == "crash":
     print("fake engine: giving up", flush=True)
     sys.exit(3)
 host, port = args[args.index("--host") + 1], int(args[args.index("--port") + 1])
+if behaviour == "serve":
+    from pipedeck.backends.live.mock_server import MockServer
+
+    async def serve() -> None:
+        async with MockServer(port=port):
+            await asyncio.Event().wait()
+
+    asyncio.run(serve())
 ready_at = time.monotonic() + float(os.environ.get("FAKE_ENGINE_DELAY", "0"))
 
 

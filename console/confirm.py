@@ -1,0 +1,246 @@
+"""`pipedeck tune`'s live server options: `--confirm live` after a simulated study, and `--backend live` trials.
+
+`--confirm live` measures the simulated study's top configs and its
+engine-default baseline on a live server (one pipedeck launches per config
+with `--launch ENGINE --model-path W`, or one the operator runs at
+`--endpoint URL`) and prints simulated against measured side by side;
+`--backend live --launch ENGINE` runs every trial on a server launched for
+it. Every option is checked before any work, and a bad one is one line
+naming its flag.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import click
+import optuna
+from rich.console import Console
+from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from ..backends.config import ServingConfig
+from ..backends.errors import ConfigError
+from ..backends.launch import ENGINES, ExportError, plan_launch
+from ..backends.live.launching import check_launch
+from ..backends.tokens import format_tokens
+from ..store import default_db_path
+from ..tuner.confirm import DEFAULT_TOP, ConfirmRow, confirm_study, ranks
+from ..tuner.objective import TuneSpec
+from ..tuner.space import SpaceContext, default_params, knob_settings, suggest_config
+from ..tuner.study import open_storage
+from .tunespec import value_text
+
+_FLAGS = {"launch": "--launch", "model_path": "--model-path", "program": "--program"}
+
+
+def server_options(fn: Callable) -> Callable:
+    """--confirm --confirm-top --endpoint --launch --model-path --program --health-timeout."""
+    for option in reversed((
+        click.option("--confirm", type=click.Choice(["live"]), default=None,
+                     help="After the simulated study, measure its top configs and the default on a live server."),
+        click.option("--confirm-top", type=int, default=None,
+                     help=f"Distinct configs --confirm measures, best simulated first (default {DEFAULT_TOP})."),
+        click.option("--endpoint", default=None,
+                     help="--confirm: a server you started (pipedeck serve --from pipedeck-best.json), measured once."),
+        click.option("--launch", type=click.Choice(list(ENGINES)), default=None,
+                     help="Start this engine for each config measured live (--confirm live or --backend live)."),
+        click.option("--model-path", default=None, help="With --launch: the weights it loads (llama-server: a GGUF)."),
+        click.option("--program", default=None, help="With --launch: the engine's command, if not its usual one."),
+        click.option("--health-timeout", type=click.FloatRange(min=0, min_open=True), default=600.0,
+                     show_default=True, help="With --launch: seconds each server may take to answer GET /health."),
+    )):
+        fn = option(fn)
+    return fn
+
+
+@dataclass(frozen=True)
+class LivePlan:
+    """What the live options ask for, checked."""
+
+    confirm: bool = False
+    top: int = DEFAULT_TOP
+    options: dict[str, object] = field(default_factory=dict)  # make_backend("live", **options)
+    engine: str | None = None  # the engine launched, whose modes alone are searched
+
+    @property
+    def trial_options(self) -> dict[str, object]:
+        """The backend options of the study's trials (a live tune's), or none."""
+        return {} if self.confirm else self.options
+
+    def where(self) -> str:
+        """Where the live measurements run, in words."""
+        if self.engine is None:
+            return f"the server at {self.options['endpoint']}"
+        return f"{self.engine} launched per config (logs in {self.options['log_dir']})"
+
+    def check(self, spec: TuneSpec) -> None:
+        """Refuse, before any work, pins that leave the default config unlaunchable on the engine."""
+        if self.engine is None:
+            return
+        ctx = SpaceContext(spec.model, spec.hardware, spec.devices, modes=spec.modes)
+        draft = suggest_config(optuna.trial.FixedTrial(default_params(ctx, spec.fixed)), ctx, spec.fixed)
+        try:
+            plan_launch(ServingConfig(**draft).resolve(), self.engine)
+        except ExportError as err:
+            raise click.BadParameter(f"{err}; pin what {self.engine} runs", param_hint="--fix") from None
+
+
+def live_plan(opts: dict[str, object]) -> LivePlan:
+    """Check the live options against --backend, --jobs and --export; a one-line error naming the flag otherwise.
+
+    With --launch and --export but no --format, the export is written for the launched engine.
+    """
+    backend, confirm = opts["backend"], opts["confirm"] is not None
+    endpoint, launch = opts["endpoint"], opts["launch"]
+    if backend == "live":
+        if confirm:
+            raise click.BadParameter("confirms a simulated study; with --backend live every trial is measured live",
+                                     param_hint="--confirm")
+        if endpoint:
+            raise click.BadParameter("a running server cannot apply each trial's config; give --launch ENGINE "
+                                     "--model-path W (or --confirm live --endpoint URL to measure it beside the "
+                                     "simulated best)", param_hint="--endpoint")
+        if not launch:
+            raise click.BadParameter("a live tune starts a server per trial: give --launch ENGINE --model-path W",
+                                     param_hint="--launch")
+        if int(opts["jobs"]) > 1:
+            raise click.BadParameter("a live tune runs one server at a time: use --jobs 1", param_hint="--jobs")
+    elif confirm:
+        if endpoint and launch:
+            raise click.BadParameter("give either --endpoint (a server you started) or --launch (one pipedeck "
+                                     "starts per config), not both", param_hint="--endpoint")
+        if not (endpoint or launch):
+            raise click.BadParameter("give --launch ENGINE --model-path W (pipedeck starts a server per config) "
+                                     "or --endpoint URL (a server you started)", param_hint="--confirm")
+    else:
+        given = next((flag for flag in ("endpoint", "launch", "model_path", "program") if opts[flag]), None)
+        if given:
+            raise click.BadParameter("only with --confirm live or --backend live",
+                                     param_hint=f"--{given.replace('_', '-')}")
+    if opts["confirm_top"] is not None and (not confirm or opts["confirm_top"] < 1):
+        raise click.BadParameter("only with --confirm live" if not confirm else
+                                 f"must be a positive integer, got {opts['confirm_top']}", param_hint="--confirm-top")
+    if not launch:
+        given = next((flag for flag in ("model_path", "program") if opts[flag]), None)
+        if given:
+            raise click.BadParameter("only with --launch ENGINE", param_hint=f"--{given.replace('_', '-')}")
+        return LivePlan(confirm, opts["confirm_top"] or DEFAULT_TOP, {"endpoint": endpoint} if endpoint else {})
+    try:
+        check_launch(str(launch), opts["model_path"], opts["program"])
+    except ConfigError as err:
+        name, _, message = str(err).partition(": ")
+        raise click.BadParameter(message, param_hint=_FLAGS[name]) from None
+    if opts["export_dir"]:
+        if opts["export_format"] and opts["export_format"] != launch:
+            raise click.BadParameter(f"--export writes for {opts['export_format']} but --launch starts {launch}; "
+                                     "give the same engine", param_hint="--format")
+        opts["export_format"] = launch
+    model = Path(str(opts["model_path"]))
+    options = {"launch": launch, "model_path": str(model.resolve()) if model.exists() else str(opts["model_path"]),
+               "health_timeout_s": float(opts["health_timeout"]), "log_dir": str(server_log_dir(opts["db"]))}
+    if opts["program"]:
+        options["program"] = str(opts["program"])
+    return LivePlan(confirm, opts["confirm_top"] or DEFAULT_TOP, options, str(launch))
+
+
+def server_log_dir(db: object) -> Path:
+    """The folder of launched servers' logs, beside the run store: pipedeck.duckdb -> pipedeck-servers/."""
+    path = default_db_path(db)  # type: ignore[arg-type]
+    return path.with_name(f"{path.stem}-servers")
+
+
+def run_confirm(spec: TuneSpec, plan: LivePlan, db: str | Path, quiet: bool) -> list[ConfirmRow]:
+    """Measure the study's candidates live, with a progress line on stderr unless `quiet`."""
+    with Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(),
+                  console=Console(stderr=True), transient=True, disable=quiet) as bar:
+        task = bar.add_task("confirming", total=None)
+
+        def show(index: int, total: int, role: str, trial: optuna.trial.FrozenTrial) -> None:
+            bar.update(task, description=f"confirming {index + 1}/{total}: trial {trial.number} ({role}) "
+                                         f"on {plan.engine or plan.options['endpoint']}")
+
+        return confirm_study(spec, db, plan.options, plan.top, on_row=show)
+
+
+def server_errors(spec: TuneSpec) -> list[dict[str, object]]:
+    """The study's trials whose server failed (a live tune's), each with its one line."""
+    if spec.backend == "sim":
+        return []
+    study = optuna.load_study(study_name=spec.study, storage=open_storage(spec.storage))
+    return [{"trial": t.number, "error": t.user_attrs["error"]} for t in study.get_trials(deepcopy=False)
+            if "error" in t.user_attrs]
+
+
+def print_live(spec: TuneSpec, plan: LivePlan, rows: list[ConfirmRow] | None, errors: list[dict[str, object]]) -> None:
+    """What the live options added to the tune's summary: trials whose server failed, the confirm table."""
+    console = Console()
+    for failed in errors:
+        console.print(f"[red]trial {failed['trial']} failed[/] (its server): {failed['error']}", soft_wrap=True)
+    if rows is not None:
+        print_confirm(spec, plan, rows, console)
+
+
+def print_confirm(spec: TuneSpec, plan: LivePlan, rows: list[ConfirmRow], console: Console) -> None:
+    """The 'simulated vs measured' table, then each failed row's one line."""
+    console.print(f"[bold]simulated vs measured[/] {_objective(spec)} on {plan.where()}")
+    if not rows:
+        console.print("no completed trial to confirm")
+        return
+    by_sim = ranks(rows, spec.direction, lambda r: r.simulated)
+    by_live = ranks(rows, spec.direction, lambda r: r.measured)
+    shared = set.intersection(*(set(knob_settings(r.config)) for r in rows))  # shown once, above the table
+    if shared:
+        console.print(f"every row: {', '.join(s for s in knob_settings(rows[0].config) if s in shared)}")
+    table = Table()
+    for name in ("trial", "config", "simulated", "measured", "measured/sim", "rank sim", "rank live"):
+        table.add_column(name, justify="left" if name in ("trial", "config") else "right")
+    for row, sim_rank, live_rank in zip(rows, by_sim, by_live):
+        table.add_row(f"{row.trial} {row.role}", describe(row.config, shared), _value(spec, row.simulated),
+                      "failed" if row.error else _value(spec, row.measured) + (" capped" if _capped(row) else ""),
+                      "-" if row.ratio is None else f"{row.ratio:.2f}x", _rank(sim_rank), _rank(live_rank))
+    console.print(table)
+    for row in rows:
+        if row.error:
+            console.print(f"[red]trial {row.trial} failed[/]: {row.error}", soft_wrap=True)
+    if any(_capped(r) for r in rows):
+        console.print("[yellow]capped[/]: the SLO still held with every request arriving within one TTFT limit; "
+                      "rerun with more --requests")
+    stored = [r.run_id for r in rows if r.run_id is not None]
+    if stored:
+        console.print(f"stored live runs: {', '.join(map(str, stored))} (label confirm)")
+
+
+def confirm_json(spec: TuneSpec, rows: list[ConfirmRow] | None) -> list[dict[str, object]] | None:
+    """`tune --json`'s `confirm` list (None without --confirm)."""
+    if rows is None:
+        return None
+    by_sim = ranks(rows, spec.direction, lambda r: r.simulated)
+    by_live = ranks(rows, spec.direction, lambda r: r.measured)
+    return [{"trial": r.trial, "role": r.role, "config": r.config, "simulated": r.simulated, "measured": r.measured,
+             "ratio": r.ratio, "rank_simulated": s, "rank_measured": m, "run_id": r.run_id, "error": r.error,
+             "metrics": r.metrics} for r, s, m in zip(rows, by_sim, by_live)]
+
+
+def describe(config: dict[str, object], leave_out: set[str] = frozenset()) -> str:
+    """A config in a few words: mode, tp x pp, chunk, and its active knobs but those in `leave_out`."""
+    return " ".join([str(config["mode"]), f"{config['tp']}x{config['pp']}", f"chunk {format_tokens(int(config['chunk']))}",
+                     *(s for s in knob_settings(config) if s not in leave_out)])
+
+
+def _objective(spec: TuneSpec) -> str:
+    return {"goodput": "goodput", "ttft": "mean TTFT", "throughput": "throughput"}[spec.objective]
+
+
+def _value(spec: TuneSpec, value: float | None) -> str:
+    return "-" if value is None else value_text(spec.objective, value)
+
+
+def _capped(row: ConfirmRow) -> bool:
+    return bool(row.metrics.get("capped"))
+
+
+def _rank(rank: int | None) -> str:
+    return "-" if rank is None else str(rank)
