@@ -384,3 +384,25 @@ def test_a_decode_step_pays_only_for_the_experts_it_touches() -> None:
         return busy[0] - comm[0]
 
     assert without_collectives(1) < 0.1 * without_collectives(128)
+
+
+def test_attention_with_few_query_rows_per_sequence_runs_less_efficiently() -> None:
+    """Attention at r query rows per sequence takes (r + half) / r of its time at full efficiency.
+
+    A decode has one row, so its attention costs 1 + half times more per key; a prefill chunk of 512 rows
+    (512 + half) / 512. The model is Qwen2.5-14B at TP1 on a profile whose memory is fast enough that
+    attention is never bound by its KV reads, so the difference is the attention term alone.
+    """
+    model = load_model("qwen2.5-14b")
+    fast = dataclasses.replace(load_hardware("a100-40g-pcie"), memory_bandwidth_gbs=1e9, gemm_tile_tokens=1)
+    half = dataclasses.replace(fast, attention_half_tokens=15.0)
+    decode = BatchShape(4, 0, 0.0, 0.0, 4 * 1000.0, 4 * 1000.0, 0, 4)
+    two_chunks = BatchShape(1024, 1024, 2 * 512 * 513 / 2, 2 * 512 * 513 / 2, 0.0, 0.0, 0, 2, prefill_chunks=2)
+
+    def attention(hw: HardwareProfile, shape: BatchShape) -> float:
+        costs = CostModel(model, hw, 1, (48,))
+        no_pairs = BatchShape(*shape[:2], 0.0, 0.0, 0.0, 0.0, *shape[6:])  # the same step without its attention
+        return costs.stage_costs(shape)[0][0] - costs.stage_costs(no_pairs)[0][0]
+
+    assert attention(half, decode) == pytest.approx(16 * attention(fast, decode))
+    assert attention(half, two_chunks) == pytest.approx((512 + 15) / 512 * attention(fast, two_chunks))
