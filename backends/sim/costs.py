@@ -149,6 +149,7 @@ class CostModel:
         self._launch_s = hw.kernels_per_layer * hw.kernel_launch_us * 1e-6
         self._sampling_s = hw.sampling_ms * 1e-3
         self.step_overhead_s = hw.step_overhead_ms * 1e-3  # host-side scheduling of one step
+        self.request_overhead_s = hw.request_overhead_ms * 1e-3  # the server taking in one request
         if tp > 1:
             ring = 2 * (tp - 1) / tp
             self._coll_lat = 2 * hw.collective_latency_us * 1e-6
