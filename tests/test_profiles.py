@@ -293,6 +293,18 @@ def test_hardware_toml_efficiency_above_one_is_refused(tmp_path: Path) -> None:
     )
 
 
+def test_a_hardware_toml_may_carry_a_calibration_table_as_a_record(tmp_path: Path) -> None:
+    text = _packaged_text("hardware", "h100-sxm") + '\n[calibration]\nengine = "x"\n[[calibration.runs]]\nname = "a"\n'
+    path = tmp_path / "calibrated.toml"
+    path.write_text(text)
+    assert load_hardware(path) == load_hardware("h100-sxm")
+    path.write_text(_packaged_text("hardware", "h100-sxm").replace('name = "h100-sxm"', 'name = "h100-sxm"\ncalibration = 3'))
+    assert error_of(load_hardware, path) == f"hardware {path}: [calibration] must be a table, got 3"
+    path = tmp_path / "model.toml"
+    path.write_text(_packaged_text("models", "qwen2.5-14b") + '\n[calibration]\nengine = "x"\n')
+    assert error_of(load_model, path).startswith(f"model {path}: unknown field 'calibration'")
+
+
 def test_hardware_toml_needs_a_graph_collective_latency_with_a_source(tmp_path: Path) -> None:
     path = _edited_copy(tmp_path, "\ngraph_collective_latency_us = 15.0\n", "\n", *GPU)
     assert error_of(load_hardware, path) == (
