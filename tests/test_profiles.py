@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import tomllib
 from collections.abc import Callable
 from importlib import resources
 from pathlib import Path
@@ -23,6 +24,7 @@ from pipedeck.backends.profiles import (
     model_names,
 )
 from pipedeck.backends.profiles.build import numeric_fields
+from pipedeck.backends.profiles.writer import profile_toml
 from pipedeck.backends.sim.costs import BatchShape, CostModel
 
 HF = Path(__file__).parent / "data" / "hf"
@@ -418,3 +420,17 @@ def test_attention_with_few_query_rows_per_sequence_runs_less_efficiently() -> N
 
     assert attention(half, decode) == pytest.approx(16 * attention(fast, decode))
     assert attention(half, two_chunks) == pytest.approx((512 + 15) / 512 * attention(fast, two_chunks))
+
+
+@pytest.mark.parametrize("name", HARDWARE)
+def test_a_written_profile_loads_back_equal_with_its_sources_and_records(name: str, tmp_path: Path) -> None:
+    hardware = load_hardware(name)
+    records = {"calibration": {"engine": 'llama.cpp "b1"', "runs": [{"name": "a", "error": -0.05}], "fit": {"n": 2}}}
+    path = tmp_path / "written.toml"
+    path.write_text(profile_toml(hardware, records, comment="first line\nsecond line"))
+    loaded = load_hardware(path)
+    assert loaded == hardware and loaded.sources == hardware.sources
+    assert tomllib.loads(path.read_text())["calibration"] == records["calibration"]
+    unsourced = dataclasses.replace(hardware, sources={k: v for k, v in hardware.sources.items() if k != "peak_tflops"})
+    with pytest.raises(ValueError, match="peak_tflops: no source"):
+        profile_toml(unsourced)
