@@ -1,18 +1,27 @@
-"""Calibration without a real server: the fit recovers known constants; the plan."""
+"""`pipedeck calibrate` without a real server: the fit recovers known constants, the plan, the CLI and its errors."""
 
 from __future__ import annotations
 
 import dataclasses
+import json
+import subprocess
+import sys
+import tomllib
 from pathlib import Path
 
 import pytest
 from pipedeck.backends.config import ResolvedConfig, ServingConfig
+from pipedeck.backends.profiles import load_hardware
 from pipedeck.backends.registry import make_backend
+from pipedeck.console.cli import cli
+from pipedeck.console.errors import run_cli
+from pipedeck.store import RunStore
 from pipedeck.tuner.calibrate import FITTED, CalibrationError, fit, measure, plan
 
 from tests.live.llama_server import make_config
 
 START = str(Path(__file__).parent / "live" / "cpu-host.toml")
+FAKE = (sys.executable, str(Path(__file__).parent / "data" / "fake_engine.py"))
 
 
 @pytest.fixture(scope="module")
@@ -78,3 +87,93 @@ def test_the_plan_scales_with_the_config_and_holds_out_other_lengths_and_loads(t
 def test_too_little_kv_per_request_is_one_line(tiny):
     with pytest.raises(CalibrationError, match=r"^kv_capacity: calibrate needs at least \d+ tokens of KV cache per "):
         plan(config_of(tiny, max_running=8, kv_capacity=1024))
+
+
+@pytest.fixture(scope="module")
+def fast_server():
+    """The mock streaming server with fast tokens (the CLI's plumbing, not the fit, is under test here)."""
+    process = subprocess.Popen([sys.executable, "-m", "pipedeck.backends.live.mock_server", "--token-s", "0.0002",
+                                "--first-token-s", "0.002"], stdout=subprocess.PIPE, text=True)
+    try:
+        yield process.stdout.readline().strip()
+    finally:
+        process.terminate()
+        process.wait(10)
+
+
+def calibrate_argv(model: str, out: Path, *extra: str) -> list[str]:
+    return ["calibrate", "--model", model, "--hardware", START, "--tp", "1", "--pp", "1", "--chunk", "512",
+            "--max-running", "2", "--kv-capacity", "2048", "--out", str(out), *extra]
+
+
+def test_calibrate_writes_a_loadable_profile_with_its_sources_and_runs_and_stores_the_runs(tiny, fast_server,
+                                                                                          tmp_path, capsys):
+    out, db = tmp_path / "mock.toml", tmp_path / "runs.duckdb"
+    out.write_text("an older file")
+    argv = calibrate_argv(tiny, out, "--endpoint", fast_server, "--quick", "--db", str(db), "--json")
+    assert run_cli(cli, argv) == 0, capsys.readouterr().err
+    report = json.loads(capsys.readouterr().out)
+    profile = load_hardware(out)
+    assert profile.name == "mock"
+    for c in FITTED:
+        source = profile.sources[c.name]
+        assert source.startswith(f"fitted by pipedeck calibrate on llama.cpp b0-mock at {fast_server}, ")
+        assert getattr(profile, c.name) == report["fitted"][c.name]["value"]
+    assert profile.peak_tflops == load_hardware(START).peak_tflops
+    record = tomllib.loads(out.read_text())["calibration"]
+    assert record["engine"] == "llama.cpp b0-mock" and record["start"] == START
+    runs = record["runs"]
+    assert [r["name"] for r in runs] == [r["name"] for r in report["runs"]] and {r["set"] for r in runs} == {
+        "fit", "held-out"}
+    for run in runs:
+        assert run["ttft_error"] == pytest.approx(run["simulated_ttft_p50_ms"] / run["measured_ttft_p50_ms"] - 1,
+                                                  abs=2e-3)
+    with RunStore.open(db, read_only=True) as store:
+        assert len(report["run_ids"]) == len(runs)
+        assert store.get_run(report["run_ids"][0]).result.backend == "live"
+
+
+def test_calibrate_needs_one_server(tiny, tmp_path, capsys):
+    assert run_cli(cli, calibrate_argv(tiny, tmp_path / "x.toml")) == 2
+    assert "--endpoint URL or --launch ENGINE" in capsys.readouterr().err
+    assert run_cli(cli, calibrate_argv(tiny, tmp_path / "x.toml", "--endpoint", "http://x", "--launch",
+                                       "llama-server")) == 2
+    assert run_cli(cli, calibrate_argv(tiny, tmp_path / "x.toml", "--launch", "llama-server")) == 2
+    assert "--model-path" in capsys.readouterr().err
+
+
+def test_an_unreachable_endpoint_is_one_line_and_keeps_the_old_profile(tiny, tmp_path, capsys):
+    out = tmp_path / "kept.toml"
+    out.write_text("the previous calibration")
+    assert run_cli(cli, calibrate_argv(tiny, out, "--endpoint", "http://127.0.0.1:9", "--no-store")) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("pipedeck: error: endpoint: http://127.0.0.1:9/v1/models lists no model") and err.count(
+        "\n") == 1
+    assert out.read_text() == "the previous calibration"
+
+
+def test_an_unwritable_out_is_refused_before_any_work(tiny, tmp_path, capsys):
+    assert run_cli(cli, calibrate_argv(tiny, tmp_path / "missing" / "x.toml", "--endpoint", "http://x")) == 2
+    assert capsys.readouterr().err.startswith("pipedeck: error: Invalid value for --out: folder ")
+
+
+def test_calibrate_without_scipy_says_how_to_get_it(tiny, tmp_path, capsys, monkeypatch):
+    monkeypatch.setitem(sys.modules, "scipy.optimize", None)  # `import scipy.optimize` now raises ImportError
+    assert run_cli(cli, calibrate_argv(tiny, tmp_path / "x.toml", "--endpoint", "http://x")) == 2
+    assert capsys.readouterr().err == "pipedeck: error: calibrate needs scipy: pip install 'pipedeck[fit]'\n"
+
+
+def test_a_launched_server_is_stopped_when_calibrate_fails(tiny, tmp_path, capsys, monkeypatch):
+    started = []
+    real_popen = subprocess.Popen
+
+    def recording(*args, **kwargs):
+        started.append(real_popen(*args, **kwargs))
+        return started[-1]
+
+    monkeypatch.setattr(subprocess, "Popen", recording)
+    argv = calibrate_argv(tiny, tmp_path / "x.toml", "--launch", "llama-server", "--model-path", "t.gguf",
+                          "--program", " ".join(FAKE), "--log", str(tmp_path / "serve.log"), "--no-store")
+    assert run_cli(cli, argv) == 2  # the fake engine answers /health and nothing else
+    assert "lists no model" in capsys.readouterr().err
+    assert started and started[0].poll() is not None and not (tmp_path / "x.toml").exists()
