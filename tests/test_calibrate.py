@@ -59,7 +59,7 @@ def test_the_fit_recovers_the_constants_the_runs_were_measured_with(tiny):
     measured = measure(server, config, plan(config), rounds=1, seed=3)
     result = fit(measured, config)
     for name, value in truth.items():
-        assert getattr(result.hardware, name) == pytest.approx(value, rel=0.02), name
+        assert getattr(result.hardware, name) == pytest.approx(value, rel=0.03), name
         assert result.spread[name] < 1.05 and not result.at_bound
     assert max(result.worst(held_out=True)) < 0.01
     assert result.hardware.peak_tflops == config.hardware_profile.peak_tflops  # the rest is the start's

@@ -46,7 +46,7 @@ PASSES = 3  # measurements of every run, pass after pass
 LONGEST_OUTPUT = 128  # median output tokens of the plan's longest answers
 SPREAD = 0.3  # lengths are lognormal around their median with this sigma, clipped to half and 1.5 times it
 SHORTEST_PROMPT = 8
-DIFF_STEP = 0.03  # finite differences of 3% in each constant
+DIFF_STEP = 0.01  # finite differences of 1% in each constant
 TOLERANCE = 1e-4  # stop when a step changes the constants, or the sum of squares, by less (relative)
 MAX_EVALUATIONS = 300  # simulations of the fitted runs, the Jacobian's included
 FREE = math.log(1e3)  # a constant the runs pin no better than within a factor 1000 is free
@@ -97,7 +97,8 @@ class Point:
         phases jumps from one to the other at the slightest change.
         """
         arrivals = ClosedLoop(self.concurrency) if self.concurrency else Poisson()
-        how = f"{self.concurrency} at a time" if self.concurrency else f"Poisson at {self.load:g}x {self.reference}'s rate"
+        how = (f"{self.concurrency} at a time" if self.concurrency
+               else f"Poisson at {self.load:g}x {self.reference}'s rate")
         return Scenario(
             name=f"calibrate {self.name}",
             description=f"~{self.prompt}-token prompts, ~{self.output}-token answers, {how}",
@@ -114,7 +115,7 @@ def _around(median: int) -> LogNormal:
 
 
 def plan(config: ResolvedConfig) -> tuple[Point, ...]:
-    """The calibration's runs for `config`, fitted ones first."""
+    """The calibration's runs for `config`, in the order they are measured."""
     share = config.kv_capacity // config.max_running
     room = (share - LONGEST_OUTPUT * 3 // 2) * 2 // 3  # the longest prompt and answer drawn still fit
     if room < 8 * SHORTEST_PROMPT:
@@ -136,11 +137,12 @@ def plan(config: ResolvedConfig) -> tuple[Point, ...]:
 
     busy_fit = closed(prompt(1 / 6), LONGEST_OUTPUT, top)
     busy_held = closed(prompt(1 / 4), 96, top, held_out=True)
+    # Fitted and held-out runs alternate, so that a change of load on the host meets both alike.
     return (
-        closed(prompt(1 / 32), LONGEST_OUTPUT, 1), closed(prompt(1 / 3), 64, 1), closed(prompt(9 / 10), 32, 1),
-        busy_fit, closed(prompt(2 / 3), 32, top), poisson(busy_fit, 0.4),
-        closed(prompt(1 / 2), 48, 1, held_out=True), busy_held, poisson(busy_held, 0.6),
-        closed(prompt(1), 24, top, held_out=True),
+        closed(prompt(1 / 32), LONGEST_OUTPUT, 1), closed(prompt(1 / 2), 48, 1, held_out=True),
+        closed(prompt(1 / 3), 64, 1), busy_held, busy_fit, poisson(busy_held, 0.5),
+        closed(prompt(9 / 10), 32, 1), closed(prompt(1), 24, top, held_out=True),
+        closed(prompt(2 / 3), 32, top), poisson(busy_fit, 0.3),
     )
 
 
@@ -193,13 +195,16 @@ def measure(backend: Backend, config: ResolvedConfig, points: Sequence[Point], r
             on_run: Callable[[Measured, int, RunResult], None] = lambda *_: None) -> list[Measured]:
     """Run every point `rounds` times on `backend`, pass after pass; `on_run` hears each run as it ends.
 
-    An open-loop point's rate is fixed in the first pass from its reference's
+    Passes alternate direction through the plan, so that each run is measured
+    early in one pass and late in the next, beside other runs each time. An
+    open-loop point's rate is fixed in the first pass from its reference's
     throughput, which the plan measures before it. A run that serves no
     request is a CalibrationError.
     """
     measured = {point.name: Measured(point) for point in points}
     for round_ in range(rounds):
-        for index, point in enumerate(points):
+        order = list(enumerate(points))
+        for index, point in order if round_ % 2 == 0 else reversed(order):
             runs = measured[point.name]
             if point.load is not None and not runs.passes:
                 runs.rate = point.load * measured[point.reference].throughput()
