@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import click
 
+from .calibrate import calibrate
 from .compare import compare
 from .console_cmd import console
 from .errors import exit_with, run_cli
@@ -32,6 +33,7 @@ cli.add_command(serve)
 cli.add_command(compare)
 cli.add_command(report)
 cli.add_command(console)
+cli.add_command(calibrate)
 
 
 def main(argv: list[str] | None = None) -> None:

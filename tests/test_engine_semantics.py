@@ -1,11 +1,16 @@
 """Engine semantics knobs: whether decodes share the chunk budget, whether steps mix decodes and prefill."""
 
+import dataclasses
+
 import pytest
 
-from pipedeck.backends.config import ServingConfig
+from pipedeck.backends.config import ResolvedConfig, ServingConfig
+from pipedeck.backends.sim import SimBackend
 from pipedeck.backends.sim.backend import build_engine
 from pipedeck.backends.sim.scheduler import SimRequest
-from pipedeck.scenarios import load_scenario
+from pipedeck.scenarios import Scenario, load_scenario
+from pipedeck.scenarios.arrivals import ClosedLoop, Poisson
+from pipedeck.scenarios.lengths import Fixed
 
 CHUNK = 512
 
@@ -47,3 +52,19 @@ def test_unmixed_steps_are_all_prefill_or_all_decode(decode_in_budget):
     seen = batches(mixed_batches=False, decode_in_budget=decode_in_budget)
     assert all(prefill in (0, tokens) for prefill, tokens in seen)
     assert any(prefill == 0 for prefill, _ in seen) and any(prefill > 0 for prefill, _ in seen)
+
+
+@pytest.mark.parametrize("arrivals", ["closed", "open"])
+def test_a_request_overhead_delays_each_first_token_by_itself_and_nothing_else(arrivals):
+    """One request at a time: every TTFT grows by exactly the overhead, and the token gaps stay as they were."""
+    config = ServingConfig(model="qwen2.5-14b", hardware="a100-40g-pcie", tp=1, pp=1, chunk=CHUNK).resolve()
+    process, rate = (ClosedLoop(1), None) if arrivals == "closed" else (Poisson(), 0.5)  # far apart: no overlap
+    scenario = Scenario("one-by-one", "-", "-", "-", Fixed(300), Fixed(20), process, 12, rate=rate)
+
+    def run(overhead_ms: float):
+        hw = dataclasses.replace(config.hardware_profile, request_overhead_ms=overhead_ms)
+        return SimBackend().run(scenario, ResolvedConfig.of(config, config.model_profile, hw), timeline=False)
+
+    base, slow = run(0.0), run(5.0)
+    assert [t - 5e-3 for t in slow.ttfts()] == pytest.approx(list(base.ttfts()), abs=1e-12)
+    assert list(slow.tpots()) == pytest.approx(list(base.tpots()), abs=1e-12)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import tomllib
 from collections.abc import Callable
 from importlib import resources
 from pathlib import Path
@@ -23,6 +24,7 @@ from pipedeck.backends.profiles import (
     model_names,
 )
 from pipedeck.backends.profiles.build import numeric_fields
+from pipedeck.backends.profiles.writer import profile_toml
 from pipedeck.backends.sim.costs import BatchShape, CostModel
 
 HF = Path(__file__).parent / "data" / "hf"
@@ -293,6 +295,18 @@ def test_hardware_toml_efficiency_above_one_is_refused(tmp_path: Path) -> None:
     )
 
 
+def test_a_hardware_toml_may_carry_a_calibration_table_as_a_record(tmp_path: Path) -> None:
+    text = _packaged_text("hardware", "h100-sxm") + '\n[calibration]\nengine = "x"\n[[calibration.runs]]\nname = "a"\n'
+    path = tmp_path / "calibrated.toml"
+    path.write_text(text)
+    assert load_hardware(path) == load_hardware("h100-sxm")
+    path.write_text(_packaged_text("hardware", "h100-sxm").replace('name = "h100-sxm"', 'name = "h100-sxm"\ncalibration = 3'))
+    assert error_of(load_hardware, path) == f"hardware {path}: [calibration] must be a table, got 3"
+    path = tmp_path / "model.toml"
+    path.write_text(_packaged_text("models", "qwen2.5-14b") + '\n[calibration]\nengine = "x"\n')
+    assert error_of(load_model, path).startswith(f"model {path}: unknown field 'calibration'")
+
+
 def test_hardware_toml_needs_a_graph_collective_latency_with_a_source(tmp_path: Path) -> None:
     path = _edited_copy(tmp_path, "\ngraph_collective_latency_us = 15.0\n", "\n", *GPU)
     assert error_of(load_hardware, path) == (
@@ -384,3 +398,39 @@ def test_a_decode_step_pays_only_for_the_experts_it_touches() -> None:
         return busy[0] - comm[0]
 
     assert without_collectives(1) < 0.1 * without_collectives(128)
+
+
+def test_attention_with_few_query_rows_per_sequence_runs_less_efficiently() -> None:
+    """Attention at r query rows per sequence takes (r + half) / r of its time at full efficiency.
+
+    A decode has one row, so its attention costs 1 + half times more per key; a prefill chunk of 512 rows
+    (512 + half) / 512. The model is Qwen2.5-14B at TP1 on a profile whose memory is fast enough that
+    attention is never bound by its KV reads, so the difference is the attention term alone.
+    """
+    model = load_model("qwen2.5-14b")
+    fast = dataclasses.replace(load_hardware("a100-40g-pcie"), memory_bandwidth_gbs=1e9, gemm_tile_tokens=1)
+    half = dataclasses.replace(fast, attention_half_tokens=15.0)
+    decode = BatchShape(4, 0, 0.0, 0.0, 4 * 1000.0, 4 * 1000.0, 0, 4)
+    two_chunks = BatchShape(1024, 1024, 2 * 512 * 513 / 2, 2 * 512 * 513 / 2, 0.0, 0.0, 0, 2, prefill_chunks=2)
+
+    def attention(hw: HardwareProfile, shape: BatchShape) -> float:
+        costs = CostModel(model, hw, 1, (48,))
+        no_pairs = BatchShape(*shape[:2], 0.0, 0.0, 0.0, 0.0, *shape[6:])  # the same step without its attention
+        return costs.stage_costs(shape)[0][0] - costs.stage_costs(no_pairs)[0][0]
+
+    assert attention(half, decode) == pytest.approx(16 * attention(fast, decode))
+    assert attention(half, two_chunks) == pytest.approx((512 + 15) / 512 * attention(fast, two_chunks))
+
+
+@pytest.mark.parametrize("name", HARDWARE)
+def test_a_written_profile_loads_back_equal_with_its_sources_and_records(name: str, tmp_path: Path) -> None:
+    hardware = load_hardware(name)
+    records = {"calibration": {"engine": 'llama.cpp "b1"', "runs": [{"name": "a", "error": -0.05}], "fit": {"n": 2}}}
+    path = tmp_path / "written.toml"
+    path.write_text(profile_toml(hardware, records, comment="first line\nsecond line"))
+    loaded = load_hardware(path)
+    assert loaded == hardware and loaded.sources == hardware.sources
+    assert tomllib.loads(path.read_text())["calibration"] == records["calibration"]
+    unsourced = dataclasses.replace(hardware, sources={k: v for k, v in hardware.sources.items() if k != "peak_tflops"})
+    with pytest.raises(ValueError, match="peak_tflops: no source"):
+        profile_toml(unsourced)

@@ -17,6 +17,7 @@ class LinearChunkCost:
     """
 
     step_overhead_s = 0.0
+    request_overhead_s = 0.0
 
     def __init__(self, stages: int, t: float = 1.0, weights: tuple[float, ...] | None = None, transfer: float = 0.0):
         self.weights = weights or (1.0,) * stages
@@ -54,6 +55,7 @@ class ChunkShapeCost:
     """tau(c, L) = t * (c / CHUNK) * g(position of the chunk's middle, in chunks): linear g gives the linear law."""
 
     step_overhead_s = 0.0
+    request_overhead_s = 0.0
 
     def __init__(self, stages: int, g, t: float = 1.0):
         self.stages, self.g, self.t = stages, g, t

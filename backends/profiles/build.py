@@ -26,6 +26,9 @@ _POSITIVE = {
 _FRACTIONS = (
     "matmul_efficiency", "attention_efficiency", "memory_efficiency", "memory_utilization",
 )
+# Tables a profile file may carry as a record for its readers; the cost model reads none of them.
+# [calibration]: the runs `pipedeck calibrate` fitted the hardware's constants to, and its errors.
+_RECORDS = {ModelProfile: (), HardwareProfile: ("calibration",)}
 
 
 def numeric_fields(cls: type[ModelProfile] | type[HardwareProfile]) -> tuple[str, ...]:
@@ -41,6 +44,10 @@ def build_profile(cls: type[P], data: Mapping[str, Any], label: str) -> P:
     values: dict[str, Any] = {}
     for key, value in data.items():
         if key == "sources":
+            continue
+        if key in _RECORDS[cls]:
+            if not isinstance(value, Mapping):
+                raise ProfileError(f"{label}: [{key}] must be a table, got {value!r}")
             continue
         if key not in fields:
             raise ProfileError(f"{label}: unknown field {key!r}; allowed: {', '.join(fields)}")

@@ -99,4 +99,11 @@ class HardwareProfile:
     # Matmuls run in tiles of this many token rows: a batch one token past a tile
     # boundary pays for a whole extra tile (the step shape delay scheduling exploits).
     gemm_tile_tokens: int = 1
+    # Query rows per sequence at which attention reaches half of attention_efficiency (0: no fall-off).
+    # A prefill chunk has as many rows as tokens; a decode has one, so it runs at
+    # attention_efficiency / (1 + attention_half_tokens): one-row attention is a matrix-vector product.
+    attention_half_tokens: float = 0.0
+    # Host time from a request's arrival until the scheduler can run it (the API server reading,
+    # parsing and queueing it): it delays that request's first token, not the steps of others.
+    request_overhead_ms: float = 0.0
     sources: dict[str, str] = field(default_factory=dict, compare=False)

@@ -16,6 +16,10 @@ Per layer and per device (weights and heads sharded over the TP group):
 - attention: causal query-key pairs * FLOPs per pair at attention_efficiency,
   or the KV bytes it reads, whichever is slower; DSA sparse attention caps each
   query at index_topk keys and adds its indexer, which scores every prefix key;
+  like a matmul, attention runs less efficiently with few query rows per
+  sequence: at attention_efficiency * r / (r + attention_half_tokens) for r
+  rows, a prefill chunk's tokens or a decode's one (0, the default: no
+  fall-off, decode then bound by its KV reads as on GPUs and NPUs);
 - MLA prefill re-expands the cached latent prefix to full K/V for every chunk
   (vLLM's chunked-context MLA), a cost paid again for each chunk;
 - per-kernel launch overhead in eager mode (steps with prefill tokens);
@@ -51,6 +55,7 @@ class BatchShape(NamedTuple):
     decode_pairs_capped: float
     prefix_tokens: int  # cached prefix tokens the prefill chunks attend to
     sampled: int  # requests that emit a token at the end of this step
+    prefill_chunks: int = 1  # prompt chunks among the prefill tokens (one per prompt in the step)
 
 
 def capped_pairs(prefix: int, chunk: int, cap: int) -> float:
@@ -102,6 +107,7 @@ class CostModel:
         self._half = hw.matmul_half_tokens
         self._tile = hw.gemm_tile_tokens
         self._mm_eff = hw.matmul_efficiency
+        self._attn_half = hw.attention_half_tokens
         attn_rate = flops * hw.attention_efficiency
 
         # Attention projections: parameters per layer (each token costs 2 FLOPs per parameter).
@@ -143,6 +149,7 @@ class CostModel:
         self._launch_s = hw.kernels_per_layer * hw.kernel_launch_us * 1e-6
         self._sampling_s = hw.sampling_ms * 1e-3
         self.step_overhead_s = hw.step_overhead_ms * 1e-3  # host-side scheduling of one step
+        self.request_overhead_s = hw.request_overhead_ms * 1e-3  # the server taking in one request
         if tp > 1:
             ring = 2 * (tp - 1) / tp
             self._coll_lat = 2 * hw.collective_latency_us * 1e-6
@@ -176,11 +183,16 @@ class CostModel:
         attn_layer = matmul(self._proj_flops * n, n, self._proj_bytes)
         if self._sparse:
             pre, dec = b.prefill_pairs_capped, b.decode_pairs_capped
-            attn = pre * self._prefill_pair_s + dec * self._decode_pair_s
-            attn += (b.prefill_pairs + b.decode_pairs) * self._index_pair_s
         else:
             pre, dec = b.prefill_pairs, b.decode_pairs
+        half = self._attn_half
+        if half:  # query rows per sequence: a chunk's tokens in prefill, one in decode
+            rows = b.prefill_tokens / b.prefill_chunks if b.prefill_tokens else 1.0
+            attn = pre * self._prefill_pair_s * (rows + half) / rows + dec * self._decode_pair_s * (1.0 + half)
+        else:
             attn = pre * self._prefill_pair_s + dec * self._decode_pair_s
+        if self._sparse:
+            attn += (b.prefill_pairs + b.decode_pairs) * self._index_pair_s
         kv_read = (b.prefix_tokens + b.prefill_tokens + dec) * self._kv_token_s
         attn_layer += attn if attn > kv_read else kv_read
         if b.prefill_tokens:  # eager step: kernels launched one by one, collectives orchestrated by the host

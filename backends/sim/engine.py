@@ -14,7 +14,9 @@ each has stalled until the other arrived. With asynchronous transfers
 smallest-key work that has arrived, a send is queued on the link and
 overlaps compute, and a rank waits only when nothing has arrived. Up to `in_flight` micro-batches (slots) are in
 flight; when one leaves the last stage its tokens are emitted and the
-scheduler forms the next one for the freed slot.
+scheduler forms the next one for the freed slot. A request reaches the
+scheduler `request_overhead_ms` after it arrives (the server taking it in);
+its TTFT still counts from its arrival.
 
 Time accounting per rank: compute (kernels), exposed communication (TP
 collectives, blocked sends and receives, waiting on an in-flight transfer),
@@ -35,7 +37,7 @@ from ..policies.layouts import program_order
 from .costs import CostModel
 from .scheduler import FIRST_TOKEN, PREFILL, Batch, SimRequest, StepScheduler
 
-DONE, WAKE, ARRIVE, XFER = 0, 1, 2, 3
+DONE, WAKE, ARRIVE, XFER, ADMIT = 0, 1, 2, 3, 4
 FREE, COMPUTE, BLOCKED = 0, 1, 2
 SNAPSHOT_EVERY_S = 0.5
 
@@ -54,6 +56,7 @@ class Engine:
         self.sync = sync
         self.free_slots = list(range(in_flight))
         self.step_overhead = cost.step_overhead_s
+        self.request_overhead = cost.request_overhead_s
         self.learns = type(scheduler.policy).observe is not FixedChunk.observe
         self.timeline, self.observer = timeline, observer
         p = self.pp
@@ -118,6 +121,9 @@ class Engine:
                 dispatch(a, t)
             elif kind == XFER:
                 self._on_transfer(t, a)
+            elif kind == ADMIT:
+                self.sched.waiting.append(a)
+                self._try_schedule(t)
             else:
                 self._on_arrival(t)
             if observer is not None and t >= next_snapshot:
@@ -140,10 +146,14 @@ class Engine:
             self._push(self.pending[self.next_arrival].arrival, ARRIVE, None)
 
     def _release(self, t: float) -> None:
+        """The next request arrives at t; the scheduler sees it once the server has taken it in."""
         q = self.pending[self.next_arrival]
         q.arrival = t
         self.next_arrival += 1
-        self.sched.waiting.append(q)
+        if self.request_overhead:
+            self._push(t + self.request_overhead, ADMIT, q)
+        else:
+            self.sched.waiting.append(q)
 
     def _on_arrival(self, t: float) -> None:
         pending = self.pending

@@ -38,10 +38,16 @@ test needs to start one, with no binary or model downloaded from anywhere but Py
     decodes to complete ASCII text (one SSE event per token; the server holds back
     partial UTF-8 from byte tokens).
 
+``make_config(path) -> Path``
+    Writes the tiny model's architecture as a Hugging Face ``config.json`` (llama, the
+    shape above, float16), which pipedeck's ``--model`` reads as a model profile, so the
+    simulator can run the model the server serves (``pipedeck calibrate`` needs both).
+
 Command line::
 
-    python tests/live/llama_server.py --print-path        # build if needed; print the path
-    python tests/live/llama_server.py --make-model FILE   # write the tiny model to FILE
+    python tests/live/llama_server.py --print-path         # build if needed; print the path
+    python tests/live/llama_server.py --make-model FILE    # write the tiny model to FILE
+    python tests/live/llama_server.py --make-config FILE   # write its config.json to FILE
 
 Progress goes to stderr, the answer alone to stdout; failures are one line on stderr
 and exit status 1 (the build log's path is named when the build itself fails).
@@ -52,6 +58,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import hashlib
+import json
 import os
 import shutil
 import signal
@@ -393,6 +400,21 @@ def make_model(path: str | os.PathLike[str], *, seed: int = 0) -> Path:
     return path
 
 
+def make_config(path: str | os.PathLike[str]) -> Path:
+    """Write the tiny model's Hugging Face config.json to ``path`` and return its absolute path."""
+    path = Path(path).expanduser().resolve()
+    if not path.parent.is_dir():
+        raise FileNotFoundError(f"cannot write {path}: no directory {path.parent}")
+    config = {
+        "architectures": ["LlamaForCausalLM"], "model_type": "llama", "num_hidden_layers": N_LAYER,
+        "hidden_size": N_EMBD, "num_attention_heads": N_HEAD, "num_key_value_heads": N_HEAD,
+        "intermediate_size": N_FF, "vocab_size": N_VOCAB, "max_position_embeddings": N_CTX,
+        "rms_norm_eps": 1e-5, "tie_word_embeddings": False, "torch_dtype": "float16",  # make_model's matrices
+    }
+    path.write_text(json.dumps(config, indent=2) + "\n")
+    return path
+
+
 # --------------------------------------------------------------------------- CLI
 
 
@@ -402,6 +424,8 @@ def main(argv: list[str] | None = None) -> int:
     group.add_argument("--print-path", action="store_true",
                        help="build llama-server if it is not cached; print its absolute path")
     group.add_argument("--make-model", metavar="FILE", help="write the tiny test model (GGUF) to FILE")
+    group.add_argument("--make-config", metavar="FILE",
+                       help="write the tiny model's Hugging Face config.json (pipedeck's --model reads it) to FILE")
     parser.add_argument("--seed", type=int, default=0, help="random seed of --make-model (default 0)")
     args = parser.parse_args(argv)
     # A CI job cancelled with SIGTERM cleans up like Ctrl-C: no temporary build tree left.
@@ -409,6 +433,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.print_path:
             print(server_binary())
+        elif args.make_config:
+            print(make_config(args.make_config))
         else:
             print(make_model(args.make_model, seed=args.seed))
     except LlamaServerError as exc:

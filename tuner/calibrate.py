@@ -1,0 +1,339 @@
+"""Calibrate a hardware profile against a live server: plan runs, measure them, fit constants, score the rest.
+
+The plan is a small grid of synthetic workloads: prompt and output lengths
+around set medians, one request at a time, a closed loop at the server's
+concurrency, and Poisson arrivals at a share of the throughput that closed
+loop measured. It is scaled to the config, lengths to one request's share of
+the KV cache (kv_capacity / max_running) and concurrency to max_running (at
+most 8), so the same plan serves a tiny model on a CPU and a large one on a
+GPU. The held-out runs differ from the fitted ones in lengths and in load,
+not only in seeds. Every run is measured in several passes, one pass of the
+whole plan after another, each with seeds of its own (new prompts, which no
+prompt cache has seen during the calibration). A run's P50 TTFT and P50 TPOT
+are the medians over its passes of each pass's P50, so that a burst of load
+on the host, which slows one pass of a run, is outvoted by the others.
+
+The fit runs the simulator on exactly the requests each live run sent (the
+same scenario, seed and rate, so the same lengths and arrival times) with
+candidate constants, and minimises the log ratios of simulated to measured
+P50 TTFT and P50 TPOT of the fitted runs: scipy.optimize.least_squares
+(trust region reflective) within each constant's bounds, in log space from
+the starting profile's values. The starting profile's other constants stay
+as they are. Nothing here reads a model, engine or scenario name.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from typing import NamedTuple
+
+import numpy as np
+
+from ..backends.base import Backend
+from ..backends.config import ResolvedConfig
+from ..backends.errors import ConfigError
+from ..backends.profiles.schema import HardwareProfile
+from ..backends.registry import make_backend
+from ..backends.result import RequestRecord, RunResult
+from ..scenarios import PipedeckError, Scenario
+from ..scenarios.arrivals import ClosedLoop, Poisson
+from ..scenarios.lengths import LogNormal
+
+MAX_CONCURRENCY = 8  # the closed loop's concurrency: max_running, at most this
+PASSES = 3  # measurements of every run, pass after pass
+LONGEST_OUTPUT = 128  # median output tokens of the plan's longest answers
+SPREAD = 0.3  # lengths are lognormal around their median with this sigma, clipped to half and 1.5 times it
+SHORTEST_PROMPT = 8
+DIFF_STEP = 0.01  # finite differences of 1% in each constant
+TOLERANCE = 1e-4  # stop when a step changes the constants, or the sum of squares, by less (relative)
+MAX_EVALUATIONS = 300  # simulations of the fitted runs, the Jacobian's included
+FREE = math.log(1e3)  # a constant the runs pin no better than within a factor 1000 is free
+
+
+class CalibrationError(PipedeckError):
+    """The calibration cannot go on; one line naming what is missing or what failed."""
+
+
+@dataclass(frozen=True)
+class Constant:
+    """A hardware constant the calibration fits, its bounds, and its start when the profile's value is outside them."""
+
+    name: str
+    low: float
+    high: float
+    fallback: float
+    meaning: str
+
+
+FITTED = (
+    Constant("step_overhead_ms", 1e-3, 1e3, 1.0, "host time per scheduler step"),
+    Constant("request_overhead_ms", 1e-3, 1e4, 1.0, "host time from a request's arrival to its scheduling"),
+    Constant("matmul_efficiency", 1e-6, 1.0, 0.1, "share of peak FLOPs the linear layers reach"),
+    Constant("attention_efficiency", 1e-6, 1.0, 0.1, "share of peak FLOPs a prefill chunk's attention reaches"),
+    Constant("attention_half_tokens", 1e-2, 1e4, 1.0, "query rows at which attention runs at half that"),
+)
+
+
+@dataclass(frozen=True)
+class Point:
+    """One planned workload: median lengths; a closed loop, or Poisson at `load` x the `reference` run's throughput."""
+
+    name: str
+    prompt: int
+    output: int
+    requests: int
+    concurrency: int | None = None
+    load: float | None = None
+    reference: str | None = None
+    held_out: bool = False
+
+    def scenario(self, rate: float | None) -> Scenario:
+        """The workload as a scenario; open-loop points need the rate their reference gave.
+
+        Lengths vary around the point's (lognormal, clipped): requests of equal
+        lengths in a closed loop fall into lockstep, and a P50 taken between two
+        phases jumps from one to the other at the slightest change.
+        """
+        arrivals = ClosedLoop(self.concurrency) if self.concurrency else Poisson()
+        how = (f"{self.concurrency} at a time" if self.concurrency
+               else f"Poisson at {self.load:g}x {self.reference}'s rate")
+        return Scenario(
+            name=f"calibrate {self.name}",
+            description=f"~{self.prompt}-token prompts, ~{self.output}-token answers, {how}",
+            source="pipedeck calibrate's plan",
+            assumptions=f"lengths lognormal around their medians (sigma {SPREAD}, clipped to 0.5-1.5x), scaled to "
+                        "the config's KV share per request",
+            prompt=_around(self.prompt), output=_around(self.output), arrivals=arrivals, num_requests=self.requests,
+            rate=rate)
+
+
+def _around(median: int) -> LogNormal:
+    """Lengths lognormal around `median`, from half to one and a half times it."""
+    return LogNormal(median, SPREAD, min=max(1, median // 2), max=median * 3 // 2)
+
+
+def plan(config: ResolvedConfig) -> tuple[Point, ...]:
+    """The calibration's runs for `config`, in the order they are measured."""
+    share = config.kv_capacity // config.max_running
+    room = (share - LONGEST_OUTPUT * 3 // 2) * 2 // 3  # the longest prompt and answer drawn still fit
+    if room < 8 * SHORTEST_PROMPT:
+        raise CalibrationError(
+            f"kv_capacity: calibrate needs at least {12 * SHORTEST_PROMPT + LONGEST_OUTPUT * 3 // 2} tokens of KV "
+            f"cache per running request (kv_capacity / max_running), got {share}")
+    top = min(config.max_running, MAX_CONCURRENCY)
+    alone, loop, open_loop = 8, max(12, 6 * top), 16
+
+    def prompt(share_of_room: float) -> int:
+        return max(SHORTEST_PROMPT, int(room * share_of_room))
+
+    def closed(p: int, o: int, c: int, held_out: bool = False) -> Point:
+        return Point(f"p{p}-o{o}-c{c}", p, o, alone if c == 1 else loop, concurrency=c, held_out=held_out)
+
+    def poisson(reference: Point, load: float) -> Point:
+        return Point(f"p{reference.prompt}-o{reference.output}-x{load:g}", reference.prompt, reference.output,
+                     open_loop, load=load, reference=reference.name, held_out=reference.held_out)
+
+    busy_fit = closed(prompt(1 / 6), LONGEST_OUTPUT, top)
+    busy_held = closed(prompt(1 / 4), 96, top, held_out=True)
+    # Fitted and held-out runs alternate, so that a change of load on the host meets both alike.
+    return (
+        closed(prompt(1 / 32), LONGEST_OUTPUT, 1), closed(prompt(1 / 2), 48, 1, held_out=True),
+        closed(prompt(1 / 3), 64, 1), busy_held, busy_fit, poisson(busy_held, 0.5),
+        closed(prompt(9 / 10), 32, 1), closed(prompt(1), 24, top, held_out=True),
+        closed(prompt(2 / 3), 32, top), poisson(busy_fit, 0.3),
+    )
+
+
+@dataclass
+class Measured:
+    """A planned run as measured: its rate, and each pass's seed and result."""
+
+    point: Point
+    rate: float | None = None
+    passes: list[tuple[int, RunResult]] = field(default_factory=list)
+
+    @property
+    def records(self) -> list[RequestRecord]:
+        """The served requests of every pass."""
+        return [record for _, result in self.passes for record in result.records]
+
+    @property
+    def failed(self) -> int:
+        """Requests that were sent or due but not served."""
+        return sum(self.point.requests - len(result.records) for _, result in self.passes)
+
+    def throughput(self) -> float:
+        """Requests served per second in the first pass."""
+        result = self.passes[0][1]
+        return len(result.records) / result.makespan_s
+
+    def latency(self) -> tuple[float, float]:
+        """P50 TTFT and P50 TPOT (seconds): each pass's, the median over the passes."""
+        return across_passes([p50s(result.records) for _, result in self.passes])
+
+
+def p50s(records: Sequence[RequestRecord]) -> tuple[float, float]:
+    """P50 TTFT and P50 TPOT (seconds) of the records."""
+    return (float(np.percentile([r.ttft_s for r in records], 50)),
+            float(np.percentile([r.tpot_s for r in records], 50)))
+
+
+def across_passes(latencies: Sequence[tuple[float, float]]) -> tuple[float, float]:
+    """The median over passes of (P50 TTFT, P50 TPOT): one pass that a burst of host load slowed is outvoted."""
+    ttft, tpot = np.median(np.asarray(latencies), axis=0)
+    return float(ttft), float(tpot)
+
+
+def run_seed(seed: int, round_: int, index: int) -> int:
+    """The seed of run `index` in pass `round_`: its own in every pass and every run."""
+    return seed * 10_000 + round_ * 100 + index
+
+
+def measure(backend: Backend, config: ResolvedConfig, points: Sequence[Point], rounds: int = PASSES, seed: int = 0,
+            on_run: Callable[[Measured, int, RunResult], None] = lambda *_: None) -> list[Measured]:
+    """Run every point `rounds` times on `backend`, pass after pass; `on_run` hears each run as it ends.
+
+    Passes alternate direction through the plan, so that each run is measured
+    early in one pass and late in the next, beside other runs each time. An
+    open-loop point's rate is fixed in the first pass from its reference's
+    throughput, which the plan measures before it. A run that serves no
+    request is a CalibrationError.
+    """
+    measured = {point.name: Measured(point) for point in points}
+    for round_ in range(rounds):
+        order = list(enumerate(points))
+        for index, point in order if round_ % 2 == 0 else reversed(order):
+            runs = measured[point.name]
+            if point.load is not None and not runs.passes:
+                runs.rate = point.load * measured[point.reference].throughput()
+            run = run_seed(seed, round_, index)
+            result = backend.run(point.scenario(runs.rate), config, rate=runs.rate, seed=run, timeline=False)
+            if not result.records:
+                first = result.live.failed()[0].error if result.live and result.live.failed() else "none served"
+                raise CalibrationError(f"endpoint: run {point.name} (seed {run}) served no request ({first})")
+            runs.passes.append((run, result))
+            on_run(runs, round_, result)
+    return list(measured.values())
+
+
+class Row(NamedTuple):
+    """One planned run: measured and simulated P50 TTFT and TPOT (seconds), medians over its passes."""
+
+    point: Point
+    rate: float | None
+    served: int
+    failed: int
+    ttft: float
+    sim_ttft: float
+    tpot: float
+    sim_tpot: float
+
+    @property
+    def ttft_error(self) -> float:
+        return self.sim_ttft / self.ttft - 1
+
+    @property
+    def tpot_error(self) -> float:
+        return self.sim_tpot / self.tpot - 1
+
+
+@dataclass(frozen=True)
+class Fit:
+    """The calibrated constants, how well the runs pin each, and every run's errors with them."""
+
+    start: HardwareProfile
+    hardware: HardwareProfile  # the starting profile with the fitted values (sources unchanged)
+    spread: dict[str, float]  # one-sigma factor of each fitted constant (true value within it either way); inf: free
+    at_bound: dict[str, str]  # constants the fit left at a bound: "lower" or "upper"
+    rows: list[Row]
+    evaluations: int
+    message: str
+
+    def worst(self, held_out: bool) -> tuple[float, float]:
+        """The largest |error| of P50 TTFT and of P50 TPOT over the held-out (or the fitted) runs."""
+        rows = [r for r in self.rows if r.point.held_out == held_out]
+        return max(abs(r.ttft_error) for r in rows), max(abs(r.tpot_error) for r in rows)
+
+
+def simulate(measured: Sequence[Measured], config: ResolvedConfig,
+             hardware: HardwareProfile) -> list[tuple[float, float]]:
+    """P50 TTFT and TPOT of each run simulated on `hardware`: the same requests, arrivals and passes."""
+    # The fitted constants enter none of resolve()'s checks (memory, KV capacity), so the config stays valid.
+    resolved = ResolvedConfig.of(config, config.model_profile, hardware)
+    sim = make_backend("sim")
+    out = []
+    for runs in measured:
+        scenario = runs.point.scenario(runs.rate)
+        out.append(across_passes([p50s(sim.run(scenario, resolved, rate=runs.rate, seed=run, timeline=False).records)
+                                  for run, _ in runs.passes]))
+    return out
+
+
+def fit(measured: Sequence[Measured], config: ResolvedConfig, constants: Sequence[Constant] = FITTED,
+        max_evaluations: int = MAX_EVALUATIONS, on_evaluation: Callable[[int], None] = lambda _: None) -> Fit:
+    """Fit `constants` of the config's hardware profile to the fitted runs; score every run with the result."""
+    from scipy.optimize import least_squares
+
+    start = config.hardware_profile
+    fitted = [m for m in measured if not m.point.held_out]
+    medians = [m.latency() for m in fitted]
+    for m, (ttft, tpot) in zip(fitted, medians):
+        if min(ttft, tpot) <= 0:
+            raise CalibrationError(f"endpoint: run {m.point.name} has a P50 TTFT or TPOT of 0: its tokens reached "
+                                   "the client all at once, so there is no latency to fit")
+    targets = np.log(medians).ravel()
+    origin = np.array([_start_value(start, c) for c in constants])
+    low = np.log([c.low for c in constants] / origin)
+    high = np.log([c.high for c in constants] / origin)
+    evaluations = 0
+
+    def profile(x: np.ndarray) -> HardwareProfile:
+        return replace(start, **{c.name: float(v) for c, v in zip(constants, origin * np.exp(x))})
+
+    def residuals(x: np.ndarray) -> np.ndarray:
+        nonlocal evaluations
+        evaluations += 1
+        on_evaluation(evaluations)
+        try:
+            return np.log(simulate(fitted, config, profile(x))).ravel() - targets
+        except ConfigError:  # constants the config cannot run with (a request that can never fit, say)
+            return np.full(targets.shape, 10.0)
+
+    # max_nfev counts steps, not the len(constants) evaluations of each Jacobian
+    result = least_squares(residuals, np.zeros(len(constants)), bounds=(low, high), method="trf",
+                           diff_step=DIFF_STEP, ftol=TOLERANCE, xtol=TOLERANCE,
+                           max_nfev=max(1, max_evaluations // (len(constants) + 1)))
+    hardware = profile(result.x)
+    names = [c.name for c in constants]
+    inside = result.active_mask == 0  # a constant at a bound is held there: it takes no part in the spread
+    spread = dict.fromkeys(names, math.nan)
+    spread.update(zip((n for n, i in zip(names, inside) if i), _spread(result.jac[:, inside], result.fun)))
+    at_bound = {n: "lower" if side < 0 else "upper" for n, side in zip(names, result.active_mask) if side}
+    rows = [Row(m.point, m.rate, len(m.records), m.failed, *_pair(m.latency(), sim))
+            for m, sim in zip(measured, simulate(measured, config, hardware))]
+    return Fit(start, hardware, spread, at_bound, rows, evaluations, result.message)
+
+
+def _start_value(profile: HardwareProfile, constant: Constant) -> float:
+    """The profile's value when it lies within the bounds, else the constant's fallback."""
+    value = float(getattr(profile, constant.name))
+    return value if constant.low <= value <= constant.high else constant.fallback
+
+
+def _pair(measured: tuple[float, float], simulated: tuple[float, float]) -> tuple[float, float, float, float]:
+    return measured[0], simulated[0], measured[1], simulated[1]
+
+
+def _spread(jac: np.ndarray, fun: np.ndarray) -> list[float]:
+    """One-sigma factors of the fitted constants from the Jacobian in log space; inf where the runs leave one free."""
+    m, n = jac.shape
+    if n == 0:
+        return []
+    variance = float(fun @ fun) / max(m - n, 1)
+    _, singular, vt = np.linalg.svd(jac, full_matrices=False)
+    pinned = singular > singular[0] * 1e-6 if singular.size and singular[0] > 0 else np.zeros(n, bool)
+    free = np.any(np.abs(vt[~pinned]) > 1e-3, axis=0) if (~pinned).any() else np.zeros(n, bool)
+    sigma = np.sqrt(variance * np.sum((vt[pinned] / singular[pinned, None]) ** 2, axis=0))
+    return [math.inf if f or s > FREE else math.exp(s) for f, s in zip(free, sigma)]
