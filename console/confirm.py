@@ -11,6 +11,9 @@ naming its flag.
 
 from __future__ import annotations
 
+import functools
+import signal
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -54,6 +57,31 @@ def server_options(fn: Callable) -> Callable:
     )):
         fn = option(fn)
     return fn
+
+
+def interrupted_by_signals(fn: Callable) -> Callable:
+    """Make SIGTERM, and a SIGINT a shell ignored for a background job, interrupt `fn` as Ctrl-C does.
+
+    Without this, `kill PID` (or `timeout`) would end pipedeck at once and
+    leave a server it launched running, in the session of its own it has.
+    """
+    @functools.wraps(fn)
+    def wrapper(*args: object, **kwargs: object) -> object:
+        if threading.current_thread() is not threading.main_thread():
+            return fn(*args, **kwargs)
+        previous = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
+        for sig in previous:
+            signal.signal(sig, _interrupt)
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+    return wrapper
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
 
 
 @dataclass(frozen=True)
