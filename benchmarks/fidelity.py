@@ -725,12 +725,6 @@ def main(argv: list[str] | None = None) -> int:
         console.print(f"[dim]{time.perf_counter() - wall:6.0f} s  {text}[/dim]")
 
     loo = not args.skip_loo
-    if loo:
-        try:
-            import scipy.optimize  # noqa: F401
-        except ImportError:
-            print("leave-one-out skipped: it needs scipy, the 'fit' extra (pip install -e '.[fit]')")
-            loo = False
     sections = ("A", "B") if args.only is None else (args.only,)
     measured: dict[str, Measured] = {}
     with tempfile.TemporaryDirectory(prefix="pipedeck-fidelity-") as folder, \

@@ -9,6 +9,7 @@ import click
 import plotly.io as pio
 
 from ..store import RunStore, StoredRun
+from ..tuner.confidence import interval_text
 from ..tuner.slo import SLO, parse_slo
 from .options import check_writable
 from .plots import PlotRun, Section, latency_cdfs, metrics_table, page, run_name, time_breakdown, timelines
@@ -42,20 +43,33 @@ def compare(run_ids: tuple[int, ...], **opts: object) -> None:
         stored = [store.get_run(i) for i in run_ids]
         if slo is None:
             slo = study_slo(store, stored)
-    sections = write_compare_page(stored, slo, out, int(opts["max_spans"]))
+        intervals = trial_intervals(store, stored)
+    sections = write_compare_page(stored, slo, out, int(opts["max_spans"]), intervals)
     click.echo(f"wrote {out}")
     if opts["png"]:
         for line in write_pngs(sections, out):
             click.echo(line)
 
 
-def write_compare_page(stored: list[StoredRun], slo: SLO | None, out: Path,
-                       max_spans: int = MAX_SPANS) -> list[Section]:
+def write_compare_page(stored: list[StoredRun], slo: SLO | None, out: Path, max_spans: int = MAX_SPANS,
+                       intervals: dict[int, dict] | None = None) -> list[Section]:
     """Write the comparison page of these stored runs to `out`; return its sections (for the PNGs)."""
     sections = compare_sections(stored, slo, max_spans)
     title = f"pipedeck compare: runs {', '.join(str(s.id) for s in stored)}"
-    out.write_text(page(title, _meta(stored, slo), sections), encoding="utf-8")
+    out.write_text(page(title, _meta(stored, slo, intervals or {}), sections), encoding="utf-8")
     return sections
+
+
+def trial_intervals(store: RunStore, stored: list[StoredRun]) -> dict[int, dict]:
+    """Run id -> the goodput interval `tune --repeats` measured for the run's trial, where there is one."""
+    found = {}
+    for s in stored:
+        if s.study is None or s.trial is None:
+            continue
+        trial = next((t for t in store.trials(s.study) if t.number == s.trial), None)
+        if trial is not None and trial.metrics.get("goodput_ci"):
+            found[s.id] = trial.metrics["goodput_ci"]
+    return found
 
 
 def study_slo(store: RunStore, stored: list[StoredRun]) -> SLO | None:
@@ -64,12 +78,14 @@ def study_slo(store: RunStore, stored: list[StoredRun]) -> SLO | None:
     return next((slo_from_dict(limits[s.study]) for s in stored if limits.get(s.study or "")), None)
 
 
-def _meta(stored: list[StoredRun], slo: SLO | None) -> list[str]:
-    """The page's header lines: what each run is, and the SLO drawn."""
+def _meta(stored: list[StoredRun], slo: SLO | None, intervals: dict[int, dict]) -> list[str]:
+    """The page's header lines: what each run is (with its trial's goodput interval), and the SLO drawn."""
     lines = []
     for s in stored:
         r = s.result
         origin = f", study {s.study} trial {s.trial}" if s.study is not None else ""
+        if s.id in intervals:
+            origin += f", goodput {interval_text(intervals[s.id])}"
         lines.append(f"{run_name(s.id, r, s.label)}: {r.scenario}, {r.config.get('model')} on "
                      f"{r.config.get('hardware')}, {r.backend} backend, seed {r.seed}, "
                      f"stored {local_time(s.created_at)}{origin}")

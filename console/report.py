@@ -8,7 +8,9 @@ import click
 import optuna
 
 from ..store import RunStore, StudyRow, TrialRow
+from ..tuner.confidence import interval_text
 from ..tuner.objective import OBJECTIVES
+from ..tuner.verdict import Verdict, stored_verdict
 from ..tuner.study import open_storage
 from .options import check_writable
 from .plots import (
@@ -36,10 +38,9 @@ def report(name: str, **opts: object) -> None:
     with RunStore.open(db_path(opts), read_only=True, lock_timeout_s=READ_LOCK_WAIT_S) as store:
         row = store.get_study(name)
         trials = store.trials(name)
-        best = store.best_trial(name, _direction(row))
     study, storage_note = load_optuna(row)
     out.write_text(page(f"pipedeck report: study {name}", _meta(row, trials, storage_note),
-                        report_sections(row, trials, best, study)), encoding="utf-8")
+                        report_sections(row, trials, stored_verdict(row, trials), study)), encoding="utf-8")
     click.echo(f"wrote {out}")
 
 
@@ -81,10 +82,11 @@ def default_trial(trials: list[TrialRow]) -> TrialRow | None:
     return next((t for t in completed(trials) if t.params == first.params), None)
 
 
-def report_sections(row: StudyRow, trials: list[TrialRow], best: TrialRow | None,
+def report_sections(row: StudyRow, trials: list[TrialRow], verdict: Verdict | None,
                     study: optuna.Study | None) -> list[Section]:
     """The page's sections: notes stand in for figures the study has no data for."""
     label, direction = objective_label(row.objective), _direction(row)
+    best = next((t for t in trials if verdict is not None and t.number == verdict.winner.number), None)
     if not completed(trials):
         return [Section("No results yet", note=f"Study {row.name} has no completed trial: run pipedeck tune "
                                                f"--study {row.name} to add some.")]
@@ -105,5 +107,25 @@ def report_sections(row: StudyRow, trials: list[TrialRow], best: TrialRow | None
                 note="Each completed trial at its chunk size (the per-step token budget), one colour per pipeline "
                      "mode; a pruned trial sits at the rate at which it already failed the SLO."),
         Section("Best config", best_vs_default(best, default, row.objective, direction), key="best",
-                note="" if default is not None else "The engine-default trial (trial 0) has not completed."),
+                note=" ".join(filter(None, (verdict_note(verdict), confidence_note(best, default),
+                                            None if default is not None else
+                                            "The engine-default trial (trial 0) has not completed.")))),
     ]
+
+
+def verdict_note(verdict: Verdict | None) -> str:
+    """How many configs tie with the best and which knobs did not change the result."""
+    if verdict is None or len(verdict.ties) < 2:
+        return ""
+    inert = ", ".join(verdict.inert) or "none"
+    return (f"{len(verdict.ties)} configs tie within the goodput search's precision (trials "
+            f"{', '.join(str(t.number) for t in verdict.ties)}); trial {verdict.winner.number} is recommended for "
+            f"its latency headroom, then for changing the fewest knobs from the default. Knobs that did not change "
+            f"the result: {inert}.")
+
+
+def confidence_note(*trials: TrialRow | None) -> str:
+    """Each trial's goodput as a 95% interval over arrival traces, where `tune --repeats` measured one."""
+    parts = [f"trial {t.number}: {interval_text(t.metrics['goodput_ci'])}" for t in trials
+             if t is not None and t.metrics.get("goodput_ci")]
+    return "Goodput over arrival traces (mean and 95% interval): " + "; ".join(parts) + "." if parts else ""

@@ -21,7 +21,7 @@ from .confirm import (LivePlan, confirm_json, interrupted_by_signals, live_plan,
                       server_errors, server_options)
 from .export import export_best
 from .options import workload_options
-from .tunespec import DEFAULT_SCENARIO, TuneInputError, TuneInputs, build_spec, default_engine, value_text
+from .tunespec import DEFAULT_REPEATS, DEFAULT_SCENARIO, TuneInputError, TuneInputs, build_spec, default_engine, value_text
 
 
 @click.command()
@@ -37,6 +37,9 @@ from .tunespec import DEFAULT_SCENARIO, TuneInputError, TuneInputs, build_spec, 
 @click.option("--trials", type=int, default=None, help="Finished trials the study should have (default 50 unless --timeout).")
 @click.option("--timeout", type=float, default=None, help="Stop starting new trials after this many seconds.")
 @click.option("--jobs", type=int, default=1, show_default=True, help="Trials run in parallel processes.")
+@click.option("--repeats", type=int, default=None,
+              help=f"Arrival traces (seeds) the best and the default are measured on, for 95% goodput intervals "
+                   f"(default {DEFAULT_REPEATS} on the simulator, 1 on a live backend).")
 @click.option("--backend", type=click.Choice(list(BACKENDS)), default="sim", show_default=True,
               help="Backend every trial runs on (live: a server launched per trial, see --launch).")
 @server_options
@@ -90,13 +93,21 @@ def _spec_from_options(opts: dict[str, object], live: LivePlan) -> tuple[TuneSpe
         trials=opts["trials"], timeout=opts["timeout"], study=opts["study"], storage=opts["storage"],
         sampler=str(opts["sampler"]), seed=int(opts["seed"]), rate=opts["rate"], requests=opts["num_requests"],
         engine=_export_engine(opts, str(opts["hardware"])) or live.engine, backend=str(opts["backend"]),
-        backend_options=live.trial_options)
+        backend_options=live.trial_options,
+        repeats=_repeats(opts))
     try:
         spec = build_spec(inputs, str(opts["db"]))
     except TuneInputError as err:
         raise click.BadParameter(str(err), param_hint=f"--{err.field}") from None
     live.check(spec)
     return spec, int(opts["jobs"])
+
+
+def _repeats(opts: dict[str, object]) -> int:
+    """--repeats as given, else 5 seeds on the simulator and 1 on a live server (each is a goodput search)."""
+    if opts["repeats"] is not None:
+        return int(opts["repeats"])
+    return DEFAULT_REPEATS if opts["backend"] == "sim" and opts["objective"] in (None, "goodput") else 1
 
 
 def _export_engine(opts: dict[str, object], hardware: str) -> str | None:
@@ -121,23 +132,46 @@ def _print_outcome(spec: TuneSpec, outcome: TuneOutcome, exported: list) -> None
     table = Table()
     table.add_column("")
     for label, trial in shown:
-        table.add_column(f"{label} (trial {trial.number})", justify="right")
+        name = f"{spec.engine} default" if label == "default" else label  # the baseline is that engine's own
+        table.add_column(f"{name} (trial {trial.number})", justify="right")
     for name, cell in _ROWS:
         if name == "attainment" and spec.slo is None:
             continue
         table.add_row(name, *(cell(spec, t) for _, t in shown))
+        if name == "objective" and (outcome.best_ci or outcome.default_ci):
+            table.add_row(f"mean (95%), {spec.repeats} seeds", *(_interval_cell(spec, outcome, t) for _, t in shown))
     console.print(table)
     for label, trial in shown:
         if trial.metrics.get("capped"):
             console.print(f"[yellow]{label}: goodput capped by the workload[/]: the SLO still held with every request "
                           "arriving within one TTFT limit; rerun with more --requests")
+    if len(outcome.ties) > 1:
+        console.print(f"{len(outcome.ties)} configs tie within the search's {spec.precision:.0%} precision (trials "
+                      f"{', '.join(str(t.number) for t in outcome.ties)}); trial {outcome.best.number} has the most "
+                      "latency headroom, then the fewest changes from the default")
+        console.print(f"knobs that did not change the result: {', '.join(outcome.inert) or 'none'}")
     if outcome.ratio is not None:
-        console.print(f"best / default: [bold]{outcome.ratio:.2f}x[/] {_objective_column(spec.objective)} on the same traffic")
+        console.print(f"best / default: [bold]{outcome.ratio:.2f}x[/] {_objective_column(spec.objective)} on the "
+                      f"same traffic{_win_text(outcome)}")
     if outcome.best_run_id is not None:
         console.print(f"stored runs: best {outcome.best_run_id}, default {outcome.default_run_id} "
                       f"(pipedeck compare {outcome.best_run_id} {outcome.default_run_id} --out compare.html)")
     for path in exported:
         console.print(f"exported {path}")
+
+
+def _win_text(outcome: TuneOutcome) -> str:
+    """Whether the intervals call it a win (nothing without intervals)."""
+    if outcome.clear_win is None:
+        return ""
+    seeds = len(outcome.best_ci["seeds"])
+    return f"; a clear win over {seeds} seeds" if outcome.clear_win else \
+        f"; [yellow]not a clear win[/]: the 95% intervals over {seeds} seeds overlap"
+
+
+def _interval_cell(spec: TuneSpec, outcome: TuneOutcome, trial) -> str:
+    ci = outcome.best_ci if outcome.best is not None and trial.number == outcome.best.number else outcome.default_ci
+    return "-" if ci is None else f"{ci['mean']:.3g} ({ci['low']:.3g}-{ci['high']:.3g})"
 
 
 def _metric(key: str, fmt: str):
@@ -148,6 +182,7 @@ _ROWS = [
     ("mode", lambda spec, t: str(t.config["mode"])),
     ("tp x pp", lambda spec, t: f"{t.config['tp']} x {t.config['pp']}"),
     ("chunk", lambda spec, t: format_tokens(int(t.config["chunk"]))),
+    ("max running", lambda spec, t: str(t.config["max_running"])),
     ("layer split", lambda spec, t: ",".join(map(str, t.config["layer_split"]))),
     ("knobs", lambda spec, t: ", ".join(knob_settings(t.config)) or "-"),
     ("objective", lambda spec, t: value_text(spec.objective, t.value)),
@@ -161,18 +196,21 @@ def _objective_column(objective: str) -> str:
     return {"goodput": "goodput", "ttft": "mean TTFT", "throughput": "throughput"}[objective]
 
 
-def _trial_json(trial) -> dict[str, object] | None:
+def _trial_json(trial, ci: dict[str, object] | None = None) -> dict[str, object] | None:
     if trial is None:
         return None
     return {"trial": trial.number, "config": trial.config, "value": trial.value,
             "goodput_rps": trial.metrics.get("goodput_rps"), "attainment": trial.metrics.get("attainment"),
-            "metrics": trial.metrics}
+            "goodput_ci": ci, "metrics": trial.metrics}
 
 
 def _outcome_json(spec: TuneSpec, outcome: TuneOutcome, exported: list) -> dict[str, object]:
     return {"study": outcome.study, "trials": outcome.trials, "objective": spec.objective, "slo": spec.slo,
             "scenario": spec.scenario, "devices": spec.devices, "storage": spec.storage,
-            "best": _trial_json(outcome.best), "default": _trial_json(outcome.default), "ratio": outcome.ratio,
+            "baseline_engine": spec.engine, "precision": spec.precision,
+            "best": _trial_json(outcome.best, outcome.best_ci), "default": _trial_json(outcome.default, outcome.default_ci),
+            "ties": [_trial_json(t) for t in outcome.ties], "inert": list(outcome.inert),
+            "clear_win": outcome.clear_win, "ratio": outcome.ratio,
             "best_run_id": outcome.best_run_id, "default_run_id": outcome.default_run_id,
             "interrupted": outcome.interrupted, "exported": [str(p) for p in exported]}
 

@@ -16,13 +16,14 @@ from ..backends.memory import weight_bytes_per_device
 from ..backends.policies.modes import MODES
 from ..backends.registry import backend_entry
 from ..scenarios import PipedeckError, load_scenario
-from ..tuner.objective import TuneSpec
+from ..tuner.objective import TuneSpec, space_context
 from ..tuner.slo import parse_slo
-from ..tuner.space import SpaceContext, default_params, parse_fixes, suggest_config
+from ..tuner.space import default_params, parse_fixes, suggest_config
 from ..tuner.study import default_storage, make_sampler
 
 DEFAULT_SCENARIO = "azure-conv"
 DEFAULT_TRIALS = 50
+DEFAULT_REPEATS = 5  # seeds per finalist: a t-interval over 5 values is about +-1.2 standard deviations
 
 
 class TuneInputError(PipedeckError):
@@ -54,6 +55,7 @@ class TuneInputs:
     engine: str | None = None  # search only the modes this engine can run
     backend: str = "sim"  # the registered backend trials run on
     backend_options: dict[str, object] = field(default_factory=dict)  # its make_backend options (a live launch)
+    repeats: int = 1  # seeds the best and the default are measured on, for their intervals
 
 
 def default_devices(model: str, hardware: str) -> int:
@@ -90,6 +92,10 @@ def build_spec(inputs: TuneInputs, db: str | Path) -> TuneSpec:
                                              "(use azure-conv, sharegpt, cnn, cnn-reversed or --objective ttft)")
     if inputs.trials is not None and inputs.trials < 1:
         raise TuneInputError("trials", f"must be a positive integer, got {inputs.trials}")
+    if inputs.repeats < 1:
+        raise TuneInputError("repeats", f"must be a positive integer, got {inputs.repeats}")
+    if inputs.repeats > 1 and objective != "goodput":
+        raise TuneInputError("repeats", "intervals are measured for the goodput objective; use --repeats 1")
     if inputs.timeout is not None and not inputs.timeout > 0:
         raise TuneInputError("timeout", f"must be a positive number of seconds, got {inputs.timeout}")
     fixed = parse_fixes(list(inputs.fixes))
@@ -107,20 +113,22 @@ def build_spec(inputs: TuneInputs, db: str | Path) -> TuneSpec:
             if fixed.get("delay_scheduling"):
                 raise ConfigError(f"fix: delay scheduling cannot run on {engine.name}, the --format of --export")
             fixed.setdefault("delay_scheduling", False)
-    ctx = SpaceContext(inputs.model, inputs.hardware, devices, modes=modes)
-    default = suggest_config(optuna.trial.FixedTrial(default_params(ctx, fixed)), ctx, fixed)
-    ServingConfig(**default).resolve()  # the pins must leave at least the engine default runnable
     trials = inputs.trials if inputs.trials is not None else (None if inputs.timeout else DEFAULT_TRIALS)
     slo_text = slo.text() if slo else ""
     name = inputs.study or default_study_name(scenario.name, inputs.model, inputs.hardware, devices, objective,
                                               slo_text, "" if inputs.backend == "sim" else inputs.backend)
     make_sampler(inputs.sampler, 0)
-    return TuneSpec(study=name, storage=inputs.storage or default_storage(db), scenario=inputs.scenario,
+    spec = TuneSpec(study=name, storage=inputs.storage or default_storage(db), scenario=inputs.scenario,
                     model=inputs.model, hardware=inputs.hardware, devices=devices, objective=objective,
                     slo=slo_text or None, seed=inputs.seed, requests=inputs.requests, fixed=fixed,
                     sampler=inputs.sampler, trials=trials,
                     deadline=None if inputs.timeout is None else time.time() + inputs.timeout, modes=modes,
-                    backend=inputs.backend, backend_options=dict(inputs.backend_options))
+                    backend=inputs.backend, backend_options=dict(inputs.backend_options),
+                    engine=inputs.engine or default_engine(inputs.hardware), repeats=inputs.repeats)
+    ctx = space_context(spec)
+    default = suggest_config(optuna.trial.FixedTrial(default_params(ctx, fixed)), ctx, fixed)
+    ServingConfig(**default).resolve()  # the pins must leave at least the engine default runnable
+    return spec
 
 
 def value_text(objective: str, value: float) -> str:

@@ -22,6 +22,7 @@ from pipedeck.scenarios import load_scenario
 from pipedeck.store import RunStore
 from pipedeck.tuner.objective import TuneSpec
 from pipedeck.tuner.study import run_study
+from pipedeck.tuner.verdict import stored_verdict
 
 QWEN = dict(model="qwen2.5-14b", hardware="a100-40g-pcie", tp=2, pp=2)
 SLO = {"ttft": {"limit_s": 2.0, "percentile": 90.0}, "tpot": {"limit_s": 0.2, "percentile": 90.0}}
@@ -282,7 +283,7 @@ def test_report_shows_history_importances_chunks_and_best(capsys, study, tmp_pat
     assert not re.search(r"<script[^>]+src=", text) and "plotly.js v" in text
     with RunStore.open(db, read_only=True) as store:
         trials = store.trials(spec.study)
-        best = store.best_trial(spec.study)
+        best = stored_verdict(store.get_study(spec.study), trials).winner  # the trial `tune` recommends
     done = [t for t in trials if t.state == "COMPLETE"]
     assert {"Best Value"} <= {t.get("name") for t in found["history"]["data"]}
     objective = next(t for t in found["history"]["data"] if t.get("name") == "goodput (req/s)")

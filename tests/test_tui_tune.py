@@ -41,11 +41,11 @@ def test_a_five_trial_study_fills_the_table_and_the_best_config_exports(tmp_path
             engines = [name for name, engine in ENGINES.items() if mode in engine.modes]
             fill(tune, {"out": str(out), "engine": engines[0] if engines else "vllm"})
             await pilot.press("e")
-            if engines:
-                await wait_for(pilot, lambda: "wrote" in str(tune.query_one("#export-status", Static).content))
-            else:  # a mode no exporter supports yet: refused with the reason, as `pipedeck export` does
-                await wait_for(pilot, lambda: ("error", f"format: mode {mode} cannot run on vllm; engines that can: "
-                                                         "none") in notifications(app))
+            refused = lambda: [m for sev, m in notifications(app) if sev == "error" and m.startswith("format: ")]  # noqa: E731
+            await wait_for(pilot, lambda: "wrote" in str(tune.query_one("#export-status", Static).content) or refused())
+            # a config no engine runs (a mode, or delay scheduling, it lacks) is refused with the reason, as
+            # `pipedeck export` refuses it
+            assert out.exists() != bool(refused()) and all("\n" not in m for m in refused())
 
     asyncio.run(scenario())
     if out.exists():
@@ -63,6 +63,7 @@ def test_keys_are_answered_while_a_study_runs_and_pause_resumes_the_same_study(t
         app = PipedeckApp(db)
         async with app.run_test(size=SIZE) as pilot:
             tune = await open_tune(pilot)
+            fill(tune, {"trials": "500"})  # still running after the resume, however fast trials are
             app.simulate_key("s")
             await wait_for(pilot, lambda: tune.phase == "running")
             for key, mode in (("1", "live"), ("2", "tune")):  # answered at once, though the tuner keeps a core busy

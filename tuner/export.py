@@ -19,6 +19,7 @@ import yaml
 from ..backends.config import ResolvedConfig, ServingConfig
 from ..backends.launch import EnvVar, ExportError, Launch, ServingEngine, plan_launch
 from .objective import OBJECTIVES
+from .verdict import stored_verdict
 
 __all__ = ["BestConfig", "ExportError", "best_from_json", "best_from_store", "export_best", "write_export"]
 
@@ -122,17 +123,18 @@ class StudyStore(Protocol):
 
     def get_study(self, name: str) -> Any: ...
 
-    def best_trial(self, study: str, direction: str = "maximize") -> Any: ...
+    def trials(self, study: str) -> Any: ...
 
 
 def best_from_store(store: StudyStore, study: str) -> BestConfig:
-    """The best completed trial of a stored study, with the study's scenario, SLO and seed."""
+    """The trial a stored study recommends (ties broken as `tune` breaks them), with its scenario, SLO and seed."""
     row = store.get_study(study)
     if row.objective not in OBJECTIVES:
         raise ExportError(f"study: {study} has objective {row.objective!r}; known: {', '.join(OBJECTIVES)}")
-    trial = store.best_trial(study, OBJECTIVES[row.objective])
-    if trial is None or trial.config is None:
+    verdict = stored_verdict(row, store.trials(study))
+    if verdict is None:
         raise ExportError(f"study: {study} has no completed trial yet")
+    trial = verdict.winner
     return BestConfig(
         ServingConfig.from_dict(dict(trial.config)).resolve(), trial.metrics or {},
         study, trial.number, row.scenario, row.slo or None, (row.settings or {}).get("seed"),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -18,6 +19,7 @@ from .slo import SLO, parse_slo
 from .space import SpaceContext, suggest_config
 
 OBJECTIVES = {"goodput": "maximize", "ttft": "minimize", "throughput": "maximize"}
+PRECISION = 0.02  # relative width of a goodput search's final bracket; objectives this close tie
 FINISHED = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED)
 LIVE_PRECISION = 0.05  # goodput bracket for live servers: their goodput moves more than 2% between repeats
 LIVE_RUN_LIMIT_S = 600.0  # a live goodput search tries no rate at which the workload takes longer to arrive
@@ -50,9 +52,11 @@ class TuneSpec:
     sampler: str = "tpe"
     trials: int | None = None
     deadline: float | None = None  # time.time() after which no new trial starts
-    precision: float = 0.02
+    precision: float = PRECISION
     modes: tuple[str, ...] | None = None  # restrict the search to these modes (e.g. an engine's)
     backend: str = "sim"  # the registered backend every trial runs on
+    engine: str = "vllm"  # whose default config is the baseline trial
+    repeats: int = 1  # seeds each finalist's goodput is measured on, for its interval
     backend_options: dict[str, object] = field(default_factory=dict)  # make_backend's keyword options
 
     @property
@@ -67,7 +71,8 @@ class TuneSpec:
         log folder may change between invocations.
         """
         server = {k: self.backend_options[k] for k in SERVER_SETTINGS if k in self.backend_options} or None
-        return {"backend": self.backend, "scenario": self.scenario, "model": self.model, "hardware": self.hardware,
+        return {"backend": self.backend, "engine": self.engine, "scenario": self.scenario, "model": self.model,
+                "hardware": self.hardware,
                 "devices": self.devices, "objective": self.objective, "slo": self.slo, "seed": self.seed,
                 "requests": self.requests, "modes": list(self.modes) if self.modes else None, "fixed": {k: list(v) if isinstance(v, tuple) else v
                                                      for k, v in sorted(self.fixed.items())}, "server": server}
@@ -82,6 +87,13 @@ class Measurement:
     result: RunResult | None  # the run the value was measured on
     rate: float | None
     upper: float | None = None  # for pruned goodput searches: a rate known to fail
+
+
+def space_context(spec: TuneSpec) -> SpaceContext:
+    """The search space of `spec`: its cluster, its baseline engine and its workload's longest prompt."""
+    workload = load_scenario(spec.scenario).workload(seed=spec.seed, num_requests=spec.requests)
+    return SpaceContext(spec.model, spec.hardware, spec.devices, engine=spec.engine,
+                        longest_prompt=max(r.prompt_tokens for r in workload.requests), modes=spec.modes)
 
 
 class Evaluator:
@@ -159,6 +171,14 @@ def _latency_metrics(result: RunResult) -> dict[str, float]:
             "throughput_tok_s": s["throughput_tok_s"], "bubble_ratio": s["bubble_ratio"]}
 
 
+def finished_with(study: optuna.Study, config: dict[str, object]) -> optuna.trial.FrozenTrial | None:
+    """The first finished trial that measured `config` (repeats excluded), if any."""
+    key = json.dumps(config, sort_keys=True)  # a stored config's tuples come back as lists
+    return next((t for t in study.get_trials(deepcopy=False, states=FINISHED)
+                 if "duplicate_of" not in t.user_attrs and json.dumps(t.user_attrs.get("config"), sort_keys=True) == key),
+                None)
+
+
 def best_value(study: optuna.Study) -> float | None:
     """The best completed objective value so far, if any."""
     try:
@@ -173,7 +193,7 @@ class Objective:
     def __init__(self, spec: TuneSpec, stop: StopFlag | None = None):
         self.spec = spec
         self.evaluator = Evaluator(spec, stop)
-        self.ctx = SpaceContext(spec.model, spec.hardware, spec.devices, modes=spec.modes)
+        self.ctx = space_context(spec)
 
     def __call__(self, trial: optuna.Trial) -> float:
         draft = suggest_config(trial, self.ctx, self.spec.fixed)
@@ -185,6 +205,13 @@ class Objective:
             trial.set_user_attr("infeasible", str(err))
             raise optuna.TrialPruned(str(err)) from None
         trial.set_user_attr("config", config.to_dict())
+        earlier = finished_with(trial.study, trial.user_attrs["config"])
+        if earlier is not None:  # never measure a finished config twice: answer with its result
+            trial.set_user_attr("duplicate_of", earlier.number)
+            trial.set_user_attr("metrics", earlier.user_attrs.get("metrics", {}))
+            if earlier.state != optuna.trial.TrialState.COMPLETE:
+                raise optuna.TrialPruned(f"the same config as trial {earlier.number}, which was pruned")
+            return earlier.value
         prunable = self.spec.objective == "goodput" and "role" not in trial.user_attrs
         try:
             measured = self.evaluator.measure(config, best_value(trial.study) if prunable else None)

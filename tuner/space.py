@@ -16,26 +16,65 @@ from functools import cached_property
 import optuna
 
 from ..backends.config import ServingConfig, default_layer_split, parse_layer_split
+from ..backends.engine_defaults import EngineDefaults, engine_defaults
 from ..backends.errors import ConfigError
 from ..backends.knobs import KNOB_BY_FIELD
 from ..backends.policies.modes import MODES
+from ..backends.profiles.schema import HardwareProfile
 from ..backends.tokens import parse_tokens
 
 Draft = dict[str, object]  # ServingConfig fields decided so far
+MAX_RUNNING_RANGE = (8, 1024)  # vLLM's defaults are 256 and 1024; a few slots suit long prompts
+
+
+def _align_up(tokens: int, tile: int) -> int:
+    return -(-tokens // tile) * tile
 
 
 @dataclass(frozen=True)
 class SpaceContext:
-    """The cluster being tuned and the chunk grid."""
+    """The cluster being tuned, the engine whose defaults are the baseline, and the workload's longest prompt."""
 
     model: str
     hardware: str
     devices: int
-    chunk_min: int = 2048
-    chunk_max: int = 65536
-    chunk_step: int = 1024
-    engine_chunk: int = 8192  # vLLM's default --max-num-batched-tokens
+    engine: str = "vllm"  # the baseline trial is this engine's default config on this hardware
+    longest_prompt: int = 0  # the chunk range reaches past it, so a whole prompt fits one step
     modes: tuple[str, ...] | None = None  # the modes to search (None: every registered mode)
+
+    @cached_property
+    def hardware_profile(self) -> HardwareProfile:
+        return ServingConfig(model=self.model, hardware=self.hardware).hardware_profile
+
+    @cached_property
+    def baseline(self) -> EngineDefaults:
+        """The engine's own step budget and running-request cap on this hardware."""
+        return engine_defaults(self.engine, self.hardware_profile)
+
+    @cached_property
+    def tile(self) -> int:
+        """Chunks are multiples of the GEMM tile: a partial tile costs a whole one."""
+        return self.hardware_profile.gemm_tile_tokens
+
+    @cached_property
+    def chunk_range(self) -> tuple[int, int]:
+        """Tile-aligned bounds of the chunk, searched on a log scale.
+
+        Low: where a step's GEMMs reach 80% of their large-batch efficiency
+        (four times `matmul_half_tokens`); smaller chunks only add per-step
+        overhead. High: twice the longest prompt (a whole prompt in one step,
+        with room to pack another), at least 32 times the low end and the
+        engine's default.
+        """
+        hw = self.hardware_profile
+        low = _align_up(max(hw.gemm_tile_tokens, round(4 * hw.matmul_half_tokens)), self.tile)
+        high = _align_up(max(2 * self.longest_prompt, 32 * low, self.baseline.chunk), self.tile)
+        return low, high
+
+    @cached_property
+    def max_running_range(self) -> tuple[int, int]:
+        """Bounds of the running-request cap (log scale), wide enough to hold the engine's default."""
+        return min(MAX_RUNNING_RANGE[0], self.baseline.max_running), max(MAX_RUNNING_RANGE[1], self.baseline.max_running)
 
     @cached_property
     def layers(self) -> int:
@@ -68,6 +107,7 @@ class Dimension:
     suggest: Callable[[optuna.Trial, Draft, SpaceContext], Draft]
     default: Callable[[Draft, SpaceContext], dict[str, object]]  # engine default, as trial params
     active: Callable[[Draft], bool] = lambda draft: True
+    searched: bool = True  # False: only ever pinned with --fix, so never a knob the search could move
 
 
 DIMENSIONS: list[Dimension] = []
@@ -89,7 +129,7 @@ def dimension_for(flag: str) -> Dimension:
     raise ConfigError(f"fix: unknown dimension {flag!r}; allowed: {', '.join(flags)}")
 
 
-SHAPE_DIMENSIONS = ("parallelism", "mode", "chunk", "layer-split")  # shown on their own by the summaries
+SHAPE_DIMENSIONS = ("parallelism", "mode", "chunk", "max-running", "layer-split")  # shown on their own by the summaries
 
 
 def knob_settings(config: Draft) -> list[str]:
@@ -189,7 +229,15 @@ def _suggest_mode(trial: optuna.Trial, draft: Draft, ctx: SpaceContext) -> Draft
 
 
 def _suggest_chunk(trial: optuna.Trial, draft: Draft, ctx: SpaceContext) -> Draft:
-    return {"chunk": trial.suggest_int("chunk", ctx.chunk_min, ctx.chunk_max, step=ctx.chunk_step)}
+    """A log-scaled chunk snapped to the tile (uneven sizes such as 24K are tile multiples too)."""
+    low, high = ctx.chunk_range
+    return {"chunk": max(low, round(trial.suggest_int("chunk", low, high, log=True) / ctx.tile) * ctx.tile)}
+
+
+def _suggest_max_running(trial: optuna.Trial, draft: Draft, ctx: SpaceContext) -> Draft:
+    """The running-request cap, at most the chunk: vLLM refuses --max-num-seqs above --max-num-batched-tokens."""
+    return {"max_running": min(trial.suggest_int("max_running", *ctx.max_running_range, log=True),
+                               int(draft["chunk"]))}
 
 
 def _split_shape(draft: Draft, ctx: SpaceContext) -> tuple[tuple[int, ...], int]:
@@ -249,7 +297,9 @@ register_dimension(Dimension("parallelism", ("tp", "pp"), _int_field("tp and pp"
 register_dimension(Dimension("mode", ("mode",), _parse_mode, _suggest_mode,
                              lambda draft, ctx: {"mode": "cpp"} if int(draft["pp"]) > 1 else {}))
 register_dimension(Dimension("chunk", ("chunk",), lambda text: parse_tokens(text, "chunk"), _suggest_chunk,
-                             lambda draft, ctx: {"chunk": ctx.engine_chunk}))
+                             lambda draft, ctx: {"chunk": ctx.baseline.chunk}))
+register_dimension(Dimension("max-running", ("max_running",), _int_field("max_running"), _suggest_max_running,
+                             lambda draft, ctx: {"max_running": ctx.baseline.max_running}))
 register_dimension(Dimension("layer-split", ("layer_split",), parse_layer_split, _suggest_split, _default_split))
 register_dimension(Dimension(
     "smooth-factor", ("smooth_factor",), _parse_fraction,
@@ -288,9 +338,8 @@ register_dimension(knob_dimension(
     "base_unit", lambda trial, name: trial.suggest_categorical(name, (64, 128, 256)), _delaying))
 register_dimension(knob_dimension(
     "delay_mode", lambda trial, name: trial.suggest_categorical(name, ("auto", "tpot_first", "e2e_first")), _delaying))
-# pinned only, never searched (`--fix max-running=4 --fix kv-capacity=8192`): what a live engine must be told it
-# can hold, e.g. llama-server, which splits its KV cache (--ctx-size) over its slots (--parallel)
-register_dimension(Dimension("max-running", ("max_running",), KNOB_BY_FIELD["max_running"].check,
-                             lambda trial, draft, ctx: {}, lambda draft, ctx: {}, active=lambda draft: False))
+# pinned only, never searched (`--fix kv-capacity=8192`): what a live engine must be told it can hold, e.g.
+# llama-server, which splits its KV cache (--ctx-size) over its slots (--parallel)
 register_dimension(Dimension("kv-capacity", ("kv_capacity",), lambda text: parse_tokens(text, "kv_capacity"),
-                             lambda trial, draft, ctx: {}, lambda draft, ctx: {}, active=lambda draft: False))
+                             lambda trial, draft, ctx: {}, lambda draft, ctx: {}, active=lambda draft: False,
+                             searched=False))

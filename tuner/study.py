@@ -9,6 +9,7 @@ file only for each write so other commands can read it meanwhile.
 
 from __future__ import annotations
 
+import dataclasses
 import multiprocessing
 import os
 import queue
@@ -29,9 +30,11 @@ from optuna.trial import FrozenTrial, TrialState
 from ..backends.config import ServingConfig
 from ..backends.errors import ConfigError
 from ..store import RunStore
-from .objective import FINISHED, Evaluator, Objective, TuneInterrupted, TuneSpec
+from .confidence import interval, separated
+from .objective import FINISHED, Evaluator, Objective, TuneInterrupted, TuneSpec, space_context
 from .slo import parse_slo
-from .space import SpaceContext, default_params
+from .space import default_params
+from .verdict import Finished, decide
 
 SAMPLERS = ("tpe", "random")
 POLL_S = 0.25
@@ -94,6 +97,17 @@ class TuneOutcome:
     best_run_id: int | None
     default_run_id: int | None
     interrupted: bool
+    ties: tuple[TrialSummary, ...] = ()  # distinct configs within the precision of the best, the best included
+    inert: tuple[str, ...] = ()  # knobs (--fix names) whose value differs among the ties
+    best_ci: dict[str, object] | None = None  # goodput over --repeats seeds: mean, 95% interval
+    default_ci: dict[str, object] | None = None
+
+    @property
+    def clear_win(self) -> bool | None:
+        """Whether the best's interval lies above the default's; None without intervals."""
+        if self.best_ci is None or self.default_ci is None:
+            return None
+        return separated(self.best_ci, self.default_ci, self.direction)
 
     @property
     def ratio(self) -> float | None:
@@ -117,11 +131,16 @@ def _work(spec: TuneSpec, stop: object, index: int, in_process: bool) -> None:
     if not in_process:
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent handles Ctrl-C
     optuna.logging.set_verbosity(optuna.logging.ERROR)  # no traceback for a trial a stop cut short
-    study = optuna.load_study(study_name=spec.study, storage=open_storage(spec.storage),
-                              sampler=make_sampler(spec.sampler, spec.seed + index))
+    storage = open_storage(spec.storage)
+    # A resumed study gets a fresh seed stream: the same seed would propose the trials it already ran.
+    started = len(optuna.load_study(study_name=spec.study, storage=storage).get_trials(deepcopy=False))
+    study = optuna.load_study(study_name=spec.study, storage=storage,
+                              sampler=make_sampler(spec.sampler, spec.seed + 1000 * started + index))
+    cap = None if spec.trials is None else started + 3 * spec.trials  # a space smaller than --trials ends
 
     def stop_when_done(study: optuna.Study, trial: FrozenTrial) -> None:
         if stop.is_set() or (spec.trials is not None and _finished(study) >= spec.trials) or \
+                (cap is not None and len(study.get_trials(deepcopy=False)) >= cap) or \
                 (spec.deadline is not None and time.time() >= spec.deadline):
             study.stop()
 
@@ -142,7 +161,8 @@ def _work(spec: TuneSpec, stop: object, index: int, in_process: bool) -> None:
 
 
 def _finished(study: optuna.Study) -> int:
-    return len(study.get_trials(deepcopy=False, states=FINISHED))
+    """Finished trials that measured a config of their own (a repeat of a finished config is not counted)."""
+    return sum("duplicate_of" not in t.user_attrs for t in study.get_trials(deepcopy=False, states=FINISHED))
 
 
 def _alive(pid: int) -> bool:
@@ -203,8 +223,7 @@ def create_or_resume(spec: TuneSpec) -> tuple[optuna.Study, bool]:
         return study, False
     study = optuna.create_study(study_name=spec.study, storage=storage, direction=spec.direction)
     study.set_user_attr("pipedeck", spec.settings())
-    ctx = SpaceContext(spec.model, spec.hardware, spec.devices, modes=spec.modes)
-    study.enqueue_trial(default_params(ctx, spec.fixed), user_attrs={"role": "default"})
+    study.enqueue_trial(default_params(space_context(spec), spec.fixed), user_attrs={"role": "default"})
     return study, True
 
 
@@ -234,16 +253,19 @@ class StoreSync:
     def __call__(self) -> None:
         new = [t for t in self.study.get_trials(deepcopy=False, states=FINISHED + (TrialState.FAIL,))
                if t.number not in self.synced]
-        if not new:
-            return
+        for t in new:
+            self.save(t)
+
+    def save(self, t: FrozenTrial, extra_metrics: dict[str, object] | None = None) -> None:
+        """Write one trial to the run store (again, with `extra_metrics` added, for a finalist's interval)."""
+        duration = (t.datetime_complete - t.datetime_start).total_seconds() \
+            if t.datetime_complete and t.datetime_start else None
         with open_store(self.db) as store:
-            for t in new:
-                duration = (t.datetime_complete - t.datetime_start).total_seconds() \
-                    if t.datetime_complete and t.datetime_start else None
-                store.save_trial(self.study.study_name, t.number, state=t.state.name, params=t.params,
-                                 config=t.user_attrs.get("config"), metrics=t.user_attrs.get("metrics", {}),
-                                 objective=t.value, duration_s=duration)
-                self.synced.add(t.number)
+            store.save_trial(self.study.study_name, t.number, state=t.state.name, params=t.params,
+                             config=t.user_attrs.get("config"),
+                             metrics={**t.user_attrs.get("metrics", {}), **(extra_metrics or {})},
+                             objective=t.value, duration_s=duration)
+        self.synced.add(t.number)
 
 
 def run_study(spec: TuneSpec, db: str | Path, jobs: int = 1,
@@ -304,15 +326,24 @@ def _progress(study: optuna.Study, spec: TuneSpec) -> Progress:
 
 
 def _outcome(spec: TuneSpec, study: optuna.Study, db: str | Path, interrupted: bool) -> TuneOutcome:
-    """Summaries of the best and default trials, with their runs re-measured and stored with timelines."""
-    best = study.best_trial if any(t.state == TrialState.COMPLETE for t in study.get_trials(deepcopy=False)) else None
+    """The verdict (best, ties, inert knobs), the finalists' intervals, and their runs stored with timelines."""
     default = _default_trial(study)
+    complete = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+    limits = {limit.metric: limit.limit_s for limit in parse_slo(spec.slo).limits} if spec.slo else {}
+    verdict = decide([Finished(t.number, t.user_attrs.get("config", {}), t.user_attrs.get("metrics", {}), t.value)
+                      for t in complete], spec.direction, spec.precision, limits,
+                     default.user_attrs.get("config") if default else None)
+    best = next(t for t in complete if t.number == verdict.winner.number) if verdict else None
+    finalists = {t.number: t for t in (best, default) if t is not None}
+    intervals = {} if interrupted else {n: _interval(spec, study, t) for n, t in finalists.items()}
     with open_store(db) as store:
         run_ids = {row.trial: row.id for row in store.list_runs(study=spec.study)
                    if row.trial is not None and row.label in ("best", "default")}  # not other runs of a trial
     if not interrupted:
         evaluator = Evaluator(spec)
-        for number, trial in {t.number: t for t in (best, default) if t is not None}.items():
+        for number, trial in finalists.items():
+            if intervals.get(number):
+                StoreSync(db, study).save(trial, {"goodput_ci": intervals[number]})
             if number in run_ids:  # measured and stored by an earlier invocation
                 continue
             config = ServingConfig.from_dict(trial.user_attrs["config"]).resolve()
@@ -330,4 +361,23 @@ def _outcome(spec: TuneSpec, study: optuna.Study, db: str | Path, interrupted: b
         study=spec.study, direction=spec.direction, trials=_finished(study),
         best=summarize(best) if best else None, default=summarize(default) if default else None,
         best_run_id=run_ids.get(best.number) if best else None,
-        default_run_id=run_ids.get(default.number) if default else None, interrupted=interrupted)
+        default_run_id=run_ids.get(default.number) if default else None, interrupted=interrupted,
+        ties=tuple(summarize(next(t for t in complete if t.number == tie.number)) for tie in verdict.ties)
+        if verdict else (),
+        inert=verdict.inert if verdict else (),
+        best_ci=intervals.get(best.number) if best else None,
+        default_ci=intervals.get(default.number) if default else None)
+
+
+def _interval(spec: TuneSpec, study: optuna.Study, trial: FrozenTrial) -> dict[str, object] | None:
+    """The trial's goodput over `spec.repeats` seeds (its own measurement first), kept in the study to reuse."""
+    if spec.objective != "goodput" or spec.repeats < 2:
+        return None
+    key = f"goodput_ci/{trial.number}/{spec.repeats}"
+    if key not in study.user_attrs:
+        config = ServingConfig.from_dict(trial.user_attrs["config"]).resolve()
+        seeds = [spec.seed + k for k in range(spec.repeats)]
+        values = [trial.value] + [Evaluator(dataclasses.replace(spec, seed=seed)).measure(config).value or 0.0
+                                  for seed in seeds[1:]]
+        study.set_user_attr(key, interval(values, seeds))
+    return study.user_attrs[key]

@@ -264,9 +264,12 @@ class TuneScreen(View):
 
         def progress(p: Progress) -> None:
             nonlocal shown, trials
-            if shown is None or p.finished != shown.finished:  # the store gains trials only as they finish
+            # the store gains trials as they finish, and may lag the study's count by a sync
+            if shown is None or p.finished != shown.finished or len(trials) < p.finished:
                 with open_store(self.session.db) as store:
-                    trials = store.trials(spec.study)
+                    fresh = store.trials(spec.study)
+                if len(fresh) != len(trials):
+                    trials, shown = fresh, None
             if p != shown:
                 shown = p
                 self.post_message(TrialsUpdated(p, trials))
@@ -312,6 +315,8 @@ class TuneScreen(View):
     def on_tune_ended(self, message: TuneEnded) -> None:
         outcome = message.outcome
         self.finished = outcome.trials
+        if outcome.best is not None:  # the recommended trial: ties are broken as `pipedeck tune` breaks them
+            self.best = outcome.best.number
         self._show_best(outcome.ratio)
         if outcome.interrupted:
             self._set_phase("paused")

@@ -1,0 +1,41 @@
+"""The study's verdict: ties within the search's precision, the tie-break, and the knobs that did not matter."""
+
+from __future__ import annotations
+
+from pipedeck.backends.config import ServingConfig
+from pipedeck.tuner.verdict import Finished, changes, decide, inert_knobs
+
+LIMITS = {"ttft": 2.0, "tpot": 0.2}
+BASE = ServingConfig(chunk=2048, max_running=256).to_dict()
+
+
+def trial(number: int, value: float, ttft: float = 1.0, tpot: float = 0.1, **config: object) -> Finished:
+    return Finished(number, {**BASE, **config}, {"ttft_p90_s": ttft, "tpot_p90_s": tpot}, value)
+
+
+def test_configs_within_the_precision_tie_and_the_one_with_most_headroom_wins():
+    trials = [trial(0, 2.0), trial(1, 3.00, ttft=1.9, chunk=8192), trial(2, 2.97, ttft=1.0, chunk=16384),
+              trial(3, 2.90, ttft=0.5, chunk=4096)]
+    verdict = decide(trials, "maximize", 0.02, LIMITS, BASE)
+    assert [t.number for t in verdict.ties] == [1, 2]  # 2.90 is more than 2% below 3.00
+    assert verdict.winner.number == 2 and verdict.inert == ("chunk",)
+
+
+def test_equal_headroom_goes_to_the_fewest_changes_from_the_baseline():
+    trials = [trial(1, 3.0, chunk=8192, max_running=64, delay_scheduling=True), trial(2, 3.0, chunk=8192)]
+    verdict = decide(trials, "maximize", 0.02, LIMITS, BASE)
+    assert verdict.winner.number == 2 and set(verdict.inert) == {"max-running", "delay-scheduling"}
+    assert changes(trials[0].config, BASE) == 3 and changes(trials[1].config, BASE) == 1
+
+
+def test_a_lower_is_better_objective_ties_from_below_and_one_config_has_no_inert_knobs():
+    trials = [trial(0, 1.00), trial(1, 1.01, chunk=4096), trial(2, 1.5, chunk=512)]
+    verdict = decide(trials, "minimize", 0.02, LIMITS, BASE)
+    assert [t.number for t in verdict.ties] == [0, 1] and verdict.winner.number == 0
+    assert decide([trials[2]], "minimize", 0.02, LIMITS, BASE).inert == ()
+    assert inert_knobs([BASE, BASE]) == () and decide([], "maximize", 0.02, LIMITS, BASE) is None
+
+
+def test_the_same_config_twice_is_one_tie():
+    verdict = decide([trial(3, 3.0, chunk=8192), trial(5, 3.0, chunk=8192)], "maximize", 0.02, LIMITS, BASE)
+    assert [t.number for t in verdict.ties] == [3] and verdict.inert == ()

@@ -1,0 +1,106 @@
+"""Which finished trial a study recommends, which configs tie with it, and which knobs did not matter.
+
+A goodput is known only to the search's precision: the true rate lies
+between the highest rate that met the SLO and the lowest that failed, at
+most `precision` apart. Configs whose objective is within that precision of
+the best cannot be told apart, so they tie. Among ties the recommendation
+is the one with the most latency headroom at its goodput rate (P90 TTFT and
+TPOT over their SLO limits, summed), and among those (again within the
+precision) the one that changes the fewest knobs from the baseline. A knob
+whose value differs between tied configs did not change the result.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from ..store import StudyRow, TrialRow
+from .objective import OBJECTIVES, PRECISION
+from .space import DIMENSIONS
+
+HEADROOM_METRICS = (("ttft", "ttft_p90_s"), ("tpot", "tpot_p90_s"))
+
+
+@dataclass(frozen=True)
+class Finished:
+    """A completed trial as the verdict sees it."""
+
+    number: int
+    config: dict[str, object]
+    metrics: dict[str, object]
+    value: float
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """The recommended trial, every distinct config tied with the best (it included), and the inert knobs."""
+
+    winner: Finished
+    ties: tuple[Finished, ...]
+    inert: tuple[str, ...]  # --fix names of the knobs whose value differs among the ties
+
+
+def decide(trials: Sequence[Finished], direction: str, precision: float, limits: Mapping[str, float],
+           baseline: Mapping[str, object] | None) -> Verdict | None:
+    """The verdict over completed trials (None if there are none); `limits` maps ttft/tpot to SLO seconds."""
+    if not trials:
+        return None
+    best = max(t.value for t in trials) if direction == "maximize" else min(t.value for t in trials)
+    ties = _distinct([t for t in trials if _within(t.value, best, precision)])
+    lowest = min(_load(t, limits) for t in ties)
+    roomiest = [t for t in ties if _within(_load(t, limits), lowest, precision)]
+    winner = min(roomiest, key=lambda t: (changes(t.config, baseline), _load(t, limits), t.number))
+    return Verdict(winner, tuple(sorted(ties, key=lambda t: t.number)), inert_knobs([t.config for t in ties]))
+
+
+def changes(config: Mapping[str, object], baseline: Mapping[str, object] | None) -> int:
+    """How many searched knobs `config` sets differently from `baseline` (0 without a baseline)."""
+    if baseline is None:
+        return 0
+    return sum(_knob(config, dim.fields) != _knob(baseline, dim.fields) for dim in DIMENSIONS if dim.searched)
+
+
+def inert_knobs(configs: Sequence[Mapping[str, object]]) -> tuple[str, ...]:
+    """The knobs (by --fix name) that take more than one value among `configs`."""
+    if len(configs) < 2:
+        return ()
+    return tuple(dim.flag for dim in DIMENSIONS if dim.searched and len({_knob(c, dim.fields) for c in configs}) > 1)
+
+
+def _knob(config: Mapping[str, object], fields: tuple[str, ...]) -> str:
+    return json.dumps([config.get(f) for f in fields])
+
+
+def _within(value: float, best: float, precision: float) -> bool:
+    """Whether `value` cannot be told from `best` at this relative precision (either direction)."""
+    low, high = sorted((value, best))
+    return high <= low * (1 + precision) if low > 0 else high == low
+
+
+def _load(trial: Finished, limits: Mapping[str, float]) -> float:
+    """P90 TTFT and TPOT at the trial's measured rate, each over its SLO limit (raw seconds without one)."""
+    return sum(float(trial.metrics.get(key) or 0.0) / limits.get(metric, 1.0) for metric, key in HEADROOM_METRICS)
+
+
+def _distinct(trials: Sequence[Finished]) -> list[Finished]:
+    """One trial per config (the first measured), in trial order."""
+    seen: dict[str, Finished] = {}
+    for t in sorted(trials, key=lambda t: t.number):
+        seen.setdefault(json.dumps(t.config, sort_keys=True), t)
+    return list(seen.values())
+
+
+def finished_rows(rows: Sequence[TrialRow]) -> list[Finished]:
+    """The completed trials among stored trial rows."""
+    return [Finished(r.number, r.config, r.metrics, r.objective) for r in rows
+            if r.state == "COMPLETE" and r.config is not None and r.objective is not None and r.objective == r.objective]
+
+
+def stored_verdict(study: StudyRow, rows: Sequence[TrialRow]) -> Verdict | None:
+    """The verdict on a stored study; its baseline is its first trial (the engine default is enqueued first)."""
+    baseline = min(rows, key=lambda r: r.number).config if rows else None
+    limits = {metric: float(limit["limit_s"]) for metric, limit in (study.slo or {}).items()}
+    return decide(finished_rows(rows), OBJECTIVES.get(study.objective or "", "maximize"), PRECISION, limits,
+                  baseline)
