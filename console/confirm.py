@@ -180,8 +180,8 @@ def server_log_dir(db: object) -> Path:
     return path.with_name(f"{path.stem}-servers")
 
 
-def run_confirm(spec: TuneSpec, plan: LivePlan, db: str | Path, quiet: bool) -> list[ConfirmRow]:
-    """Measure the study's candidates live, with a progress line on stderr unless `quiet`."""
+def run_confirm(spec: TuneSpec, plan: LivePlan, db: str | Path, best: int | None, quiet: bool) -> list[ConfirmRow]:
+    """Measure the study's candidates live (the recommended trial `best` first); progress on stderr unless `quiet`."""
     with Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(),
                   console=Console(stderr=True), transient=True, disable=quiet) as bar:
         task = bar.add_task("confirming", total=None)
@@ -190,7 +190,7 @@ def run_confirm(spec: TuneSpec, plan: LivePlan, db: str | Path, quiet: bool) -> 
             bar.update(task, description=f"confirming {index + 1}/{total}: trial {trial.number} ({role}) "
                                          f"on {plan.engine or plan.options['endpoint']}")
 
-        return confirm_study(spec, db, plan.options, plan.top, on_row=show)
+        return confirm_study(spec, db, plan.options, plan.top, best, on_row=show)
 
 
 def server_errors(spec: TuneSpec) -> list[dict[str, object]]:

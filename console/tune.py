@@ -67,8 +67,8 @@ def tune(**opts: object) -> None:
             bar.update(task, completed=p.finished, description=f"{spec.study}: {best}")
 
         outcome = run_study(spec, opts["db"], jobs=jobs, on_progress=show)
-    confirmed = run_confirm(spec, live, opts["db"], bool(opts["as_json"])) \
-        if live.confirm and not outcome.interrupted else None
+    confirmed = run_confirm(spec, live, opts["db"], outcome.best.number if outcome.best else None,
+                            bool(opts["as_json"])) if live.confirm and not outcome.interrupted else None
     exported = _export(spec, outcome, opts) if opts["export_dir"] and outcome.best else []
     errors = server_errors(spec)
     if opts["as_json"]:

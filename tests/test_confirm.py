@@ -38,14 +38,14 @@ TUNE = [*UNPINNED, *PINS]
 
 
 def processes_serving(model: Path) -> list[int]:
-    """PIDs of the fake engines serving `model` (their command line names it; pipedeck's own is a python -m)."""
+    """PIDs of fake engines serving `model`: `python .../fake_engine.py --model MODEL ...` (not the tune naming them)."""
     pids = []
     for entry in Path("/proc").iterdir():
         try:
             words = (entry / "cmdline").read_bytes().split(b"\0") if entry.name.isdigit() else []
         except OSError:
             continue  # gone meanwhile, or not ours to read
-        if b"fake_engine.py" in b" ".join(words) and str(model).encode() in words:
+        if len(words) > 1 and words[1].endswith(b"fake_engine.py") and str(model).encode() in words:
             pids.append(int(entry.name))
     return pids
 
@@ -90,6 +90,9 @@ def test_confirm_takes_the_top_distinct_configs_and_the_default():
         ("top 1", 1), ("top 2", 3), ("default", 0)]
     assert [(role, t.number) for role, t in candidates(study, "maximize", 4)] == [
         ("top 1", 1), ("top 2", 3), ("top 3", 4), ("top 4, default", 0)]
+    # the trial the study recommends (a tie broken by headroom, say) leads, whatever its value
+    assert [(role, t.number) for role, t in candidates(study, "maximize", 2, best=4)] == [
+        ("top 1", 4), ("top 2", 1), ("default", 0)]
 
 
 def test_ranks_share_ties_and_leave_failed_rows_out():
@@ -113,6 +116,7 @@ def test_confirm_live_measures_the_top_configs_on_a_server_launched_for_each(mod
                              "--program", FAKE, "--model-path", str(model)])
     rows = out["confirm"]
     assert rows[0]["role"].startswith("top 1") and sum("default" in r["role"] for r in rows) == 1
+    assert rows[0]["trial"] == out["best"]["trial"]  # the recommended config leads
     first, rest = rows[0], rows[1:]
     assert first["measured"] is None and first["run_id"] is None
     assert first["error"].startswith("engine: llama-server exited with status 3 before it was healthy; log: ")
