@@ -31,8 +31,8 @@ from ..backends.live.launching import check_launch
 from ..backends.tokens import format_tokens
 from ..store import default_db_path
 from ..tuner.confirm import DEFAULT_TOP, ConfirmRow, confirm_study, ranks
-from ..tuner.objective import TuneSpec
-from ..tuner.space import SpaceContext, default_params, knob_settings, suggest_config
+from ..tuner.objective import TuneSpec, space_context
+from ..tuner.space import default_params, knob_settings, suggest_config
 from ..tuner.study import open_storage
 from .tunespec import value_text
 
@@ -108,7 +108,7 @@ class LivePlan:
         """Refuse, before any work, pins that leave the default config unlaunchable on the engine."""
         if self.engine is None:
             return
-        ctx = SpaceContext(spec.model, spec.hardware, spec.devices, modes=spec.modes)
+        ctx = space_context(spec)
         draft = suggest_config(optuna.trial.FixedTrial(default_params(ctx, spec.fixed)), ctx, spec.fixed)
         try:
             plan_launch(ServingConfig(**draft).resolve(), self.engine)
@@ -253,9 +253,9 @@ def confirm_json(spec: TuneSpec, rows: list[ConfirmRow] | None) -> list[dict[str
 
 
 def describe(config: dict[str, object], leave_out: set[str] = frozenset()) -> str:
-    """A config in a few words: mode, tp x pp, chunk, and its active knobs but those in `leave_out`."""
+    """A config in a few words: mode, tp x pp, chunk, max running, and its active knobs but those in `leave_out`."""
     return " ".join([str(config["mode"]), f"{config['tp']}x{config['pp']}", f"chunk {format_tokens(int(config['chunk']))}",
-                     *(s for s in knob_settings(config) if s not in leave_out)])
+                     f"max-running {config['max_running']}", *(s for s in knob_settings(config) if s not in leave_out)])
 
 
 def _objective(spec: TuneSpec) -> str:
