@@ -11,6 +11,9 @@ naming its flag.
 
 from __future__ import annotations
 
+import functools
+import signal
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,8 +31,8 @@ from ..backends.live.launching import check_launch
 from ..backends.tokens import format_tokens
 from ..store import default_db_path
 from ..tuner.confirm import DEFAULT_TOP, ConfirmRow, confirm_study, ranks
-from ..tuner.objective import TuneSpec
-from ..tuner.space import SpaceContext, default_params, knob_settings, suggest_config
+from ..tuner.objective import TuneSpec, space_context
+from ..tuner.space import default_params, knob_settings, suggest_config
 from ..tuner.study import open_storage
 from .tunespec import value_text
 
@@ -56,6 +59,31 @@ def server_options(fn: Callable) -> Callable:
     return fn
 
 
+def interrupted_by_signals(fn: Callable) -> Callable:
+    """Make SIGTERM, and a SIGINT a shell ignored for a background job, interrupt `fn` as Ctrl-C does.
+
+    Without this, `kill PID` (or `timeout`) would end pipedeck at once and
+    leave a server it launched running, in the session of its own it has.
+    """
+    @functools.wraps(fn)
+    def wrapper(*args: object, **kwargs: object) -> object:
+        if threading.current_thread() is not threading.main_thread():
+            return fn(*args, **kwargs)
+        previous = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
+        for sig in previous:
+            signal.signal(sig, _interrupt)
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+    return wrapper
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
 @dataclass(frozen=True)
 class LivePlan:
     """What the live options ask for, checked."""
@@ -80,7 +108,7 @@ class LivePlan:
         """Refuse, before any work, pins that leave the default config unlaunchable on the engine."""
         if self.engine is None:
             return
-        ctx = SpaceContext(spec.model, spec.hardware, spec.devices, modes=spec.modes)
+        ctx = space_context(spec)
         draft = suggest_config(optuna.trial.FixedTrial(default_params(ctx, spec.fixed)), ctx, spec.fixed)
         try:
             plan_launch(ServingConfig(**draft).resolve(), self.engine)
@@ -152,8 +180,8 @@ def server_log_dir(db: object) -> Path:
     return path.with_name(f"{path.stem}-servers")
 
 
-def run_confirm(spec: TuneSpec, plan: LivePlan, db: str | Path, quiet: bool) -> list[ConfirmRow]:
-    """Measure the study's candidates live, with a progress line on stderr unless `quiet`."""
+def run_confirm(spec: TuneSpec, plan: LivePlan, db: str | Path, best: int | None, quiet: bool) -> list[ConfirmRow]:
+    """Measure the study's candidates live (the recommended trial `best` first); progress on stderr unless `quiet`."""
     with Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(),
                   console=Console(stderr=True), transient=True, disable=quiet) as bar:
         task = bar.add_task("confirming", total=None)
@@ -162,7 +190,7 @@ def run_confirm(spec: TuneSpec, plan: LivePlan, db: str | Path, quiet: bool) -> 
             bar.update(task, description=f"confirming {index + 1}/{total}: trial {trial.number} ({role}) "
                                          f"on {plan.engine or plan.options['endpoint']}")
 
-        return confirm_study(spec, db, plan.options, plan.top, on_row=show)
+        return confirm_study(spec, db, plan.options, plan.top, best, on_row=show)
 
 
 def server_errors(spec: TuneSpec) -> list[dict[str, object]]:
@@ -225,9 +253,9 @@ def confirm_json(spec: TuneSpec, rows: list[ConfirmRow] | None) -> list[dict[str
 
 
 def describe(config: dict[str, object], leave_out: set[str] = frozenset()) -> str:
-    """A config in a few words: mode, tp x pp, chunk, and its active knobs but those in `leave_out`."""
+    """A config in a few words: mode, tp x pp, chunk, max running, and its active knobs but those in `leave_out`."""
     return " ".join([str(config["mode"]), f"{config['tp']}x{config['pp']}", f"chunk {format_tokens(int(config['chunk']))}",
-                     *(s for s in knob_settings(config) if s not in leave_out)])
+                     f"max-running {config['max_running']}", *(s for s in knob_settings(config) if s not in leave_out)])
 
 
 def _objective(spec: TuneSpec) -> str:

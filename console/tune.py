@@ -17,7 +17,8 @@ from ..store import RunStore, default_db_path
 from ..tuner.objective import OBJECTIVES, TuneSpec
 from ..tuner.space import knob_settings
 from ..tuner.study import SAMPLERS, TuneOutcome, open_store, run_study
-from .confirm import LivePlan, confirm_json, live_plan, print_live, run_confirm, server_errors, server_options
+from .confirm import (LivePlan, confirm_json, interrupted_by_signals, live_plan, print_live, run_confirm,
+                      server_errors, server_options)
 from .export import export_best
 from .options import workload_options
 from .tunespec import DEFAULT_REPEATS, DEFAULT_SCENARIO, TuneInputError, TuneInputs, build_spec, default_engine, value_text
@@ -49,6 +50,7 @@ from .tunespec import DEFAULT_REPEATS, DEFAULT_SCENARIO, TuneInputError, TuneInp
 @click.option("--export", "export_dir", default=None, help="Also write the best config's deployable files here.")
 @click.option("--format", "export_format", default=None, help="Engine for --export (default: vllm-ascend on Ascend, else vllm).")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of tables.")
+@interrupted_by_signals
 def tune(**opts: object) -> None:
     """Search pipeline mode, chunk size, layer split and parallelism for the best SLO goodput."""
     live = live_plan(opts)
@@ -65,8 +67,8 @@ def tune(**opts: object) -> None:
             bar.update(task, completed=p.finished, description=f"{spec.study}: {best}")
 
         outcome = run_study(spec, opts["db"], jobs=jobs, on_progress=show)
-    confirmed = run_confirm(spec, live, opts["db"], bool(opts["as_json"])) \
-        if live.confirm and not outcome.interrupted else None
+    confirmed = run_confirm(spec, live, opts["db"], outcome.best.number if outcome.best else None,
+                            bool(opts["as_json"])) if live.confirm and not outcome.interrupted else None
     exported = _export(spec, outcome, opts) if opts["export_dir"] and outcome.best else []
     errors = server_errors(spec)
     if opts["as_json"]:

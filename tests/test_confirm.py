@@ -10,7 +10,10 @@ llama-server.
 from __future__ import annotations
 
 import json
+import signal
+import subprocess
 import sys
+import time
 from pathlib import Path
 
 import optuna
@@ -32,6 +35,19 @@ PINS = ["--fix", "tp=1", "--fix", "pp=1", "--fix", "max-running=4", "--fix", "kv
 UNPINNED = ["tune", "--model", "qwen2.5-14b", "--hardware", "a100-40g-pcie", "--scenario", TINY, "--requests", "12",
             "--slo", "ttft=2s,tpot=200ms"]
 TUNE = [*UNPINNED, *PINS]
+
+
+def processes_serving(model: Path) -> list[int]:
+    """PIDs of fake engines serving `model`: `python .../fake_engine.py --model MODEL ...` (not the tune naming them)."""
+    pids = []
+    for entry in Path("/proc").iterdir():
+        try:
+            words = (entry / "cmdline").read_bytes().split(b"\0") if entry.name.isdigit() else []
+        except OSError:
+            continue  # gone meanwhile, or not ours to read
+        if len(words) > 1 and words[1].endswith(b"fake_engine.py") and str(model).encode() in words:
+            pids.append(int(entry.name))
+    return pids
 
 
 @pytest.fixture()
@@ -74,6 +90,9 @@ def test_confirm_takes_the_top_distinct_configs_and_the_default():
         ("top 1", 1), ("top 2", 3), ("default", 0)]
     assert [(role, t.number) for role, t in candidates(study, "maximize", 4)] == [
         ("top 1", 1), ("top 2", 3), ("top 3", 4), ("top 4, default", 0)]
+    # the trial the study recommends (a tie broken by headroom, say) leads, whatever its value
+    assert [(role, t.number) for role, t in candidates(study, "maximize", 2, best=4)] == [
+        ("top 1", 4), ("top 2", 1), ("default", 0)]
 
 
 def test_ranks_share_ties_and_leave_failed_rows_out():
@@ -97,6 +116,7 @@ def test_confirm_live_measures_the_top_configs_on_a_server_launched_for_each(mod
                              "--program", FAKE, "--model-path", str(model)])
     rows = out["confirm"]
     assert rows[0]["role"].startswith("top 1") and sum("default" in r["role"] for r in rows) == 1
+    assert rows[0]["trial"] == out["best"]["trial"]  # the recommended config leads
     first, rest = rows[0], rows[1:]
     assert first["measured"] is None and first["run_id"] is None
     assert first["error"].startswith("engine: llama-server exited with status 3 before it was healthy; log: ")
@@ -165,3 +185,21 @@ def test_tune_refuses_bad_live_options_with_one_line_before_any_work(model, tmp_
     assert status == 2 and len(err.strip().splitlines()) == 1
     assert err.startswith("pipedeck: error: Invalid value for ") and message in err
     assert not (tmp_path / "r.optuna.jsonl").exists() and not (tmp_path / "r-servers").exists()
+
+
+def test_sigterm_stops_a_live_tune_and_its_server_as_ctrl_c_does(model, tmp_path):
+    """`kill PID` (or a CI timeout) must not leave the launched server, which runs in a session of its own."""
+    long_runs = ["400" if a == "12" else a for a in TUNE]  # --requests 400: a run lasts 50 s at 8 req/s
+    argv = [sys.executable, "-m", "pipedeck.console", *long_runs, "--trials", "2", "--db", str(tmp_path / "r.duckdb"),
+            "--backend", "live", "--launch", "llama-server", "--program", FAKE, "--model-path", str(model)]
+    tune = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))  # as `tune ... &` runs
+    deadline = time.monotonic() + 60
+    while not processes_serving(model) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    time.sleep(1.0)  # the trial's first run is under way (400 requests at 8 req/s)
+    serving = processes_serving(model)
+    tune.send_signal(signal.SIGTERM)
+    assert tune.wait(30) == 130 and "interrupted" in tune.stderr.read()
+    assert serving, "a server ran when the signal came"
+    assert processes_serving(model) == []

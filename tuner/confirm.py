@@ -50,10 +50,15 @@ class ConfirmRow:
         return self.measured / self.simulated if self.measured and self.simulated else None
 
 
-def candidates(study: optuna.Study, direction: str, top: int) -> list[tuple[str, FrozenTrial]]:
-    """The top `top` distinct configs by objective (best first), then the engine-default trial if not among them."""
+def candidates(study: optuna.Study, direction: str, top: int, best: int | None = None) -> list[tuple[str, FrozenTrial]]:
+    """The top `top` distinct configs (best first), then the engine-default trial if not among them.
+
+    `best` names the trial the study recommends (among ties, the verdict's
+    pick); it comes first, the others follow by objective.
+    """
     done = [t for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)) if "config" in t.user_attrs]
-    ranked = sorted(done, key=lambda t: ((-t.value if direction == "maximize" else t.value), t.number))
+    ranked = sorted(done, key=lambda t: (t.number != best, (-t.value if direction == "maximize" else t.value),
+                                         t.number))
     chosen: dict[str, tuple[str, FrozenTrial]] = {}
     for trial in ranked:
         key = json.dumps(trial.user_attrs["config"], sort_keys=True)
@@ -68,15 +73,17 @@ def candidates(study: optuna.Study, direction: str, top: int) -> list[tuple[str,
 
 
 def confirm_study(spec: TuneSpec, db: str | Path, live_options: dict[str, object], top: int = DEFAULT_TOP,
+                  best: int | None = None,
                   on_row: Callable[[int, int, str, FrozenTrial], None] | None = None) -> list[ConfirmRow]:
     """Measure the study's candidates on the live backend made with `live_options`, storing each run.
 
+    `best` is the trial the study recommends (first among the candidates).
     With `endpoint` among the options the server cannot be restarted: the
     best config alone is measured, as that server runs. `on_row(index,
     total, role, trial)` hears each row before it is measured.
     """
     study = optuna.load_study(study_name=spec.study, storage=open_storage(spec.storage))
-    chosen = candidates(study, spec.direction, top)
+    chosen = candidates(study, spec.direction, top, best)
     if live_options.get("endpoint"):
         chosen = [("endpoint", trial) for role, trial in chosen[:1] if role.startswith("top 1")]
     live = dataclasses.replace(spec, backend="live", backend_options=dict(live_options), trials=None, deadline=None)

@@ -130,7 +130,7 @@ def _worker(spec: TuneSpec, stop: object, index: int, in_process: bool, errors: 
 def _work(spec: TuneSpec, stop: object, index: int, in_process: bool) -> None:
     if not in_process:
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent handles Ctrl-C
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    optuna.logging.set_verbosity(optuna.logging.ERROR)  # no traceback for a trial a stop cut short
     storage = open_storage(spec.storage)
     # A resumed study gets a fresh seed stream: the same seed would propose the trials it already ran.
     started = len(optuna.load_study(study_name=spec.study, storage=storage).get_trials(deepcopy=False))
