@@ -153,9 +153,11 @@ def _print_outcome(spec: TuneSpec, outcome: TuneOutcome, exported: list) -> None
     if outcome.ratio is not None:
         console.print(f"best / default: [bold]{outcome.ratio:.2f}x[/] {_objective_column(spec.objective)} on the "
                       f"same traffic{_win_text(outcome)}")
-    if outcome.best_run_id is not None:
+    if outcome.best_run_id is not None and outcome.default_run_id is not None:
         console.print(f"stored runs: best {outcome.best_run_id}, default {outcome.default_run_id} "
                       f"(pipedeck compare {outcome.best_run_id} {outcome.default_run_id} --out compare.html)")
+    elif outcome.best_run_id is not None:  # the default did not finish (a live server that failed it)
+        console.print(f"stored run: best {outcome.best_run_id} (pipedeck show {outcome.best_run_id})")
     for path in exported:
         console.print(f"exported {path}")
 
