@@ -66,7 +66,7 @@ def calibrate(**opts: object) -> None:
     if opts["seed"] < 0:
         raise click.BadParameter(f"must be >= 0, got {opts['seed']}", param_hint="--seed")
     points = plan(config)
-    rounds = 1 if opts["quick"] else PASSES
+    passes = 1 if opts["quick"] else PASSES
     store = None if opts["no_store"] else db_path(opts)
     if store is not None:
         RunStore.open(store).close()  # a bad --db fails here, before any work
@@ -77,16 +77,16 @@ def calibrate(**opts: object) -> None:
                         disable=bool(opts["as_json"]) or not console.is_terminal)
     with _stopped_by_signals(), progress:
         with _server(opts, config, progress) as url:
-            task = progress.add_task("measuring", total=rounds * len(points))
+            task = progress.add_task("measuring", total=passes * len(points))
 
-            def done(runs: Measured, round_: int, result: RunResult) -> None:
+            def done(runs: Measured, pass_no: int, result: RunResult) -> None:
                 if store is not None:
                     with RunStore.open(store, lock_timeout_s=WRITE_LOCK_WAIT_S) as db:
-                        run_ids.append(db.save_run(result, label=f"calibrate {runs.point.name} pass {round_ + 1}"))
-                progress.update(task, advance=1, description=f"measured {runs.point.name} (pass {round_ + 1}/{rounds})")
+                        run_ids.append(db.save_run(result, label=f"calibrate {runs.point.name} pass {pass_no + 1}"))
+                progress.update(task, advance=1, description=f"measured {runs.point.name} (pass {pass_no + 1}/{passes})")
 
             backend = make_backend("live", endpoint=url, model=opts["served_model"])
-            measured = measure(backend, config, points, rounds, int(opts["seed"]), on_run=done)
+            measured = measure(backend, config, points, passes, int(opts["seed"]), on_run=done)
             provenance = Provenance(_engine(measured), url, datetime.now(timezone.utc).isoformat(timespec="seconds"))
         progress.remove_task(task)
         fitting = progress.add_task("fitting", total=None)
@@ -94,7 +94,7 @@ def calibrate(**opts: object) -> None:
                      on_evaluation=lambda n: progress.update(fitting, description=f"fitting: {n} simulations"))
     name = str(opts["name"] or out.stem)
     profile = calibrated_profile(result, config, name, provenance)
-    record = calibration_record(result, measured, config, provenance, rounds, int(opts["seed"]))
+    record = calibration_record(result, measured, config, provenance, passes, int(opts["seed"]))
     _write(out, profile_toml(profile, {"calibration": record}, comment=_header(result, config, provenance)))
     wall = time.monotonic() - started
     if opts["as_json"]:

@@ -56,7 +56,7 @@ def test_the_fit_recovers_the_constants_the_runs_were_measured_with(tiny):
     for name, value in truth.items():  # every constant starts a factor 3 or more away
         assert max(value / getattr(config.hardware_profile, name), getattr(config.hardware_profile, name) / value) >= 3
     server = HiddenServer(dataclasses.replace(config.hardware_profile, **truth))
-    measured = measure(server, config, plan(config), rounds=1, seed=3)
+    measured = measure(server, config, plan(config), passes=1, seed=3)
     result = fit(measured, config)
     for name, value in truth.items():
         assert getattr(result.hardware, name) == pytest.approx(value, rel=0.03), name
