@@ -49,7 +49,8 @@ from .runs import WRITE_LOCK_WAIT_S, db_option, db_path
 @click.option("--out", required=True, type=click.Path(dir_okay=False),
               help="The calibrated hardware profile (TOML) to write; a file there is replaced once the fit succeeds.")
 @click.option("--name", default=None, help="The calibrated profile's name (default: --out's file name without .toml).")
-@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the runs' prompts and arrivals.")
+@click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True,
+              help="Seed of the runs' prompts and arrivals.")
 @click.option("--quick", is_flag=True,
               help=f"One pass of the runs instead of {PASSES}: a third of the time, at the mercy of host noise.")
 @db_option
@@ -62,9 +63,10 @@ def calibrate(**opts: object) -> None:
     config = config_from_options(opts)
     _check_server_options(opts)
     out = Path(str(opts["out"]))
+    if out.suffix != ".toml":
+        raise click.BadParameter(f"a hardware profile is a .toml file (--hardware reads only those), got {out}",
+                                 param_hint="--out")
     check_writable(str(out), "--out")
-    if opts["seed"] < 0:
-        raise click.BadParameter(f"must be >= 0, got {opts['seed']}", param_hint="--seed")
     points = plan(config)
     passes = 1 if opts["quick"] else PASSES
     store = None if opts["no_store"] else db_path(opts)

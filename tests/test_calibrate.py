@@ -152,9 +152,11 @@ def test_an_unreachable_endpoint_is_one_line_and_keeps_the_old_profile(tiny, tmp
     assert out.read_text() == "the previous calibration"
 
 
-def test_an_unwritable_out_is_refused_before_any_work(tiny, tmp_path, capsys):
+def test_an_unwritable_or_unloadable_out_is_refused_before_any_work(tiny, tmp_path, capsys):
     assert run_cli(cli, calibrate_argv(tiny, tmp_path / "missing" / "x.toml", "--endpoint", "http://x")) == 2
     assert capsys.readouterr().err.startswith("pipedeck: error: Invalid value for --out: folder ")
+    assert run_cli(cli, calibrate_argv(tiny, tmp_path / "x.json", "--endpoint", "http://x")) == 2
+    assert "a hardware profile is a .toml file" in capsys.readouterr().err
 
 
 def test_calibrate_without_scipy_says_how_to_get_it(tiny, tmp_path, capsys, monkeypatch):
