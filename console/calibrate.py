@@ -49,7 +49,8 @@ from .runs import WRITE_LOCK_WAIT_S, db_option, db_path
 @click.option("--out", required=True, type=click.Path(dir_okay=False),
               help="The calibrated hardware profile (TOML) to write; a file there is replaced once the fit succeeds.")
 @click.option("--name", default=None, help="The calibrated profile's name (default: --out's file name without .toml).")
-@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the runs' prompts and arrivals.")
+@click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True,
+              help="Seed of the runs' prompts and arrivals.")
 @click.option("--quick", is_flag=True,
               help=f"One pass of the runs instead of {PASSES}: a third of the time, at the mercy of host noise.")
 @db_option
@@ -61,11 +62,12 @@ def calibrate(**opts: object) -> None:
     config = config_from_options(opts)
     _check_server_options(opts)
     out = Path(str(opts["out"]))
+    if out.suffix != ".toml":
+        raise click.BadParameter(f"a hardware profile is a .toml file (--hardware reads only those), got {out}",
+                                 param_hint="--out")
     check_writable(str(out), "--out")
-    if opts["seed"] < 0:
-        raise click.BadParameter(f"must be >= 0, got {opts['seed']}", param_hint="--seed")
     points = plan(config)
-    rounds = 1 if opts["quick"] else PASSES
+    passes = 1 if opts["quick"] else PASSES
     store = None if opts["no_store"] else db_path(opts)
     if store is not None:
         RunStore.open(store).close()  # a bad --db fails here, before any work
@@ -76,16 +78,16 @@ def calibrate(**opts: object) -> None:
                         disable=bool(opts["as_json"]) or not console.is_terminal)
     with _stopped_by_signals(), progress:
         with _server(opts, config, progress) as url:
-            task = progress.add_task("measuring", total=rounds * len(points))
+            task = progress.add_task("measuring", total=passes * len(points))
 
-            def done(runs: Measured, round_: int, result: RunResult) -> None:
+            def done(runs: Measured, pass_no: int, result: RunResult) -> None:
                 if store is not None:
                     with RunStore.open(store, lock_timeout_s=WRITE_LOCK_WAIT_S) as db:
-                        run_ids.append(db.save_run(result, label=f"calibrate {runs.point.name} pass {round_ + 1}"))
-                progress.update(task, advance=1, description=f"measured {runs.point.name} (pass {round_ + 1}/{rounds})")
+                        run_ids.append(db.save_run(result, label=f"calibrate {runs.point.name} pass {pass_no + 1}"))
+                progress.update(task, advance=1, description=f"measured {runs.point.name} (pass {pass_no + 1}/{passes})")
 
             backend = make_backend("live", endpoint=url, model=opts["served_model"])
-            measured = measure(backend, config, points, rounds, int(opts["seed"]), on_run=done)
+            measured = measure(backend, config, points, passes, int(opts["seed"]), on_run=done)
             provenance = Provenance(_engine(measured), url, datetime.now(timezone.utc).isoformat(timespec="seconds"))
         progress.remove_task(task)
         fitting = progress.add_task("fitting", total=None)
@@ -93,7 +95,7 @@ def calibrate(**opts: object) -> None:
                      on_evaluation=lambda n: progress.update(fitting, description=f"fitting: {n} simulations"))
     name = str(opts["name"] or out.stem)
     profile = calibrated_profile(result, config, name, provenance)
-    record = calibration_record(result, measured, config, provenance, rounds, int(opts["seed"]))
+    record = calibration_record(result, measured, config, provenance, passes, int(opts["seed"]))
     _write(out, profile_toml(profile, {"calibration": record}, comment=_header(result, config, provenance)))
     wall = time.monotonic() - started
     if opts["as_json"]:

@@ -56,7 +56,7 @@ def test_the_fit_recovers_the_constants_the_runs_were_measured_with(tiny):
     for name, value in truth.items():  # every constant starts a factor 3 or more away
         assert max(value / getattr(config.hardware_profile, name), getattr(config.hardware_profile, name) / value) >= 3
     server = HiddenServer(dataclasses.replace(config.hardware_profile, **truth))
-    measured = measure(server, config, plan(config), rounds=1, seed=3)
+    measured = measure(server, config, plan(config), passes=1, seed=3)
     result = fit(measured, config)
     for name, value in truth.items():
         assert getattr(result.hardware, name) == pytest.approx(value, rel=0.03), name
@@ -152,9 +152,11 @@ def test_an_unreachable_endpoint_is_one_line_and_keeps_the_old_profile(tiny, tmp
     assert out.read_text() == "the previous calibration"
 
 
-def test_an_unwritable_out_is_refused_before_any_work(tiny, tmp_path, capsys):
+def test_an_unwritable_or_unloadable_out_is_refused_before_any_work(tiny, tmp_path, capsys):
     assert run_cli(cli, calibrate_argv(tiny, tmp_path / "missing" / "x.toml", "--endpoint", "http://x")) == 2
     assert capsys.readouterr().err.startswith("pipedeck: error: Invalid value for --out: folder ")
+    assert run_cli(cli, calibrate_argv(tiny, tmp_path / "x.json", "--endpoint", "http://x")) == 2
+    assert "a hardware profile is a .toml file" in capsys.readouterr().err
 
 
 def test_a_launched_server_is_stopped_when_calibrate_fails(tiny, tmp_path, capsys, monkeypatch):

@@ -186,14 +186,14 @@ def across_passes(latencies: Sequence[tuple[float, float]]) -> tuple[float, floa
     return float(ttft), float(tpot)
 
 
-def run_seed(seed: int, round_: int, index: int) -> int:
-    """The seed of run `index` in pass `round_`: its own in every pass and every run."""
-    return seed * 10_000 + round_ * 100 + index
+def run_seed(seed: int, pass_no: int, index: int) -> int:
+    """The seed of run `index` in pass `pass_no`: its own in every pass and every run."""
+    return seed * 10_000 + pass_no * 100 + index
 
 
-def measure(backend: Backend, config: ResolvedConfig, points: Sequence[Point], rounds: int = PASSES, seed: int = 0,
+def measure(backend: Backend, config: ResolvedConfig, points: Sequence[Point], passes: int = PASSES, seed: int = 0,
             on_run: Callable[[Measured, int, RunResult], None] = lambda *_: None) -> list[Measured]:
-    """Run every point `rounds` times on `backend`, pass after pass; `on_run` hears each run as it ends.
+    """Run every point `passes` times on `backend`, pass after pass; `on_run` hears each run as it ends.
 
     Passes alternate direction through the plan, so that each run is measured
     early in one pass and late in the next, beside other runs each time. An
@@ -202,19 +202,19 @@ def measure(backend: Backend, config: ResolvedConfig, points: Sequence[Point], r
     request is a CalibrationError.
     """
     measured = {point.name: Measured(point) for point in points}
-    for round_ in range(rounds):
+    for pass_no in range(passes):
         order = list(enumerate(points))
-        for index, point in order if round_ % 2 == 0 else reversed(order):
+        for index, point in order if pass_no % 2 == 0 else reversed(order):
             runs = measured[point.name]
             if point.load is not None and not runs.passes:
                 runs.rate = point.load * measured[point.reference].throughput()
-            run = run_seed(seed, round_, index)
+            run = run_seed(seed, pass_no, index)
             result = backend.run(point.scenario(runs.rate), config, rate=runs.rate, seed=run, timeline=False)
             if not result.records:
                 first = result.live.failed()[0].error if result.live and result.live.failed() else "none served"
                 raise CalibrationError(f"endpoint: run {point.name} (seed {run}) served no request ({first})")
             runs.passes.append((run, result))
-            on_run(runs, round_, result)
+            on_run(runs, pass_no, result)
     return list(measured.values())
 
 

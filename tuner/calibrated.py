@@ -47,7 +47,7 @@ def pinning(fit: Fit, constant: str) -> str:
 
 
 def calibration_record(fit: Fit, measured: list[Measured], config: ResolvedConfig, provenance: Provenance,
-                       rounds: int, seed: int) -> dict[str, object]:
+                       passes: int, seed: int) -> dict[str, object]:
     """The [calibration] table: how the constants were fitted, and every run measured against simulated."""
     held_ttft, held_tpot = fit.worst(held_out=True)
     seeds = {m.point.name: [run for run, _ in m.passes] for m in measured}
@@ -57,7 +57,7 @@ def calibration_record(fit: Fit, measured: list[Measured], config: ResolvedConfi
         "config": {"tp": config.tp, "pp": config.pp, "mode": config.mode, "chunk": config.chunk,
                    "max_running": config.max_running, "kv_capacity": config.kv_capacity},
         "fitted": {name: _constant(fit, name) for name in fit.spread},
-        "rounds": rounds, "seed": seed, "evaluations": fit.evaluations,
+        "passes": passes, "seed": seed, "evaluations": fit.evaluations,
         "stopped": fit.message, "held_out_worst_ttft_error": round(held_ttft, 4),
         "held_out_worst_tpot_error": round(held_tpot, 4),
         "runs": [_run(row, seeds[row.point.name]) for row in fit.rows],
