@@ -27,7 +27,7 @@ from ..backends.profiles.writer import profile_toml
 from ..backends.registry import make_backend
 from ..backends.result import RunResult
 from ..store import RunStore
-from ..tuner.calibrate import PASSES, Fit, Measured, fit, measure, plan
+from ..tuner.calibrate import PASSES, QUICK_PASSES, Fit, Measured, fit, measure, plan
 from ..tuner.calibrated import Provenance, calibrated_profile, calibration_record
 from .options import check_writable, config_from_options, config_options
 from .runs import WRITE_LOCK_WAIT_S, db_option, db_path
@@ -52,7 +52,7 @@ from .runs import WRITE_LOCK_WAIT_S, db_option, db_path
 @click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True,
               help="Seed of the runs' prompts and arrivals.")
 @click.option("--quick", is_flag=True,
-              help=f"One pass of the runs instead of {PASSES}: a third of the time, at the mercy of host noise.")
+              help=f"{QUICK_PASSES} passes of the runs instead of {PASSES}: a third of the time, noisier.")
 @db_option
 @click.option("--no-store", is_flag=True, help="Do not store the live runs.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of tables.")
@@ -67,7 +67,7 @@ def calibrate(**opts: object) -> None:
                                  param_hint="--out")
     check_writable(str(out), "--out")
     points = plan(config)
-    passes = 1 if opts["quick"] else PASSES
+    passes = QUICK_PASSES if opts["quick"] else PASSES
     store = None if opts["no_store"] else db_path(opts)
     if store is not None:
         RunStore.open(store).close()  # a bad --db fails here, before any work

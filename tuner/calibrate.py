@@ -7,11 +7,13 @@ loop measured. It is scaled to the config, lengths to one request's share of
 the KV cache (kv_capacity / max_running) and concurrency to max_running (at
 most 8), so the same plan serves a tiny model on a CPU and a large one on a
 GPU. The held-out runs differ from the fitted ones in lengths and in load,
-not only in seeds. Every run is measured in several passes, one pass of the
-whole plan after another, each with seeds of its own (new prompts, which no
-prompt cache has seen during the calibration). A run's P50 TTFT and P50 TPOT
-are the medians over its passes of each pass's P50, so that a burst of load
-on the host, which slows one pass of a run, is outvoted by the others.
+not only in seeds. Every run is measured in several short passes, one pass
+of the whole plan after another, each with seeds of its own (new prompts,
+which no prompt cache has seen during the calibration). A run's P50 TTFT and
+P50 TPOT are over the requests of all its passes, which spread it over the
+whole calibration: a host whose speed drifts, or a burst of load on it, then
+meets every run alike rather than a few runs that happened to be measured
+then.
 
 The fit runs the simulator on exactly the requests each live run sent (the
 same scenario, seed and rate, so the same lengths and arrival times) with
@@ -42,7 +44,8 @@ from ..scenarios.arrivals import ClosedLoop, Poisson
 from ..scenarios.lengths import LogNormal
 
 MAX_CONCURRENCY = 8  # the closed loop's concurrency: max_running, at most this
-PASSES = 3  # measurements of every run, pass after pass
+PASSES = 6  # measurements of every run, pass after pass, a few requests each
+QUICK_PASSES = 2
 LONGEST_OUTPUT = 128  # median output tokens of the plan's longest answers
 SPREAD = 0.3  # lengths are lognormal around their median with this sigma, clipped to half and 1.5 times it
 SHORTEST_PROMPT = 8
@@ -124,7 +127,7 @@ def plan(config: ResolvedConfig) -> tuple[Point, ...]:
             f"kv_capacity: calibrate needs at least {12 * SHORTEST_PROMPT + LONGEST_OUTPUT * 3 // 2} tokens of KV "
             f"cache per running request (kv_capacity / max_running), got {share}")
     top = min(config.max_running, MAX_CONCURRENCY)
-    alone, loop, open_loop = 8, max(12, 6 * top), 16
+    alone, loop, open_loop = 4, max(6, 3 * top), 8  # requests per pass
 
     def prompt(share_of_room: float) -> int:
         return max(SHORTEST_PROMPT, int(room * share_of_room))
@@ -171,20 +174,14 @@ class Measured:
         return len(result.records) / result.makespan_s
 
     def latency(self) -> tuple[float, float]:
-        """P50 TTFT and P50 TPOT (seconds): each pass's, the median over the passes."""
-        return across_passes([p50s(result.records) for _, result in self.passes])
+        """P50 TTFT and P50 TPOT (seconds) of the requests of all passes."""
+        return p50s(self.records)
 
 
 def p50s(records: Sequence[RequestRecord]) -> tuple[float, float]:
     """P50 TTFT and P50 TPOT (seconds) of the records."""
     return (float(np.percentile([r.ttft_s for r in records], 50)),
             float(np.percentile([r.tpot_s for r in records], 50)))
-
-
-def across_passes(latencies: Sequence[tuple[float, float]]) -> tuple[float, float]:
-    """The median over passes of (P50 TTFT, P50 TPOT): one pass that a burst of host load slowed is outvoted."""
-    ttft, tpot = np.median(np.asarray(latencies), axis=0)
-    return float(ttft), float(tpot)
 
 
 def run_seed(seed: int, pass_no: int, index: int) -> int:
@@ -220,7 +217,7 @@ def measure(backend: Backend, config: ResolvedConfig, points: Sequence[Point], p
 
 
 class Row(NamedTuple):
-    """One planned run: measured and simulated P50 TTFT and TPOT (seconds), medians over its passes."""
+    """One planned run: measured and simulated P50 TTFT and TPOT (seconds) over the requests of all its passes."""
 
     point: Point
     rate: float | None
@@ -267,8 +264,8 @@ def simulate(measured: Sequence[Measured], config: ResolvedConfig,
     out = []
     for runs in measured:
         scenario = runs.point.scenario(runs.rate)
-        out.append(across_passes([p50s(sim.run(scenario, resolved, rate=runs.rate, seed=run, timeline=False).records)
-                                  for run, _ in runs.passes]))
+        out.append(p50s([r for run, _ in runs.passes
+                         for r in sim.run(scenario, resolved, rate=runs.rate, seed=run, timeline=False).records]))
     return out
 
 
