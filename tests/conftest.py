@@ -5,6 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -25,3 +26,26 @@ def mock_server() -> Iterator[str]:
     finally:
         process.terminate()
         process.wait(10)
+
+
+@pytest.fixture()
+def popen_log(monkeypatch) -> list[subprocess.Popen]:
+    """Every process `subprocess.Popen` starts during the test, to check that none is left running."""
+    started: list[subprocess.Popen] = []
+    real_popen = subprocess.Popen
+
+    def recording(*args, **kwargs):
+        started.append(real_popen(*args, **kwargs))
+        return started[-1]
+
+    monkeypatch.setattr(subprocess, "Popen", recording)
+    return started
+
+
+@pytest.fixture()
+def model(tmp_path, monkeypatch) -> Path:
+    """A weights file for tests/data/fake_engine.py, which serves whatever it is given."""
+    monkeypatch.setenv("FAKE_ENGINE", "serve")
+    path = tmp_path / "tiny.gguf"
+    path.write_bytes(b"GGUF")
+    return path

@@ -159,15 +159,8 @@ def test_an_unwritable_or_unloadable_out_is_refused_before_any_work(tiny, tmp_pa
     assert "a hardware profile is a .toml file" in capsys.readouterr().err
 
 
-def test_a_launched_server_is_stopped_when_calibrate_fails(tiny, tmp_path, capsys, monkeypatch):
-    started = []
-    real_popen = subprocess.Popen
-
-    def recording(*args, **kwargs):
-        started.append(real_popen(*args, **kwargs))
-        return started[-1]
-
-    monkeypatch.setattr(subprocess, "Popen", recording)
+def test_a_launched_server_is_stopped_when_calibrate_fails(tiny, tmp_path, capsys, popen_log):
+    started = popen_log
     argv = calibrate_argv(tiny, tmp_path / "x.toml", "--launch", "llama-server", "--model-path", "t.gguf",
                           "--program", " ".join(FAKE), "--log", str(tmp_path / "serve.log"), "--no-store")
     assert run_cli(cli, argv) == 2  # the fake engine answers /health and nothing else

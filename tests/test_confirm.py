@@ -50,13 +50,6 @@ def processes_serving(model: Path) -> list[int]:
     return pids
 
 
-@pytest.fixture()
-def model(tmp_path, monkeypatch) -> Path:
-    """A weights file for the fake engine, which serves whatever it is given."""
-    monkeypatch.setenv("FAKE_ENGINE", "serve")
-    path = tmp_path / "tiny.gguf"
-    path.write_bytes(b"GGUF")
-    return path
 
 
 def test_a_failed_live_request_misses_every_limit():

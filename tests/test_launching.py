@@ -27,13 +27,6 @@ TINY = str(DATA / "tiny-chat.toml")
 CPU = dict(model="qwen2.5-14b", hardware="a100-40g-pcie", tp=1, pp=1, chunk=512, max_running=4, kv_capacity=4096)
 
 
-@pytest.fixture()
-def model(tmp_path, monkeypatch) -> Path:
-    """A weights file for the fake engine, which serves whatever it is given."""
-    monkeypatch.setenv("FAKE_ENGINE", "serve")
-    path = tmp_path / "tiny.gguf"
-    path.write_bytes(b"GGUF")
-    return path
 
 
 def launching(model: Path, tmp_path: Path) -> LaunchingBackend:

@@ -59,16 +59,9 @@ def test_a_server_starts_answers_health_and_stops_by_its_pid(tmp_path, monkeypat
     ("never", r"^health: llama-server at http://127.0.0.1:\d+ was not healthy within 1 s; log: "),
 ])
 def test_a_server_that_never_gets_healthy_is_one_line_and_leaves_nothing_running(tmp_path, monkeypatch, behaviour,
-                                                                                 message):
+                                                                                 message, popen_log):
     monkeypatch.setenv("FAKE_ENGINE", behaviour)
-    started = []
-    real_popen = subprocess.Popen
-
-    def recording(*args, **kwargs):
-        started.append(real_popen(*args, **kwargs))
-        return started[-1]
-
-    monkeypatch.setattr(subprocess, "Popen", recording)
+    started = popen_log
     with pytest.raises(LaunchError, match=message):
         start_server(ServingConfig(**CPU).resolve(), "llama-server", "tiny.gguf", tmp_path / "log", program=FAKE,
                      health_timeout_s=1.0)
