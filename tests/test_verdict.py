@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pipedeck.backends.config import ServingConfig
+from pipedeck.tuner.objective import search_precision
 from pipedeck.tuner.verdict import Finished, changes, decide, inert_knobs
 
 LIMITS = {"ttft": 2.0, "tpot": 0.2}
@@ -39,3 +40,10 @@ def test_a_lower_is_better_objective_ties_from_below_and_one_config_has_no_inert
 def test_the_same_config_twice_is_one_tie():
     verdict = decide([trial(3, 3.0, chunk=8192), trial(5, 3.0, chunk=8192)], "maximize", 0.02, LIMITS, BASE)
     assert [t.number for t in verdict.ties] == [3] and verdict.inert == ()
+
+
+def test_ties_on_a_live_server_use_its_coarser_goodput_bracket():
+    assert search_precision("sim") == 0.02 and search_precision("live") == 0.05
+    trials = [trial(1, 3.0), trial(2, 2.9, chunk=8192)]  # 3.4% apart: a tie only at the live bracket
+    assert len(decide(trials, "maximize", search_precision("sim"), LIMITS, BASE).ties) == 1
+    assert len(decide(trials, "maximize", search_precision("live"), LIMITS, BASE).ties) == 2

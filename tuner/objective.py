@@ -11,7 +11,7 @@ import optuna
 from ..backends.base import RunCancelled, RunObserver
 from ..backends.config import ServingConfig
 from ..backends.errors import ConfigError, ServerError
-from ..backends.registry import make_backend
+from ..backends.registry import backend_entry, make_backend
 from ..backends.result import RunResult
 from ..scenarios import Scenario, load_scenario
 from .goodput import MIN_RATE, find_goodput, workload_ceiling
@@ -96,6 +96,11 @@ def space_context(spec: TuneSpec) -> SpaceContext:
                         longest_prompt=max(r.prompt_tokens for r in workload.requests), modes=spec.modes)
 
 
+def search_precision(backend: str, precision: float = PRECISION) -> float:
+    """The goodput bracket on `backend`: coarser on a live server (a paced backend), whose goodput is noisier."""
+    return max(precision, LIVE_PRECISION) if backend_entry(backend).capabilities.paced else precision
+
+
 class Evaluator:
     """Measures configs for one spec (scenario, SLO, objective) with common random numbers."""
 
@@ -134,9 +139,9 @@ class Evaluator:
         if self.spec.objective == "goodput":
             requests = self.spec.requests or self.scenario.num_requests
             ceiling = workload_ceiling(requests, self.slo)
-            precision, floor = self.spec.precision, MIN_RATE
-            if self.backend.capabilities.paced:  # a live server: a coarser bracket, no run longer than the limit
-                precision, floor = max(precision, LIVE_PRECISION), max(floor, requests / LIVE_RUN_LIMIT_S)
+            precision, floor = search_precision(self.spec.backend, self.spec.precision), MIN_RATE
+            if self.backend.capabilities.paced:  # a live server: no run longer than the limit
+                floor = max(floor, requests / LIVE_RUN_LIMIT_S)
             found = find_goodput(lambda rate: self.run(config, rate), self.slo, self.scenario.rate or 1.0,
                                  precision, beat, ceiling, floor)
             metrics = {"goodput_rps": found.rate, "attainment": found.attainment, "evaluations": found.evaluations,

@@ -31,7 +31,7 @@ from ..backends.config import ServingConfig
 from ..backends.errors import ConfigError
 from ..store import RunStore
 from .confidence import interval, separated
-from .objective import FINISHED, Evaluator, Objective, TuneInterrupted, TuneSpec, space_context
+from .objective import FINISHED, Evaluator, Objective, TuneInterrupted, TuneSpec, search_precision, space_context
 from .slo import parse_slo
 from .space import default_params
 from .verdict import Finished, decide
@@ -331,7 +331,7 @@ def _outcome(spec: TuneSpec, study: optuna.Study, db: str | Path, interrupted: b
     complete = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
     limits = {limit.metric: limit.limit_s for limit in parse_slo(spec.slo).limits} if spec.slo else {}
     verdict = decide([Finished(t.number, t.user_attrs.get("config", {}), t.user_attrs.get("metrics", {}), t.value)
-                      for t in complete], spec.direction, spec.precision, limits,
+                      for t in complete], spec.direction, search_precision(spec.backend, spec.precision), limits,
                      default.user_attrs.get("config") if default else None)
     best = next(t for t in complete if t.number == verdict.winner.number) if verdict else None
     finalists = {t.number: t for t in (best, default) if t is not None}

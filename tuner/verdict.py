@@ -17,7 +17,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from ..store import StudyRow, TrialRow
-from .objective import OBJECTIVES, PRECISION
+from .objective import OBJECTIVES, search_precision
 from .space import DIMENSIONS
 
 HEADROOM_METRICS = (("ttft", "ttft_p90_s"), ("tpot", "tpot_p90_s"))
@@ -102,5 +102,6 @@ def stored_verdict(study: StudyRow, rows: Sequence[TrialRow]) -> Verdict | None:
     """The verdict on a stored study; its baseline is its first trial (the engine default is enqueued first)."""
     baseline = min(rows, key=lambda r: r.number).config if rows else None
     limits = {metric: float(limit["limit_s"]) for metric, limit in (study.slo or {}).items()}
-    return decide(finished_rows(rows), OBJECTIVES.get(study.objective or "", "maximize"), PRECISION, limits,
+    precision = search_precision(str((study.settings or {}).get("backend", "sim")))
+    return decide(finished_rows(rows), OBJECTIVES.get(study.objective or "", "maximize"), precision, limits,
                   baseline)
