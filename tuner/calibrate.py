@@ -276,12 +276,12 @@ def fit(measured: Sequence[Measured], config: ResolvedConfig, constants: Sequenc
 
     start = config.hardware_profile
     fitted = [m for m in measured if not m.point.held_out]
-    medians = [m.latency() for m in fitted]
-    for m, (ttft, tpot) in zip(fitted, medians):
+    latencies = [m.latency() for m in fitted]
+    for m, (ttft, tpot) in zip(fitted, latencies):
         if min(ttft, tpot) <= 0:
             raise CalibrationError(f"endpoint: run {m.point.name} has a P50 TTFT or TPOT of 0: its tokens reached "
                                    "the client all at once, so there is no latency to fit")
-    targets = np.log(medians).ravel()
+    targets = np.log(latencies).ravel()
     origin = np.array([_start_value(start, c) for c in constants])
     low = np.log([c.low for c in constants] / origin)
     high = np.log([c.high for c in constants] / origin)
@@ -299,9 +299,9 @@ def fit(measured: Sequence[Measured], config: ResolvedConfig, constants: Sequenc
         except ConfigError:  # constants the config cannot run with (a request that can never fit, say)
             return np.full(targets.shape, 10.0)
 
-    # max_nfev counts steps, not the len(constants) evaluations of each Jacobian
-    # soft L1: a run the host's load threw far off (a client starved until every token of an answer came at
-    # once) pulls the constants no harder than one about ROBUST_SCALE off
+    # Soft L1: a run the host's load threw far off (a client starved until every token of an answer came at
+    # once) pulls the constants no harder than one about ROBUST_SCALE off. max_nfev counts steps, not the
+    # len(constants) evaluations of each Jacobian.
     result = least_squares(residuals, np.zeros(len(constants)), bounds=(low, high), method="trf", loss="soft_l1",
                            f_scale=ROBUST_SCALE, diff_step=DIFF_STEP, ftol=TOLERANCE, xtol=TOLERANCE,
                            max_nfev=max(1, max_evaluations // (len(constants) + 1)))
