@@ -13,6 +13,7 @@ from .report import report
 from .runs import runs
 from .serve import serve
 from .show import show
+from .studies import studies
 from .simulate import run, simulate
 from .tune import tune
 
@@ -32,6 +33,7 @@ cli.add_command(export)
 cli.add_command(serve)
 cli.add_command(compare)
 cli.add_command(report)
+cli.add_command(studies)
 cli.add_command(console)
 cli.add_command(calibrate)
 
