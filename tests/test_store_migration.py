@@ -18,7 +18,8 @@ import duckdb
 import pytest
 from pipedeck.backends.result import Span
 from pipedeck.store import RunStore, StoreError
-from pipedeck.tuner.space import parse_fixes
+
+from tests.flags import assert_flags_give_back
 
 FIXTURE = Path(__file__).parent / "data" / "store-v2.duckdb.xz"
 ORDER = {"runs": "id", "run_ranks": "run_id, seq", "requests": "run_id, seq", "spans": "run_id, seq",
@@ -137,13 +138,8 @@ def check_params(old: dict[str, object], new: dict[str, object], config: dict[st
         names |= {"tp", "pp"} if name == "parallelism" else {"layer-split"} if name.startswith("split") else \
             {name.replace("_", "-")}
     assert set(new) == names
-    if config is None:
-        return
-    for flag, value in new.items():
-        text = ("on" if value else "off") if isinstance(value, bool) else str(value)
-        ((field, parsed),) = parse_fixes([f"{flag}={text}"]).items()
-        want = config[field]
-        assert parsed == (tuple(want) if isinstance(want, list) else want), flag
+    if config is not None:
+        assert_flags_give_back(new, config)
 
 
 def test_the_migrated_store_answers_through_the_api(v2_store):
