@@ -285,7 +285,7 @@ def _split_shape(draft: Draft, ctx: SpaceContext) -> tuple[tuple[int, ...], int]
     return base, min(reach, (min(base) - 1) // (stages - 1))
 
 
-_SPLIT_PARAM = re.compile(r"layer-split\[(\d+)\] of (\d+)")
+_SPLIT_PARAM = re.compile(r"layer-split\[\d+\] of \d+")
 
 
 def _split_param(stage: int, stages: int) -> str:
