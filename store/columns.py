@@ -20,6 +20,7 @@ REQUEST_COLUMNS = (("id", np.int64), ("arrival_s", np.float64), ("prompt_tokens"
                    ("output_tokens", np.int64), ("first_token_s", np.float64), ("finish_s", np.float64))
 SPAN_COLUMNS = (("rank", np.int32), ("stage", np.int32), ("batch", np.int64), ("request", np.int64),
                 ("chunk", np.int32), ("start_s", np.float64), ("end_s", np.float64), ("kind", object))
+SPAN_NONE = {"request": -1, "chunk": -1}  # a Span's "none" (a decode-only batch), stored as NULL
 
 
 def to_columns(run_id: int, rows: Sequence[tuple], layout: tuple[tuple[str, object], ...]) -> dict[str, np.ndarray]:
@@ -31,8 +32,12 @@ def to_columns(run_id: int, rows: Sequence[tuple], layout: tuple[tuple[str, obje
     return columns
 
 
-def insert_columns(con: duckdb.DuckDBPyConnection, table: str, columns: dict[str, np.ndarray]) -> None:
-    """Append equal-length numpy columns to `table` with one INSERT ... SELECT over them."""
+def insert_columns(con: duckdb.DuckDBPyConnection, table: str, columns: dict[str, np.ndarray],
+                   none: dict[str, int] | None = None) -> None:
+    """Append equal-length numpy columns to `table` with one INSERT ... SELECT over them.
+
+    `none` names integer columns whose sentinel value means "none": it is stored as NULL.
+    """
     if not len(columns["run_id"]):
         return
     scanned: dict[str, np.ndarray] = {}
@@ -49,6 +54,9 @@ def insert_columns(con: duckdb.DuckDBPyConnection, table: str, columns: dict[str
             # DuckDB's numpy scan reads NaN as NULL (pandas' missing value); put the NaNs back explicitly
             scanned[name], scanned[f"{name}__nan"] = values, np.isnan(values)
             select.append(f"CASE WHEN {name}__nan THEN CAST('NaN' AS DOUBLE) ELSE {name} END")
+        elif none and name in none:
+            scanned[name] = values
+            select.append(f"nullif({name}, {int(none[name])})")
         else:
             scanned[name] = values
             select.append(name)
@@ -60,9 +68,10 @@ def insert_columns(con: duckdb.DuckDBPyConnection, table: str, columns: dict[str
 
 
 def read_rows(con: duckdb.DuckDBPyConnection, table: str, run_id: int,
-              layout: tuple[tuple[str, object], ...], kind: type[T]) -> list[T]:
-    """The rows `insert_columns` wrote for `run_id`, in their original order, as `kind` tuples."""
-    names = ", ".join(name for name, _ in layout)
+              layout: tuple[tuple[str, object], ...], kind: type[T], none: dict[str, int] | None = None) -> list[T]:
+    """The rows `insert_columns` wrote for `run_id`, in their original order, as `kind` tuples (NULL as `none`'s)."""
+    none = none or {}
+    names = ", ".join(f"coalesce({name}, {int(none[name])}) AS {name}" if name in none else name for name, _ in layout)
     data = con.execute(f"SELECT {names} FROM {table} WHERE run_id = ? ORDER BY seq", [run_id]).fetchnumpy()
     lists = [data[name].tolist() for name, _ in layout]
     return list(map(kind._make, zip(*lists)))

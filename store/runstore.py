@@ -19,6 +19,7 @@ from .columns import (
     RANK_COLUMNS,
     REQUEST_COLUMNS,
     SPAN_COLUMNS,
+    SPAN_NONE,
     insert_columns,
     rank_columns,
     read_rows,
@@ -38,9 +39,11 @@ DIRECTIONS = ("maximize", "minimize")
 
 _RUN_COLUMNS = ("created_at, pipedeck_version, backend, scenario, seed, rate, model, hardware, mode, tp, pp, chunk, "
                 "config, summary, makespan_s, steps, chunks, stage_executions, study, trial, label, live")
-_LIST_COLUMNS = ("id, created_at, backend, scenario, mode, model, hardware, tp, pp, chunk, rate, seed, study, trial, "
+# TIMESTAMPTZ columns are read as naive UTC (DuckDB before 2.0 needs pytz to fetch a zoned value), then tagged UTC
+_LIST_COLUMNS = ("id, timezone('UTC', created_at), backend, scenario, mode, model, hardware, tp, pp, chunk, rate, seed, study, trial, "
                  "label, makespan_s, summary")
 _TRIAL_COLUMNS = "study, number, state, params, config, metrics, objective, duration_s, completed_at, run_id"
+_TRIAL_READ = _TRIAL_COLUMNS.replace("completed_at", "timezone('UTC', completed_at)")
 _STUDY_COLUMNS = "name, created_at, scenario, objective, slo, settings, storage, pipedeck_version"
 
 
@@ -135,15 +138,16 @@ class RunStore:
             _opt_int(result.steps), _opt_int(result.chunks), _opt_int(result.stage_executions), study, _opt_int(trial),
             label, None if result.live is None else dumps(live_to_dict(result.live), "live"),
         ]
-        tables = [("run_ranks", rank_columns(0, result.ranks)), ("requests", request_columns(0, result.records))]
+        tables = [("run_ranks", rank_columns(0, result.ranks), None),
+                  ("requests", request_columns(0, result.records), None)]
         if keep_timeline:
-            tables.append(("spans", span_columns(0, result.spans)))
+            tables.append(("spans", span_columns(0, result.spans), SPAN_NONE))
         marks = ", ".join("?" * len(row))
         with self._writing() as con:
             (run_id,) = con.execute(f"INSERT INTO runs ({_RUN_COLUMNS}) VALUES ({marks}) RETURNING id", row).fetchone()
-            for table, columns in tables:
+            for table, columns, none in tables:
                 columns["run_id"][:] = run_id
-                insert_columns(con, table, columns)
+                insert_columns(con, table, columns, none)
         return int(run_id)
 
     def delete_run(self, run_id: int) -> None:
@@ -159,7 +163,7 @@ class RunStore:
         """One stored run with its RunResult rebuilt exactly (spans only when `timeline`)."""
         with self._reading() as con:
             row = con.execute(
-                "SELECT id, created_at, study, trial, label, pipedeck_version, backend, scenario, seed, rate, config, "
+                "SELECT id, timezone('UTC', created_at), study, trial, label, pipedeck_version, backend, scenario, seed, rate, config, "
                 "makespan_s, steps, chunks, stage_executions, "
                 # runs stored before preemptions were counted had none; a live run without the counter has NULL
                 "coalesce(CAST(json_extract(summary, '$.preemptions') AS BIGINT), CASE WHEN live IS NULL THEN 0 END), "
@@ -174,7 +178,7 @@ class RunStore:
                 records=read_rows(con, "requests", rid, REQUEST_COLUMNS, RequestRecord),
                 ranks=read_rows(con, "run_ranks", rid, RANK_COLUMNS, RankTime),
                 makespan_s=makespan, steps=steps, chunks=chunks, stage_executions=execs,
-                spans=read_rows(con, "spans", rid, SPAN_COLUMNS, Span) if timeline else [],
+                spans=read_rows(con, "spans", rid, SPAN_COLUMNS, Span, SPAN_NONE) if timeline else [],
                 preemptions=preemptions, live=None if live is None else live_from_dict(json.loads(live)),
             )
         return StoredRun(id=rid, created_at=_utc(created), study=study, trial=trial, label=label,
@@ -232,35 +236,51 @@ class RunStore:
     def list_studies(self) -> list[StudyRow]:
         """Every study, oldest first."""
         with self._reading() as con:
-            rows = con.execute(_STUDIES_SQL + " GROUP BY ALL ORDER BY s.created_at, s.name").fetchall()
+            rows = con.execute(_STUDIES_SQL + " GROUP BY ALL ORDER BY created_utc, s.name").fetchall()
         return [_study_row(row) for row in rows]
 
     def save_trial(self, study: str, number: int, *, state: str, params: dict[str, object],
                    config: dict[str, object] | None, metrics: dict[str, object], objective: float | None,
                    duration_s: float | None, run_id: int | None = None, completed_at: datetime | None = None) -> None:
-        """Insert or replace trial (study, number): syncing the same trial twice leaves one row."""
+        """Insert or replace trial (study, number): syncing the same trial twice leaves one row.
+
+        Only a COMPLETE trial has an objective. Without `run_id` the trial keeps the run it is linked to
+        (see `link_run`); without `completed_at` a finished trial keeps its first completion time.
+        """
         state = _trial_state(state)
         if isinstance(number, bool) or not isinstance(number, (int, np.integer)) or number < 0:
             raise StoreError(f"number: must be a non-negative trial number, got {number!r}")
+        if objective is not None and state != "COMPLETE":
+            raise StoreError(f"objective: only a COMPLETE trial has one, got {objective!r} for a {state} trial")
         row = [study, int(number), state, dumps(params, "params"), None if config is None else dumps(config, "config"),
-               dumps(metrics, "metrics"), _opt_float(objective), _opt_float(duration_s), None, _opt_int(run_id)]
+               dumps(metrics, "metrics"), _opt_float(objective), _opt_float(duration_s),
+               None if completed_at is None else _zoned(completed_at), _opt_int(run_id)]
         with self._writing() as con:
             if con.execute("SELECT 1 FROM studies WHERE name = ?", [study]).fetchone() is None:
                 raise self._no_study(study)
-            if completed_at is not None:
-                row[8] = _naive_utc(completed_at)
-            elif state in FINISHED_STATES:
-                old = con.execute("SELECT completed_at FROM trials WHERE study = ? AND number = ?",
-                                  [study, int(number)]).fetchone()
-                row[8] = old[0] if old and old[0] is not None else utcnow()
+            old = con.execute("SELECT timezone('UTC', completed_at), run_id FROM trials WHERE study = ? AND number = ?",
+                              [study, int(number)]).fetchone() or (None, None)
+            if row[8] is None and state in FINISHED_STATES:
+                row[8] = _utc(old[0]) or utcnow()
+            if row[9] is None:
+                row[9] = old[1]
             con.execute(f"INSERT OR REPLACE INTO trials ({_TRIAL_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", row)
+
+    def link_run(self, study: str, number: int, run_id: int) -> None:
+        """Point trial (study, number) at `run_id`, a stored run of it (the best or default config's)."""
+        with self._writing() as con:
+            self._require_run(con, run_id)
+            if con.execute("SELECT 1 FROM trials WHERE study = ? AND number = ?", [study, int(number)]).fetchone() is None:
+                raise StoreError(f"trial: no trial {number} of study {study!r} in {self.path}")
+            # (no UPDATE ... RETURNING: on DuckDB 1.1 it leaves the key index thinking the row is there twice)
+            con.execute("UPDATE trials SET run_id = ? WHERE study = ? AND number = ?", [run_id, study, int(number)])
 
     def trials(self, study: str) -> list[TrialRow]:
         """The study's trials ordered by number."""
         with self._reading() as con:
             if con.execute("SELECT 1 FROM studies WHERE name = ?", [study]).fetchone() is None:
                 raise self._no_study(study)
-            rows = con.execute(f"SELECT {_TRIAL_COLUMNS} FROM trials WHERE study = ? ORDER BY number", [study]).fetchall()
+            rows = con.execute(f"SELECT {_TRIAL_READ} FROM trials WHERE study = ? ORDER BY number", [study]).fetchall()
         return [_trial_row(row) for row in rows]
 
     def best_trial(self, study: str, direction: str = "maximize") -> TrialRow | None:
@@ -272,7 +292,7 @@ class RunStore:
             if con.execute("SELECT 1 FROM studies WHERE name = ?", [study]).fetchone() is None:
                 raise self._no_study(study)
             row = con.execute(
-                f"SELECT {_TRIAL_COLUMNS} FROM trials WHERE study = ? AND state = 'COMPLETE' AND objective IS NOT NULL "
+                f"SELECT {_TRIAL_READ} FROM trials WHERE study = ? AND state = 'COMPLETE' AND objective IS NOT NULL "
                 f"AND NOT isnan(objective) ORDER BY objective {order}, number LIMIT 1", [study]).fetchone()
         return None if row is None else _trial_row(row)
 
@@ -299,7 +319,7 @@ class RunStore:
     def list_configs(self) -> list[ConfigRow]:
         """Every named config, by name."""
         with self._reading() as con:
-            rows = con.execute("SELECT name, created_at, config FROM configs ORDER BY name").fetchall()
+            rows = con.execute("SELECT name, timezone('UTC', created_at), config FROM configs ORDER BY name").fetchall()
         return [ConfigRow(name=name, created_at=_utc(created), config=json.loads(config)) for name, created, config in rows]
 
     # -- helpers ----------------------------------------------------------------------------
@@ -316,7 +336,7 @@ class RunStore:
 
 
 _STUDIES_SQL = (
-    "SELECT s.name, s.created_at, s.scenario, s.objective, s.slo, s.settings, s.storage, s.pipedeck_version, "
+    "SELECT s.name, timezone('UTC', s.created_at) AS created_utc, s.scenario, s.objective, s.slo, s.settings, s.storage, s.pipedeck_version, "
     "count(t.number), count(t.number) FILTER (WHERE t.state = 'COMPLETE') "
     "FROM studies s LEFT JOIN trials t ON t.study = s.name"
 )
@@ -348,8 +368,9 @@ def _utc(value: datetime | None) -> datetime | None:
     return None if value is None else value.replace(tzinfo=timezone.utc)
 
 
-def _naive_utc(value: datetime) -> datetime:
-    return value if value.tzinfo is None else value.astimezone(timezone.utc).replace(tzinfo=None)
+def _zoned(value: datetime) -> datetime:
+    """A datetime as a zoned instant (a naive one is taken as UTC), as TIMESTAMPTZ columns store it."""
+    return value.replace(tzinfo=timezone.utc) if value.tzinfo is None else value
 
 
 def _opt_float(value: object) -> float | None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import re
 import threading
 from collections.abc import Callable
 from datetime import datetime, timezone
@@ -9,6 +11,7 @@ from pathlib import Path
 
 import duckdb
 
+from ..backends.config import default_layer_split
 from .connect import not_a_store
 from .errors import StoreError
 from .transaction import transaction
@@ -118,7 +121,82 @@ def _v2(con: duckdb.DuckDBPyConnection) -> None:
     con.execute("ALTER TABLE runs ADD COLUMN live JSON")
 
 
-MIGRATIONS: list[Migration] = [_v1, _v2]
+# every timestamp column: schema 2 held naive UTC, schema 3 a zoned instant
+TIMESTAMP_COLUMNS = (("schema_version", "applied_at"), ("runs", "created_at"), ("studies", "created_at"),
+                     ("trials", "completed_at"), ("configs", "created_at"))
+_V2_SPLIT = re.compile(r"split(\d+)_(\d+)")  # schema 2's layer-split shifts: split{stages}_{stage}
+_PRUNED_PLACEHOLDERS = ("goodput_rps", "attainment", "capped")  # a pruned goodput search's, all 0 or false
+
+
+def _v3(con: duckdb.DuckDBPyConnection) -> None:
+    """Honest answers to SQL: zoned times, NULL for "none", no objective for a pruned trial, trials linked to
+    their stored runs, and parameters under the names and values `--fix` takes."""
+    for table, column in TIMESTAMP_COLUMNS:
+        if _column_type(con, table, column) == "TIMESTAMP":  # a new store's schema_version is zoned already
+            con.execute(f"ALTER TABLE {table} ALTER COLUMN {column} TYPE TIMESTAMPTZ USING timezone('UTC', {column})")
+    for column in ("request", "chunk"):  # -1 stood for a decode-only batch
+        con.execute(f"ALTER TABLE spans ALTER COLUMN {column} DROP NOT NULL")
+        con.execute(f"UPDATE spans SET {column} = NULL WHERE {column} = -1")
+    runs = dict(((study, trial), run_id) for study, trial, run_id in con.execute(
+        "SELECT study, trial, min(id) FROM runs WHERE label IN ('best', 'default') AND study IS NOT NULL "
+        "AND trial IS NOT NULL GROUP BY study, trial").fetchall())
+    trials = [(study, number, state, json.loads(params or "{}"), None if config is None else json.loads(config),
+               json.loads(metrics or "{}"), objective, run_id)
+              for study, number, state, params, config, metrics, objective, run_id in con.execute(
+                  "SELECT study, number, state, params, config, metrics, objective, run_id FROM trials").fetchall()]
+    layers = {study: sum(config["layer_split"]) for study, _, _, _, config, *_ in trials
+              if config and config.get("layer_split")}  # one model per study: any trial that ran says
+    for study, number, state, params, config, metrics, objective, run_id in trials:
+        if state == "PRUNED" and objective is not None:  # the rate the pruned search failed at, not a result
+            if metrics.get("goodput_rps") == 0:
+                metrics = {k: v for k, v in metrics.items() if k not in _PRUNED_PLACEHOLDERS}
+            metrics["fails_slo_at_rps"], objective = objective, None
+        con.execute("UPDATE trials SET params = ?, metrics = ?, objective = ?, run_id = ? WHERE study = ? AND number = ?",
+                    [json.dumps(_v3_params(params, config, layers.get(study))),
+                     json.dumps(metrics), objective, run_id if run_id is not None else runs.get((study, number)),
+                     study, number])
+
+
+def _column_type(con: duckdb.DuckDBPyConnection, table: str, column: str) -> str:
+    return con.execute("SELECT data_type FROM information_schema.columns WHERE table_catalog = current_database() "
+                       "AND table_schema = 'main' AND table_name = ? AND column_name = ?", [table, column]).fetchone()[0]
+
+
+def _v3_params(params: dict[str, object], config: dict[str, object] | None, layers: int | None) -> dict[str, object]:
+    """Schema 2's Optuna parameters under their --fix names, with the values the trial ran (from its config).
+
+    `parallelism` "8x2" became tp and pp; the layer-split shifts `split{n}_{i}`
+    from vLLM's even split became `layer-split` "15,16,15,15"; a trial without
+    a config (it could not run) rebuilds its split from the study's layer
+    count, and keeps its shifts when no trial of the study says what that is.
+    """
+    named: dict[str, object] = {}
+    shifts: dict[int, dict[int, int]] = {}
+    for name, value in params.items():
+        split = _V2_SPLIT.fullmatch(name)
+        if split:
+            shifts.setdefault(int(split[1]), {})[int(split[2])] = int(value)  # type: ignore[call-overload]
+            named.setdefault("layer-split", None)
+        elif name == "parallelism":
+            named["tp"], named["pp"] = (int(part) for part in str(value).split("x"))
+        else:
+            named[name.replace("_", "-")] = value
+    if config is not None:
+        for key in named:
+            field = key.replace("-", "_")
+            if config.get(field) is not None:
+                named[key] = ",".join(map(str, config[field])) if field == "layer_split" else config[field]
+    elif len(shifts) == 1 and layers:
+        ((stages, moved),) = shifts.items()
+        split = [base + moved.get(i, 0) for i, base in enumerate(default_layer_split(layers, stages)[:-1])]
+        named["layer-split"] = ",".join(map(str, [*split, layers - sum(split)]))
+    if named.get("layer-split") is None:
+        named.pop("layer-split", None)
+        named.update({f"split{n}_{i}": shift for n, moved in shifts.items() for i, shift in moved.items()})
+    return named
+
+
+MIGRATIONS: list[Migration] = [_v1, _v2, _v3]
 SCHEMA_VERSION = len(MIGRATIONS)
 
 
@@ -156,13 +234,15 @@ def _migrate(con: duckdb.DuckDBPyConnection, path: Path, read_only: bool) -> int
     if read_only:
         raise StoreError(f"db: {path} has schema version {found}, older than {SCHEMA_VERSION}; open it once read-write (any pipedeck simulate) to upgrade it")
     with transaction(con):
-        con.execute("CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL, applied_at TIMESTAMP NOT NULL)")
+        con.execute("CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL, applied_at TIMESTAMPTZ NOT NULL)")
         for version in range(found + 1, SCHEMA_VERSION + 1):
             MIGRATIONS[version - 1](con)
-            con.execute("INSERT INTO schema_version VALUES (?, ?)", [version, utcnow()])
+        applied = utcnow()  # recorded once every migration ran, when schema_version.applied_at is zoned
+        for version in range(found + 1, SCHEMA_VERSION + 1):
+            con.execute("INSERT INTO schema_version VALUES (?, ?)", [version, applied])
     return found
 
 
 def utcnow() -> datetime:
-    """Now in UTC, naive, as the store's TIMESTAMP columns hold it."""
-    return datetime.now(timezone.utc).replace(tzinfo=None)
+    """Now, in UTC and zoned, as the store's TIMESTAMPTZ columns take it whatever the session's TimeZone."""
+    return datetime.now(timezone.utc)

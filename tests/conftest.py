@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -14,6 +15,16 @@ import pytest
 def _private_run_store(tmp_path_factory, monkeypatch):
     """Point $PIPEDECK_DB at a fresh file outside the test's own tmp_path and working directory."""
     monkeypatch.setenv("PIPEDECK_DB", str(tmp_path_factory.mktemp("store") / "pipedeck.duckdb"))
+
+
+@pytest.fixture()
+def far_from_utc(monkeypatch) -> Iterator[None]:
+    """The process's local zone (and so a new DuckDB connection's TimeZone) is UTC+5:30 for the test."""
+    monkeypatch.setenv("TZ", "Asia/Kolkata")
+    time.tzset()
+    yield
+    monkeypatch.undo()
+    time.tzset()
 
 
 @pytest.fixture(scope="module")

@@ -21,6 +21,7 @@ from pipedeck.console.plots.gantt import share_budget
 from pipedeck.scenarios import load_scenario
 from pipedeck.store import RunStore
 from pipedeck.tuner.objective import TuneSpec
+from pipedeck.tuner.space import foreign_params
 from pipedeck.tuner.study import run_study
 from pipedeck.tuner.verdict import stored_verdict
 
@@ -289,6 +290,9 @@ def test_report_shows_history_importances_chunks_and_best(capsys, study, tmp_pat
     objective = next(t for t in found["history"]["data"] if t.get("name") == "goodput (req/s)")
     assert sorted(values(objective["y"])) == sorted(t.objective for t in done)
     assert "importances" in found or "Parameter importances need" in text
+    if "importances" in found:  # Optuna's parameters, by their --fix names
+        names = list(found["importances"]["data"][0]["y"])
+        assert names and foreign_params(names) == [] and "tp" in names
     by_mode = {t["name"]: t for t in found["chunk"]["data"] if t["name"] in {str(d.config["mode"]) for d in done}}
     for mode, trace in by_mode.items():
         assert sorted(values(trace["x"])) == sorted(t.config["chunk"] for t in done if t.config["mode"] == mode)

@@ -113,6 +113,35 @@ def test_simulated_run_round_trips_exactly(db, sim_result):
     assert stored.result.summary() == sim_result.summary()
 
 
+def test_times_are_stored_as_zoned_instants_whatever_the_local_zone(db, sim_result, far_from_utc):
+    before = datetime.now(timezone.utc)
+    with RunStore.open(db) as s:
+        run_id = s.save_run(sim_result)
+        s.save_study("st", scenario="s", objective="goodput", slo={}, settings={}, storage="x")
+        s.save_trial("st", 0, state="COMPLETE", params={}, config=None, metrics={}, objective=1.0, duration_s=None,
+                     completed_at=datetime(2025, 3, 1, 12, 0, tzinfo=timezone.utc))
+        kinds = {name: kind for name, kind in s.con.execute(
+            "SELECT column_name, data_type FROM information_schema.columns WHERE column_name IN "
+            "('created_at', 'completed_at', 'applied_at')").fetchall()}
+        (age_s,) = s.con.execute("SELECT epoch(now()) - epoch(created_at) FROM runs WHERE id = ?", [run_id]).fetchone()
+        (completed,) = s.con.execute("SELECT strftime(timezone('UTC', completed_at), '%Y-%m-%d %H:%M') FROM trials")\
+            .fetchone()
+        stored = s.get_run(run_id).created_at
+    assert set(kinds.values()) == {"TIMESTAMP WITH TIME ZONE"}
+    assert 0 <= age_s < 60 and completed == "2025-03-01 12:00"  # SQL sees the instant, not local time as UTC
+    assert stored.tzinfo is timezone.utc and 0 <= (stored - before).total_seconds() < 60
+
+
+def test_spans_without_a_request_hold_null_and_read_back_as_the_span_had_them(store, sim_result):
+    run_id = store.save_run(sim_result)
+    nulls = store.con.execute("SELECT count(*) FILTER (WHERE request IS NULL), count(*) FILTER (WHERE chunk IS NULL), "
+                              "count(*) FILTER (WHERE request = -1 OR chunk = -1) FROM spans WHERE run_id = ?",
+                              [run_id]).fetchone()
+    none = [s for s in sim_result.spans if s.request == -1]
+    assert none and nulls == (len(none), sum(s.chunk == -1 for s in sim_result.spans), 0)
+    assert_rows_identical(store.get_run(run_id).result.spans, sim_result.spans)
+
+
 @pytest.mark.filterwarnings("ignore::RuntimeWarning")  # its summary() takes percentiles over inf and NaN
 def test_awkward_floats_and_order_round_trip_bit_for_bit(store):
     result = awkward_result()
@@ -260,8 +289,8 @@ def test_trials_are_ordered_and_validated(store):
 def test_best_trial_uses_completed_trials_only(store):
     store.save_study("st", scenario="s", objective="goodput", slo={}, settings={}, storage="x")
     assert store.best_trial("st") is None
-    for number, state, objective in [(0, "COMPLETE", 2.0), (1, "PRUNED", 9.0), (2, "FAIL", None),
-                                     (3, "COMPLETE", 3.0), (4, "RUNNING", 10.0), (5, "COMPLETE", 1.0),
+    for number, state, objective in [(0, "COMPLETE", 2.0), (1, "PRUNED", None), (2, "FAIL", None),
+                                     (3, "COMPLETE", 3.0), (4, "RUNNING", None), (5, "COMPLETE", 1.0),
                                      (6, "COMPLETE", 3.0), (7, "COMPLETE", math.nan), (8, "COMPLETE", None)]:
         store.save_trial("st", number, state=state, params={"n": number}, config=None, metrics={},
                          objective=objective, duration_s=None)
@@ -270,6 +299,32 @@ def test_best_trial_uses_completed_trials_only(store):
     assert store.best_trial("st", direction="minimize").number == 5
     with pytest.raises(StoreError, match="direction"):
         store.best_trial("st", direction="up")
+
+
+@pytest.mark.parametrize("state", ["PRUNED", "FAIL", "RUNNING", "WAITING"])
+def test_only_a_completed_trial_has_an_objective(store, state):
+    store.save_study("st", scenario="s", objective="goodput", slo={}, settings={}, storage="x")
+    with pytest.raises(StoreError) as err:  # a pruned search's probe rate is a bound, not a result
+        store.save_trial("st", 0, state=state, params={}, config=None, metrics={}, objective=9.0, duration_s=None)
+    assert str(err.value) == f"objective: only a COMPLETE trial has one, got 9.0 for a {state} trial"
+    assert store.trials("st") == []
+
+
+def test_a_trial_keeps_its_run_link_and_completion_time_when_synced_again(store, sim_result):
+    store.save_study("st", scenario="s", objective="goodput", slo={}, settings={}, storage="x")
+    done = dict(state="COMPLETE", params={"chunk": 4096}, config=None, metrics={}, objective=2.5, duration_s=1.0)
+    store.save_trial("st", 0, **done)
+    run_id = store.save_run(sim_result, study="st", trial=0, label="best")
+    store.link_run("st", 0, run_id)
+    first = store.trials("st")[0]
+    store.save_trial("st", 0, **{**done, "metrics": {"goodput_ci": {"mean": 2.5}}})  # the finalist's interval
+    again = store.trials("st")[0]
+    assert (again.run_id, again.completed_at, again.metrics) == (run_id, first.completed_at, {"goodput_ci": {"mean": 2.5}})
+    assert first.completed_at.tzinfo is timezone.utc
+    with pytest.raises(StoreError, match="trial: no trial 7 of study 'st' in "):
+        store.link_run("st", 7, run_id)
+    with pytest.raises(StoreError, match=f"run: no run {run_id + 1} in "):
+        store.link_run("st", 0, run_id + 1)
 
 
 def test_named_configs(store):
@@ -293,9 +348,9 @@ def test_failed_write_leaves_no_partial_run(db, sim_result, monkeypatch, interru
     real = runstore_module.insert_columns
     calls = []
 
-    def insert_then_fail(con, table, columns):
+    def insert_then_fail(con, table, columns, none=None):
         calls.append(table)
-        real(con, table, columns)  # the runs row and this table are written inside the transaction ...
+        real(con, table, columns, none)  # the runs row and this table are written inside the transaction ...
         if table == "requests":
             raise interrupt  # ... then the write dies before the spans
 
@@ -362,23 +417,25 @@ def test_two_threads_creating_one_store_at_once_both_succeed(tmp_path):
 
 def test_schema_version_is_recorded_once(db):
     RunStore.open(db).close()
+    read = "SELECT version, applied_at::VARCHAR, typeof(applied_at) FROM schema_version"
     with RunStore.open(db) as s:
-        first = s.con.execute("SELECT version, applied_at FROM schema_version").fetchall()
+        first = s.con.execute(read).fetchall()
     RunStore.open(db).close()
     with RunStore.open(db) as s:
-        assert s.con.execute("SELECT version, applied_at FROM schema_version").fetchall() == first
-    assert [v for v, _ in first] == list(range(1, SCHEMA_VERSION + 1)) == [1, 2]
+        assert s.con.execute(read).fetchall() == first
+    assert [v for v, _, _ in first] == list(range(1, SCHEMA_VERSION + 1)) == [1, 2, 3]
+    assert {kind for _, _, kind in first} == {"TIMESTAMP WITH TIME ZONE"}
 
 
 def test_a_store_written_at_version_1_is_migrated_in_place_keeping_its_runs(db, sim_result):
-    with RunStore.open(db) as store:  # write a run, then take the file back to what version 1 wrote
+    with RunStore.open(db) as store:  # write a run, then take the runs table back to what version 1 wrote
         run_id = store.save_run(sim_result)
         store.con.execute("DELETE FROM schema_version WHERE version > 1")
         store.con.execute("ALTER TABLE runs DROP COLUMN live")
         for column in ("steps", "chunks", "stage_executions"):
             store.con.execute(f"ALTER TABLE runs ALTER COLUMN {column} SET NOT NULL")
     with RunStore.open(db) as store:
-        assert [v for (v,) in store.con.execute("SELECT version FROM schema_version ORDER BY 1").fetchall()] == [1, 2]
+        assert [v for (v,) in store.con.execute("SELECT version FROM schema_version ORDER BY 1").fetchall()] == [1, 2, 3]
         back = store.get_run(run_id).result
         assert back.records == sim_result.records and back.steps == sim_result.steps and back.live is None
         nullable = store.con.execute("SELECT is_nullable FROM information_schema.columns WHERE table_name = 'runs' "

@@ -7,8 +7,8 @@ import asyncio
 from textual.widgets import DataTable, Static
 
 from pipedeck.console.tui import PipedeckApp
-from pipedeck.console.tui.tune import TuneScreen
-from pipedeck.store import RunStore
+from pipedeck.console.tui.tune import TuneScreen, trial_cells
+from pipedeck.store import RunStore, TrialRow
 from pipedeck.backends.launch import ENGINES
 from tests.tui_support import SIZE, fill, notifications, wait_for
 
@@ -22,6 +22,18 @@ async def open_tune(pilot) -> TuneScreen:  # noqa: ANN001 - a Pilot
     assert isinstance(tune, TuneScreen)
     fill(tune, SMALL_STUDY)
     return tune
+
+
+def test_trial_rows_show_the_shape_in_columns_and_other_knobs_by_their_fix_names():
+    params = {"tp": 2, "pp": 2, "mode": "dcpp", "chunk": 4096, "layer-split": "25,23", "smooth-factor": 0.51234,
+              "delay-scheduling": False}
+    ran = TrialRow("st", 3, "COMPLETE", params, {"tp": 2, "pp": 2, "mode": "dcpp", "chunk": 4096,
+                                                "layer_split": [25, 23]}, {}, 12.5, 1.0, None, None)
+    unrun = TrialRow("st", 4, "PRUNED", params, None, {}, None, 0.1, None, None)  # its config could not run
+    assert trial_cells(ran, "goodput") == ("3", "done", "12.5 req/s", "dcpp", "2×2", "4k", "25,23",
+                                           "smooth-factor=0.512 delay-scheduling=off")
+    assert trial_cells(unrun, "goodput")[1:] == ("pruned", "-", "dcpp", "2×2", "4k", "25,23",
+                                                "smooth-factor=0.512 delay-scheduling=off")
 
 
 def test_a_five_trial_study_fills_the_table_and_the_best_config_exports(tmp_path):

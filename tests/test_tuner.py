@@ -20,8 +20,18 @@ from pipedeck.console.cli import cli
 from pipedeck.console.errors import run_cli
 from pipedeck.store import RunStore
 from pipedeck.tuner.objective import TuneSpec
-from pipedeck.tuner.space import SpaceContext, default_params, knob_settings, parse_fixes, suggest_config
+from pipedeck.tuner.space import (
+    SpaceContext,
+    default_params,
+    foreign_params,
+    knob_settings,
+    parse_fixes,
+    searched_flags,
+    suggest_config,
+)
 from pipedeck.tuner.study import create_or_resume, open_storage, run_study
+
+from tests.flags import assert_flags_give_back
 
 SMALL = ["--model", "qwen2.5-14b", "--hardware", "a100-40g-pcie", "--devices", "4",
          "--scenario", "azure-conv", "--requests", "60", "--slo", "ttft=2s,tpot=200ms"]
@@ -81,6 +91,41 @@ def test_fix_pins_dimensions_and_pinning_everything_evaluates_one_config():
     assert all(d["tp"] == 4 for d in sample(ctx, parse_fixes(["pp=4"]), n=5))
 
 
+def test_optuna_parameters_are_fix_names_and_the_flags_give_back_the_config():
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    ctx = SpaceContext("deepseek-v3.1", "ascend-910c", 16, engine="vllm-ascend", longest_prompt=24000)
+    study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=3))
+    names = set()
+    for _ in range(40):
+        trial = study.ask()
+        draft = suggest_config(trial, ctx, parse_fixes(["max-running=64"]))
+        flags = searched_flags(trial.params, draft)
+        assert_flags_give_back(flags, draft)
+        assert {"tp", "pp", "chunk"} <= set(flags) and "max-running" not in flags  # pinned, so not searched
+        if any(name.startswith("layer-split[") for name in trial.params):  # a split with room to move
+            assert flags["layer-split"] == ",".join(map(str, draft["layer_split"]))
+        names |= set(trial.params)
+        study.tell(trial, 0.0)
+    assert foreign_params(names) == []
+    assert {"tp", "mode", "chunk", "layer-split[0] of 2", "layer-split[2] of 4", "delay-scheduling"} <= names
+    assert foreign_params(["parallelism", "split4_0", "max_running", "layer-split[0]", "chunk"]) == \
+        ["layer-split[0]", "max_running", "parallelism", "split4_0"]
+
+
+def test_the_parallelism_and_layer_split_keep_their_search_distributions():
+    """tp: the same choices as the old `TPxPP` categorical; each stage's layers: vLLM's +- the same reach."""
+    ctx = SpaceContext("deepseek-v3.1", "ascend-910c", 16)
+    trial = optuna.create_study().ask({})
+    suggest_config(trial, ctx, parse_fixes(["tp=8", "mode=vpp"]))  # 2 x 2 stages of 61 layers: vLLM's 15,15,16,15
+    assert {k: v for k, v in trial.distributions.items() if k.startswith("layer-split")} == {
+        f"layer-split[{i}] of 4": optuna.distributions.IntDistribution(base - 2, base + 2)  # was a shift in [-2, 2]
+        for i, base in enumerate((15, 15, 16))}
+    trial = optuna.create_study().ask({})
+    suggest_config(trial, ctx, {})
+    assert trial.distributions["tp"] == optuna.distributions.CategoricalDistribution(ctx.tp_options)
+    assert all(16 % tp == 0 for tp in ctx.tp_options) and ctx.tp_options[0] == 16
+
+
 def test_knob_settings_list_what_the_config_activates():
     dcpp = ServingConfig(mode="dcpp", smooth_factor=0.75).to_dict()
     assert knob_settings(dcpp) == ["smooth-factor=0.75", "min-chunk=4096", "delay-scheduling=off"]
@@ -92,9 +137,9 @@ def test_knob_settings_list_what_the_config_activates():
 
 def test_default_params_are_the_engine_default():
     ctx = SpaceContext("deepseek-v3.1", "ascend-910c", 16, engine="vllm-ascend")
-    assert default_params(ctx, {}) == {"parallelism": "8x2", "mode": "cpp", "chunk": 2048, "max_running": 256,
-                                       "split2_0": 0, "delay_scheduling": False}
-    assert default_params(ctx, parse_fixes(["mode=dcpp"]))["smooth_factor"] == 1.0
+    assert default_params(ctx, {}) == {"tp": 8, "mode": "cpp", "chunk": 2048, "max-running": 256,
+                                       "layer-split[0] of 2": 31, "delay-scheduling": False}  # vLLM's 31,30
+    assert default_params(ctx, parse_fixes(["mode=dcpp"]))["smooth-factor"] == 1.0
     h100 = SpaceContext("qwen2.5-32b", "h100-sxm", 2, engine="vllm")
     assert (h100.baseline.chunk, h100.baseline.max_running) == (8192, 1024)
     assert SpaceContext("qwen2.5-32b", "a100-40g-pcie", 4, engine="sglang").baseline.chunk == 4096
@@ -125,6 +170,16 @@ def test_study_runs_seeds_the_default_and_syncs_the_store(tmp_path):
     assert len({t.number for t in trials}) == len(trials) >= 6
     assert {r.label for r in runs} >= {"best"} and best_run.spans
     assert best_run.config == outcome.best.config
+    linked = {t.number: t.run_id for t in trials if t.run_id is not None}
+    assert linked == {outcome.best.number: outcome.best_run_id, 0: outcome.default_run_id}
+    for t in trials:
+        assert (t.objective is not None) == (t.state == "COMPLETE")  # a pruned trial has no objective
+        if t.config is not None:  # params: --fix names and values that pin what the trial ran
+            assert {"tp", "pp", "chunk"} <= set(t.params)
+            assert_flags_give_back(t.params, t.config)
+    study = optuna.load_study(study_name="t", storage=open_storage(str(tmp_path / "journal.jsonl")))
+    assert study.metric_names == ["goodput (req/s)"] and study.user_attrs["objective"] == "goodput (req/s), maximized"
+    assert foreign_params({name for t in study.trials for name in t.params}) == []
 
 
 def test_stop_request_interrupts_and_the_study_resumes(tmp_path):
@@ -278,6 +333,27 @@ def test_a_study_from_before_the_backend_setting_resumes_on_the_simulator(tmp_pa
     assert create_or_resume(old)[1] is False
     with pytest.raises(ConfigError, match="was created with backend='sim', not 'live'"):
         create_or_resume(spec(tmp_path, backend="live"))
+
+
+def test_a_study_an_older_pipedeck_made_is_not_resumed(tmp_path, capsys):
+    """Its trials' parameter names (`parallelism`, `split4_0`) are not this space's: one line, exit 2."""
+    old = spec(tmp_path)
+    study = optuna.create_study(study_name="t", storage=open_storage(old.storage), direction="maximize")
+    study.set_user_attr("pipedeck", old.settings())
+    trial = study.ask()
+    trial.suggest_categorical("parallelism", ("4x1", "2x2"))
+    trial.suggest_int("split2_0", -2, 2)
+    study.tell(trial, 1.0)
+    study.enqueue_trial({"parallelism": "2x2", "max_running": 64})  # a queued retry, not run yet
+    message = ("study: 't' was made by an older pipedeck, whose parameter names (max_running, parallelism, split2_0) "
+               "this one does not use; start a new --study")
+    with pytest.raises(ConfigError) as err:
+        create_or_resume(old)
+    assert str(err.value) == message
+    status = run_cli(cli, ["tune", *SMALL, "--study", "t", "--storage", old.storage, "--trials", "2",
+                           "--db", str(tmp_path / "r.duckdb")])
+    assert (status, capsys.readouterr().err.strip()) == (2, f"pipedeck: error: {message}")
+    assert [t.state.name for t in study.trials] == ["COMPLETE", "WAITING"]  # nothing was run
 
 
 def test_report_and_compare_show_the_finalists_intervals(tmp_path, capsys):

@@ -16,9 +16,10 @@ from ..backends.result import RunResult
 from ..scenarios import Scenario, load_scenario
 from .goodput import MIN_RATE, find_goodput, workload_ceiling
 from .slo import SLO, parse_slo
-from .space import SpaceContext, suggest_config
+from .space import SpaceContext, searched_flags, suggest_config
 
 OBJECTIVES = {"goodput": "maximize", "ttft": "minimize", "throughput": "maximize"}
+OBJECTIVE_LABELS = {"goodput": "goodput (req/s)", "ttft": "mean TTFT (s)", "throughput": "throughput (tok/s)"}
 PRECISION = 0.02  # relative width of a goodput search's final bracket; objectives this close tie
 FINISHED = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED)
 LIVE_PRECISION = 0.05  # goodput bracket for live servers: their goodput moves more than 2% between repeats
@@ -144,12 +145,13 @@ class Evaluator:
                 floor = max(floor, requests / LIVE_RUN_LIMIT_S)
             found = find_goodput(lambda rate: self.run(config, rate), self.slo, self.scenario.rate or 1.0,
                                  precision, beat, ceiling, floor)
+            if found.pruned:  # its goodput is unknown: only that it fails the SLO at a rate it had to beat
+                return Measurement(None, {"fails_slo_at_rps": found.upper, "evaluations": found.evaluations}, None,
+                                   None, found.upper)
             metrics = {"goodput_rps": found.rate, "attainment": found.attainment, "evaluations": found.evaluations,
                        "capped": found.capped}
             if found.result is not None:
                 metrics.update(_latency_metrics(found.result))
-            if found.pruned:
-                return Measurement(None, metrics, None, None, found.upper)
             return Measurement(found.rate, metrics, found.result, found.rate)
         result = self.run(config, self.scenario.rate)
         metrics = _latency_metrics(result)
@@ -202,6 +204,7 @@ class Objective:
 
     def __call__(self, trial: optuna.Trial) -> float:
         draft = suggest_config(trial, self.ctx, self.spec.fixed)
+        trial.set_user_attr("flags", searched_flags(trial.params, draft))  # the run store's `params`
         for limit in self.evaluator.slo.limits if self.evaluator.slo else ():
             draft.setdefault(f"slo_{limit.metric}_s", limit.limit_s)  # SLO-driven controllers steer by the study's SLO
         try:

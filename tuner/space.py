@@ -5,11 +5,18 @@ when active (conditional on what was already decided, e.g. DCPP's knobs only
 for mode dcpp), can be pinned with `--fix flag=value` using the same flag
 names as `pipedeck simulate`, and knows the engine default. New knobs join
 the search by `register_dimension`, never by editing the objective.
+
+Optuna's parameters carry the `--fix` names too: `tp` (pp is what is left
+of the devices), `mode`, `chunk`, `max-running`, `smooth-factor`, ... and
+one `layer-split[i] of n` per stage but the last (the layers of stage i of
+an n-stage split; the last stage takes the rest). `searched_flags` gives a
+trial's choices as `--fix` names and values, as the run store keeps them.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import re
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -81,8 +88,8 @@ class SpaceContext:
         return ServingConfig(model=self.model, hardware=self.hardware).model_profile.num_layers
 
     @cached_property
-    def parallelisms(self) -> tuple[str, ...]:
-        """Every feasible `TPxPP` split of the devices (weights fit, heads divide)."""
+    def tp_options(self) -> tuple[int, ...]:
+        """The tp of every feasible tp x pp split of the devices (weights fit, heads divide), widest first."""
         options = []
         for pp in range(1, self.devices + 1):
             if self.devices % pp:
@@ -91,7 +98,7 @@ class SpaceContext:
                 ServingConfig(model=self.model, hardware=self.hardware, tp=self.devices // pp, pp=pp).resolve()
             except ConfigError:
                 continue
-            options.append(f"{self.devices // pp}x{pp}")
+            options.append(self.devices // pp)
         if not options:
             raise ConfigError(f"devices: no tp x pp split of {self.devices} devices can hold {self.model} on {self.hardware}")
         return tuple(options)
@@ -108,6 +115,11 @@ class Dimension:
     default: Callable[[Draft, SpaceContext], dict[str, object]]  # engine default, as trial params
     active: Callable[[Draft], bool] = lambda draft: True
     searched: bool = True  # False: only ever pinned with --fix, so never a knob the search could move
+
+    @property
+    def param(self) -> str:
+        """The Optuna parameter (or, for the layer split, the prefix of those) it is sampled as: a --fix name."""
+        return self.fields[0].replace("_", "-")
 
 
 DIMENSIONS: list[Dimension] = []
@@ -169,6 +181,30 @@ def suggest_config(trial: optuna.Trial, ctx: SpaceContext, fixed: dict[str, obje
     return draft
 
 
+def dimension_of_param(name: str) -> Dimension | None:
+    """The dimension that samples Optuna parameter `name`; None for a name this space never makes."""
+    if "[" in name and not _SPLIT_PARAM.fullmatch(name):
+        return None
+    return next((dim for dim in DIMENSIONS if dim.searched and dim.param == name.split("[", 1)[0]), None)
+
+
+def foreign_params(names: Iterable[str]) -> list[str]:
+    """Parameter names this space never makes, such as an older pipedeck's `parallelism` or `split4_0`."""
+    return sorted({name for name in names if dimension_of_param(name) is None})
+
+
+def searched_flags(params: Iterable[str], config: Draft) -> dict[str, object]:
+    """What a trial's search chose, as `--fix` names and values: each field of every dimension that sampled
+    one of `params`, as `config` has it (tp and pp; the layer split as "15,16,15,15"; the chunk on its tile)."""
+    sampled = {id(dim) for dim in map(dimension_of_param, params) if dim is not None}
+    return {field.replace("_", "-"): _flag_value(config[field])
+            for dim in DIMENSIONS if id(dim) in sampled for field in dim.fields if field in config}
+
+
+def _flag_value(value: object) -> object:
+    return ",".join(map(str, value)) if isinstance(value, (tuple, list)) else value
+
+
 def default_params(ctx: SpaceContext, fixed: dict[str, object]) -> dict[str, object]:
     """Trial parameters of the engine's default config (for enqueue_trial), respecting pins."""
     params: dict[str, object] = {}
@@ -197,8 +233,8 @@ def _suggest_parallelism(trial: optuna.Trial, draft: Draft, ctx: SpaceContext) -
         return {"pp": _split_devices(ctx, tp=int(draft["tp"]))}
     if "pp" in draft:
         return {"tp": _split_devices(ctx, pp=int(draft["pp"]))}
-    tp, pp = trial.suggest_categorical("parallelism", ctx.parallelisms).split("x")
-    return {"tp": int(tp), "pp": int(pp)}
+    tp = int(trial.suggest_categorical("tp", ctx.tp_options))
+    return {"tp": tp, "pp": ctx.devices // tp}
 
 
 def _split_devices(ctx: SpaceContext, tp: int | None = None, pp: int | None = None) -> int:
@@ -212,8 +248,7 @@ def _default_parallelism(draft: Draft, ctx: SpaceContext) -> dict[str, object]:
     """One node's worth of TP (8 devices, or fewer), the rest as PP, as operators deploy by default."""
     if "tp" in draft or "pp" in draft:
         return {}
-    by_tp = sorted(ctx.parallelisms, key=lambda p: (int(p.split("x")[0]) > 8, -int(p.split("x")[0])))
-    return {"parallelism": by_tp[0]}
+    return {"tp": min(ctx.tp_options, key=lambda tp: (tp > 8, -tp))}
 
 
 def _parse_mode(text: str) -> str:
@@ -236,7 +271,7 @@ def _suggest_chunk(trial: optuna.Trial, draft: Draft, ctx: SpaceContext) -> Draf
 
 def _suggest_max_running(trial: optuna.Trial, draft: Draft, ctx: SpaceContext) -> Draft:
     """The running-request cap, at most the chunk: vLLM refuses --max-num-seqs above --max-num-batched-tokens."""
-    return {"max_running": min(trial.suggest_int("max_running", *ctx.max_running_range, log=True),
+    return {"max_running": min(trial.suggest_int("max-running", *ctx.max_running_range, log=True),
                                int(draft["chunk"]))}
 
 
@@ -250,18 +285,26 @@ def _split_shape(draft: Draft, ctx: SpaceContext) -> tuple[tuple[int, ...], int]
     return base, min(reach, (min(base) - 1) // (stages - 1))
 
 
+_SPLIT_PARAM = re.compile(r"layer-split\[\d+\] of \d+")
+
+
+def _split_param(stage: int, stages: int) -> str:
+    """One stage's layers as an Optuna parameter; the stage count in the name keeps each pipeline depth's own."""
+    return f"layer-split[{stage}] of {stages}"
+
+
 def _suggest_split(trial: optuna.Trial, draft: Draft, ctx: SpaceContext) -> Draft:
+    """Each stage but the last within `reach` layers of vLLM's split; the last stage takes the rest."""
     base, reach = _split_shape(draft, ctx)
     if reach == 0:
         return {"layer_split": base}
-    shifts = [trial.suggest_int(f"split{len(base)}_{i}", -reach, reach) for i in range(len(base) - 1)]
-    split = [b + s for b, s in zip(base, shifts)]
+    split = [trial.suggest_int(_split_param(i, len(base)), b - reach, b + reach) for i, b in enumerate(base[:-1])]
     return {"layer_split": tuple(split) + (ctx.layers - sum(split),)}
 
 
 def _default_split(draft: Draft, ctx: SpaceContext) -> dict[str, object]:
     base, reach = _split_shape(draft, ctx)
-    return {f"split{len(base)}_{i}": 0 for i in range(len(base) - 1)} if reach else {}
+    return {_split_param(i, len(base)): b for i, b in enumerate(base[:-1])} if reach else {}
 
 
 def _parse_fraction(text: str) -> float:
@@ -284,12 +327,12 @@ def _delaying(draft: Draft) -> bool:
 
 def knob_dimension(field: str, sample: Callable[[optuna.Trial, str], object],
                    active: Callable[[Draft], bool]) -> Dimension:
-    """A dimension for one scheduler knob: sampled by `sample`, defaulting to ServingConfig's value."""
+    """A dimension for one scheduler knob: sampled by `sample` under its --fix name, defaulting to ServingConfig's value."""
     knob = KNOB_BY_FIELD[field]
     default = getattr(ServingConfig(), field)
-    return Dimension(field.replace("_", "-"), (field,), knob.check,
-                     lambda trial, draft, ctx: {field: sample(trial, field)},
-                     lambda draft, ctx: {field: default}, active=active)
+    flag = field.replace("_", "-")
+    return Dimension(flag, (field,), knob.check, lambda trial, draft, ctx: {field: sample(trial, flag)},
+                     lambda draft, ctx: {flag: default}, active=active)
 
 
 register_dimension(Dimension("parallelism", ("tp", "pp"), _int_field("tp and pp"), _suggest_parallelism,
@@ -299,16 +342,16 @@ register_dimension(Dimension("mode", ("mode",), _parse_mode, _suggest_mode,
 register_dimension(Dimension("chunk", ("chunk",), lambda text: parse_tokens(text, "chunk"), _suggest_chunk,
                              lambda draft, ctx: {"chunk": ctx.baseline.chunk}))
 register_dimension(Dimension("max-running", ("max_running",), _int_field("max_running"), _suggest_max_running,
-                             lambda draft, ctx: {"max_running": ctx.baseline.max_running}))
+                             lambda draft, ctx: {"max-running": ctx.baseline.max_running}))
 register_dimension(Dimension("layer-split", ("layer_split",), parse_layer_split, _suggest_split, _default_split))
 register_dimension(Dimension(
     "smooth-factor", ("smooth_factor",), _parse_fraction,
-    lambda trial, draft, ctx: {"smooth_factor": trial.suggest_float("smooth_factor", 0.1, 1.0)},
-    lambda draft, ctx: {"smooth_factor": 1.0}, active=_mode_is("dcpp")))
+    lambda trial, draft, ctx: {"smooth_factor": trial.suggest_float("smooth-factor", 0.1, 1.0)},
+    lambda draft, ctx: {"smooth-factor": 1.0}, active=_mode_is("dcpp")))
 register_dimension(Dimension(
     "min-chunk", ("min_chunk",), lambda text: parse_tokens(text, "min_chunk"),
-    lambda trial, draft, ctx: {"min_chunk": trial.suggest_int("min_chunk", 1024, 16384, step=1024)},
-    lambda draft, ctx: {"min_chunk": 4096}, active=_mode_is("dcpp")))
+    lambda trial, draft, ctx: {"min_chunk": trial.suggest_int("min-chunk", 1024, 16384, step=1024)},
+    lambda draft, ctx: {"min-chunk": 4096}, active=_mode_is("dcpp")))
 
 # FastPP's controllers (their SLO targets come from the study's SLO, not the search)
 _greedy, _alp = _mode_is("fastpp-greedy"), _mode_is("fastpp-alp")

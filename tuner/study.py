@@ -31,9 +31,18 @@ from ..backends.config import ServingConfig
 from ..backends.errors import ConfigError
 from ..store import RunStore
 from .confidence import interval, separated
-from .objective import FINISHED, Evaluator, Objective, TuneInterrupted, TuneSpec, search_precision, space_context
+from .objective import (
+    FINISHED,
+    OBJECTIVE_LABELS,
+    Evaluator,
+    Objective,
+    TuneInterrupted,
+    TuneSpec,
+    search_precision,
+    space_context,
+)
 from .slo import parse_slo
-from .space import default_params
+from .space import default_params, foreign_params
 from .verdict import Finished, decide
 
 SAMPLERS = ("tpe", "random")
@@ -214,6 +223,7 @@ def create_or_resume(spec: TuneSpec) -> tuple[optuna.Study, bool]:
     existing = {s.study_name: s for s in optuna.get_all_study_summaries(storage, include_best_trial=False)}
     if spec.study in existing:
         study = optuna.load_study(study_name=spec.study, storage=storage)
+        refuse_foreign_params(study)
         saved = study.user_attrs.get("pipedeck", {})
         for key, value in spec.settings().items():
             was = saved.get(key, SETTINGS_BEFORE_THEY_EXISTED.get(key))
@@ -222,9 +232,29 @@ def create_or_resume(spec: TuneSpec) -> tuple[optuna.Study, bool]:
                                   "resume it with the same settings or choose a new --study name")
         return study, False
     study = optuna.create_study(study_name=spec.study, storage=storage, direction=spec.direction)
+    name_objective(study, spec)
     study.set_user_attr("pipedeck", spec.settings())
     study.enqueue_trial(default_params(space_context(spec), spec.fixed), user_attrs={"role": "default"})
     return study, True
+
+
+def refuse_foreign_params(study: optuna.Study) -> None:
+    """A study whose trials use parameter names this pipedeck does not make (an older one's) is not resumed:
+    its sampler would learn nothing from them and its queued retries would run other configs."""
+    names = {name for t in study.get_trials(deepcopy=False)
+             for name in (*t.params, *t.system_attrs.get("fixed_params", {}))}
+    foreign = foreign_params(names)
+    if foreign:
+        raise ConfigError(f"study: {study.study_name!r} was made by an older pipedeck, whose parameter names "
+                          f"({', '.join(foreign)}) this one does not use; start a new --study")
+
+
+def name_objective(study: optuna.Study, spec: TuneSpec) -> None:
+    """Name the study's value as its objective (optuna-dashboard shows it), e.g. "goodput (req/s)"."""
+    with warnings.catch_warnings():  # set_metric_names is marked experimental
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        study.set_metric_names([OBJECTIVE_LABELS[spec.objective]])
+    study.set_user_attr("objective", f"{OBJECTIVE_LABELS[spec.objective]}, {spec.direction}d")
 
 
 def summarize(trial: FrozenTrial) -> TrialSummary:
@@ -257,14 +287,18 @@ class StoreSync:
             self.save(t)
 
     def save(self, t: FrozenTrial, extra_metrics: dict[str, object] | None = None) -> None:
-        """Write one trial to the run store (again, with `extra_metrics` added, for a finalist's interval)."""
+        """Write one trial to the run store (again, with `extra_metrics` added, for a finalist's interval).
+
+        Its params are its choices by `--fix` name and value; only a completed trial has an objective
+        (Optuna gives a pruned one the rate it was pruned at, which its metrics keep as fails_slo_at_rps).
+        """
         duration = (t.datetime_complete - t.datetime_start).total_seconds() \
             if t.datetime_complete and t.datetime_start else None
         with open_store(self.db) as store:
-            store.save_trial(self.study.study_name, t.number, state=t.state.name, params=t.params,
-                             config=t.user_attrs.get("config"),
+            store.save_trial(self.study.study_name, t.number, state=t.state.name,
+                             params=t.user_attrs.get("flags", t.params), config=t.user_attrs.get("config"),
                              metrics={**t.user_attrs.get("metrics", {}), **(extra_metrics or {})},
-                             objective=t.value, duration_s=duration)
+                             objective=t.value if t.state == TrialState.COMPLETE else None, duration_s=duration)
         self.synced.add(t.number)
 
 
@@ -357,6 +391,7 @@ def _outcome(spec: TuneSpec, study: optuna.Study, db: str | Path, interrupted: b
             label = "best" if best is not None and number == best.number else "default"
             with open_store(db) as store:
                 run_ids[number] = store.save_run(result, study=spec.study, trial=number, label=label)
+    link_runs(db, spec.study, {n: run_ids[n] for n in finalists if n in run_ids})
     return TuneOutcome(
         study=spec.study, direction=spec.direction, trials=_finished(study),
         best=summarize(best) if best else None, default=summarize(default) if default else None,
@@ -367,6 +402,14 @@ def _outcome(spec: TuneSpec, study: optuna.Study, db: str | Path, interrupted: b
         inert=verdict.inert if verdict else (),
         best_ci=intervals.get(best.number) if best else None,
         default_ci=intervals.get(default.number) if default else None)
+
+
+def link_runs(db: str | Path, study: str, run_ids: dict[int, int]) -> None:
+    """Point each finalist trial's row in the run store at its stored run (trials.run_id)."""
+    if run_ids:
+        with open_store(db) as store:
+            for number, run_id in run_ids.items():
+                store.link_run(study, number, run_id)
 
 
 def _interval(spec: TuneSpec, study: optuna.Study, trial: FrozenTrial) -> dict[str, object] | None:

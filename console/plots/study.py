@@ -12,10 +12,10 @@ import plotly.graph_objects as go
 from ...backends.policies.modes import MODES
 from ...backends.tokens import format_tokens
 from ...store import TrialRow
+from ...tuner.objective import OBJECTIVE_LABELS
 from .common import run_colour, styled
 from .table import CELL_PX
 
-OBJECTIVE_LABELS = {"goodput": "goodput (req/s)", "ttft": "mean TTFT (s)", "throughput": "throughput (tok/s)"}
 OBJECTIVE_METRICS = {"goodput": "goodput_rps", "ttft": "ttft_mean_s", "throughput": "throughput_tok_s"}
 PRUNED_COLOUR = "#9a9a9a"
 
@@ -83,11 +83,11 @@ def _chunk_ticks(chunks: Sequence[int]) -> list[int]:
 def chunk_vs_objective(trials: Sequence[TrialRow], label: str, best: TrialRow | None = None) -> go.Figure:
     """Completed trials' objective against their chunk size, one colour per pipeline mode; pruned trials grey."""
     done = [t for t in completed(trials) if t.config]
-    pruned = [t for t in trials if t.state == "PRUNED" and t.config and t.objective is not None]
+    pruned = [t for t in trials if t.state == "PRUNED" and t.config and t.metrics.get("fails_slo_at_rps") is not None]
     fig = go.Figure()
     if pruned:
         fig.add_trace(go.Scatter(
-            x=[t.config["chunk"] for t in pruned], y=[t.objective for t in pruned], mode="markers",
+            x=[t.config["chunk"] for t in pruned], y=[t.metrics["fails_slo_at_rps"] for t in pruned], mode="markers",
             name="pruned: fails the SLO at this rate", marker=dict(symbol="x-thin", size=9, color=PRUNED_COLOUR,
                                                                    line=dict(width=1.5, color=PRUNED_COLOUR)),
             customdata=[[t.number, t.config["mode"]] for t in pruned],

@@ -40,21 +40,29 @@ from .messages import Exported, TrialsUpdated, TuneEnded, TuneFailed, WorkFailed
 from .view import DEFAULT_SLO, View, choose, one_line, shown_path, typed_number
 from .widgets import TrialChart
 
-SHOWN_PARAMS = ("parallelism", "mode", "chunk")  # trial parameters with their own columns
+SHOWN_PARAMS = ("tp", "pp", "mode", "chunk", "layer-split")  # trial parameters (--fix names) with their own columns
 STATES = {"COMPLETE": "done", "PRUNED": "pruned", "FAIL": "failed", "RUNNING": "running", "WAITING": "queued"}
 ALIASES = {"num_requests": "requests"}
 
 
 def trial_cells(trial: TrialRow, objective: str) -> tuple[str, ...]:
     """A trial as table cells: number, state, objective, mode, tp x pp, chunk, layer split, other parameters."""
-    config = trial.config or {}
     value = "-" if trial.objective is None or trial.state != "COMPLETE" else value_text(objective, trial.objective)
-    other = " ".join(f"{k}={v:.3g}" if isinstance(v, float) else f"{k}={v}" for k, v in sorted(trial.params.items())
-                     if k not in SHOWN_PARAMS and not k.startswith("split"))
-    return (str(trial.number), STATES.get(trial.state, trial.state.lower()), value, str(config.get("mode", "-")),
-            f"{config['tp']}×{config['pp']}" if config else str(trial.params.get("parallelism", "-")),
-            format_tokens(int(config["chunk"])) if config else "-",
-            ",".join(map(str, config.get("layer_split") or ())) or "-", other)
+    other = " ".join(f"{k}={_setting(v)}" for k, v in trial.params.items() if k not in SHOWN_PARAMS)
+    # a trial whose config could not run has only its parameters
+    known = {**{k.replace("-", "_"): v for k, v in trial.params.items()}, **(trial.config or {})}
+    split = known.get("layer_split")
+    return (str(trial.number), STATES.get(trial.state, trial.state.lower()), value, str(known.get("mode", "-")),
+            f"{known['tp']}×{known['pp']}" if "tp" in known and "pp" in known else "-",
+            format_tokens(int(known["chunk"])) if "chunk" in known else "-",
+            ",".join(map(str, split)) if isinstance(split, list) else str(split or "-"), other)
+
+
+def _setting(value: object) -> str:
+    """A parameter's value as `--fix` takes it (on/off for a switch), floats to three digits."""
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    return f"{value:.3g}" if isinstance(value, float) else str(value)
 
 
 def engine_for(mode: str, preferred: str) -> str:
