@@ -26,8 +26,8 @@ def print_run(result: RunResult, console: Console | None = None) -> None:
     for col in ("metric", "mean", "p50", "p90", "p99"):
         lat.add_column(col, justify="right")
     for key in ("ttft_s", "tpot_s"):
-        row = s[key]
-        lat.add_row(key.split("_")[0].upper(), *(f"{row[k]:.4g}" for k in ("mean", "p50", "p90", "p99")))
+        row = s[key]  # None: not one request has it (TPOT of one-token outputs)
+        lat.add_row(key.split("_")[0].upper(), *(f"{row[k]:.4g}" if row else "n/a" for k in ("mean", "p50", "p90", "p99")))
     console.print(lat)
     counts = "".join(f"  {name} {s[name]}" for name in ("steps", "chunks") if s[name] is not None)
     console.print(

@@ -27,8 +27,9 @@ class Row:
     points: bool = False  # deltas in percentage points (for ratios) rather than relative
 
 
-def _pct(metric: str, p: str, scale: float = 1.0) -> Callable[[RunResult, dict], float]:
-    return lambda r, s: s[metric][p] * scale
+def _pct(metric: str, p: str, scale: float = 1.0) -> Callable[[RunResult, dict], float | None]:
+    """A percentile from the summary; None (n/a) where no request has the metric (TPOT of one-token outputs)."""
+    return lambda r, s: None if s[metric] is None else s[metric][p] * scale
 
 
 def _cfg(key: str, show: Callable[[object], str] = str) -> Callable[[RunResult, dict], str]:
@@ -57,8 +58,15 @@ ROWS = (
 )
 
 
+def _verdict(slo: SLO, result: RunResult) -> str:
+    """met or missed, naming the limits the run has no value for (they hold: nothing to exceed them)."""
+    verdict = "met" if slo.met(result) else "missed"
+    undefined = slo.undefined(result)
+    return verdict + (f" ({', '.join(undefined)} n/a)" if undefined else "")
+
+
 def _slo_rows(slo: SLO) -> tuple[Row, ...]:
-    return (Row(f"SLO {slo.text()}", lambda r, s: "met" if slo.met(r) else "missed"),
+    return (Row(f"SLO {slo.text()}", lambda r, s: _verdict(slo, r)),
             Row("SLO attainment", lambda r, s: slo.attainment(r), ".1%", "high", points=True))
 
 
