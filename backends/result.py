@@ -62,8 +62,8 @@ class RankTime(NamedTuple):
     rank: int
     compute: float
     exposed_comm: float
-    bubble: float
-    idle: float  # no work anywhere in the pipeline (open-loop traffic gaps)
+    bubble: float  # waiting while the pipeline is busy elsewhere (0 on a single rank: no pipeline)
+    idle: float  # waiting for work: nothing in flight (traffic gaps); on a single rank also the host's step overhead
 
 
 def stats(values: np.ndarray) -> dict[str, float] | None:
@@ -135,7 +135,7 @@ class RunResult:
             "stage_executions": self.stage_executions,
             "preemptions": self.preemptions,
             "breakdown_s": breakdown,
-            "bubble_ratio": breakdown["bubble"] / span if breakdown else None,
+            "bubble_ratio": breakdown["bubble"] / span if breakdown and len(self.ranks) > 1 else None,  # one rank: no pipeline
             "per_rank": [r._asdict() for r in self.ranks],
         }
         if self.live is not None:

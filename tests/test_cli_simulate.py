@@ -84,6 +84,18 @@ def test_json_breakdown_sums_to_makespan_per_rank(capsys, argv):
     assert data["bubble_ratio"] == pytest.approx(mean["bubble"] / makespan)
 
 
+def test_one_rank_has_no_bubble_its_waits_between_steps_are_idle(capsys):
+    """pp=1 has no pipeline: the time the rank waits for the host's next step is idle, and the bubble ratio n/a."""
+    argv = ["simulate", "--scenario", "azure-conv", "--requests", "40", *QWEN, "--tp", "2", "--pp", "1", "--no-store"]
+    data, _ = run_json(capsys, argv)
+    [rank] = data["per_rank"]
+    assert rank["bubble"] == 0 and data["bubble_ratio"] is None
+    assert rank["idle"] > 0.01 * data["makespan_s"]  # 40 steps' host overhead at least
+    assert rank["compute"] + rank["exposed_comm"] + rank["idle"] == pytest.approx(data["makespan_s"], rel=1e-9)
+    status, out, _ = run(capsys, argv)
+    assert status == 0 and "bubble ratio n/a (one rank: no pipeline)" in out
+
+
 def test_same_seed_gives_identical_json(capsys):
     _, first = run_json(capsys, [*AZURE, "--seed", "3", "--no-store"])  # stored, each run gets its own run_id
     _, second = run_json(capsys, [*AZURE, "--seed", "3", "--no-store"])
