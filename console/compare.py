@@ -113,11 +113,14 @@ def compare_sections(stored: list[StoredRun], slo: SLO | None, max_spans: int) -
         sections.insert(1, Section(
             "Where the time went", time_breakdown(ranked), key="breakdown",
             note="Per-rank time splits exactly into compute, exposed communication, bubble (waiting while the "
-                 "pipeline is busy elsewhere) and idle (no work queued)." + left_out))
+                 "pipeline is busy elsewhere; a single rank has none) and idle (waiting for work), drawn as shares "
+                 "of each run's makespan so that runs of different lengths compare; hover for the seconds."
+                 + left_out))
         sections.append(Section(
             "Pipeline timelines", timelines(ranked, max_spans), key="timeline",
-            note="One row per rank; bar colour is the micro-batch's lead request, labels are virtual stage and "
-                 "chunk (s<stage> c<chunk>, d for decode-only). Drag to zoom; double-click to reset." + left_out))
+            note="One row per rank, every run over the same time window; bar colour is the micro-batch's lead "
+                 "request, labels are virtual stage and chunk (s<stage> c<chunk>, d for decode-only). Drag to zoom; "
+                 "double-click to reset." + left_out))
     return sections
 
 

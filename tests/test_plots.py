@@ -12,12 +12,12 @@ import numpy as np
 import pytest
 
 from pipedeck.backends.config import ServingConfig
-from pipedeck.backends.result import RunResult
+from pipedeck.backends.result import RunResult, Span
 from pipedeck.backends.sim import SimBackend
 from pipedeck.console import compare as compare_module
 from pipedeck.console.cli import cli
 from pipedeck.console.errors import run_cli
-from pipedeck.console.plots.gantt import share_budget
+from pipedeck.console.plots.gantt import common_window
 from pipedeck.scenarios import load_scenario
 from pipedeck.store import RunStore
 from pipedeck.tuner.objective import TuneSpec
@@ -111,15 +111,18 @@ def test_compare_page_is_self_contained_and_holds_every_figure(capsys, runs, tmp
 
 
 def test_cdfs_draw_each_run_in_both_panels_with_slo_lines(capsys, runs, tmp_path):
-    cdf = compare(capsys, runs, tmp_path, "cpp", "short", extra=("--slo", "ttft=2s,tpot=200ms"))["cdf"]
-    for key in ("cpp", "short"):
+    cdf = compare(capsys, runs, tmp_path, "vpp", "short", extra=("--slo", "ttft=2s,tpot=200ms"))["cdf"]
+    for key in ("vpp", "short"):
         lines = [t for t in cdf["data"] if t["name"] == name(runs, key)]
-        assert len(lines) == 2  # TTFT and TPOT
-        ttft, tpot = lines
+        ttft = lines[0]
         assert np.allclose(values(ttft["x"]), np.sort(runs.results[key].ttfts()))
-        assert np.allclose(values(tpot["x"]), np.sort(runs.results[key].tpots()) * 1e3)  # TPOT in ms
         assert values(ttft["y"])[-1] == 1.0
+    [tpot] = [t for t in cdf["data"] if t["name"] == name(runs, "short")][1:]
+    assert np.allclose(values(tpot["x"]), np.sort(runs.results["short"].tpots()) * 1e3)  # TPOT in ms
     labels = [a["text"] for a in cdf["layout"]["annotations"]]
+    # long-64k has one output token a request: no TPOT line, a note instead (not a line at 0)
+    assert len([t for t in cdf["data"] if t["name"] == name(runs, "vpp")]) == 1
+    assert f"no TPOT (one output token each): {name(runs, 'vpp')}" in labels
     assert "SLO P90 ≤ 2 s" in labels and "SLO P90 ≤ 200 ms" in labels
     limits = sorted(s["x0"] for s in cdf["layout"]["shapes"] if s["type"] == "line" and s["x0"] == s["x1"])
     assert limits == [2.0, 200.0]
@@ -132,16 +135,20 @@ def test_slo_lines_come_from_the_runs_study_or_are_absent(capsys, runs, tmp_path
     assert not without["layout"].get("shapes")
 
 
-def test_breakdown_stacks_the_four_parts_per_run_and_per_rank(capsys, runs, tmp_path):
+def test_breakdown_stacks_the_four_parts_as_shares_of_each_runs_makespan(capsys, runs, tmp_path):
+    """Runs of different lengths compare as shares of their own makespans; hover carries the seconds."""
     bars = compare(capsys, runs, tmp_path, "cpp", "short")["breakdown"]["data"]
     mean = {t["name"]: t for t in bars if t.get("showlegend") is not False}
-    assert set(mean) == {"compute", "exposed communication", "bubble", "idle (no work queued)"}
+    assert set(mean) == {"compute", "exposed communication", "bubble", "idle (waiting for work)"}
     assert [x.replace("<br>", " ") for x in mean["bubble"]["x"]] == [name(runs, "cpp"), name(runs, "short")]
-    assert np.allclose(values(mean["bubble"]["y"]), [runs.results[k].breakdown()["bubble"] for k in ("cpp", "short")])
+    seconds = [runs.results[k].breakdown()["bubble"] for k in ("cpp", "short")]
+    makespans = [runs.results[k].makespan_s for k in ("cpp", "short")]
+    assert np.allclose(values(mean["bubble"]["y"]), np.divide(seconds, makespans))
+    assert np.allclose(values(mean["bubble"]["customdata"]), seconds)
+    assert np.allclose(np.sum([values(t["y"]) for t in mean.values()], axis=0), 1.0)
     per_rank = [t for t in bars if t.get("showlegend") is False]
     totals = np.sum([values(t["y"]) for t in per_rank], axis=0)
-    makespans = [runs.results[k].makespan_s for k in ("cpp", "short") for _ in runs.results[k].ranks]
-    assert np.allclose(totals, makespans)  # the four parts of a rank add up to the makespan
+    assert np.allclose(totals, 1.0)  # the four parts of a rank add up to its whole makespan
 
 
 def test_metrics_table_shows_config_and_deltas_against_the_first_run(capsys, runs, tmp_path):
@@ -159,6 +166,16 @@ def test_metrics_table_shows_config_and_deltas_against_the_first_run(capsys, run
     assert {"P50", "P99"} <= {label.split()[1] for label in rows if label.startswith("TPOT")}
     for label in ("throughput (tok/s)", "makespan (s)", "bubble ratio", "steps", "chunks", "SLO attainment"):
         assert label in rows
+
+
+def test_metrics_table_says_na_where_a_run_has_no_tpot_never_0_or_minus_100_percent(capsys, runs, tmp_path):
+    table = compare(capsys, runs, tmp_path, "short", "vpp", extra=("--slo", "ttft=60s,tpot=200ms"))["metrics"]
+    labels, short, prefill_only = table["data"][0]["cells"]["values"]
+    rows = {re.sub("<.*?>", "", label): (a, b) for label, a, b in zip(labels, short, prefill_only)}
+    for p in ("P50", "P90", "P99"):
+        assert rows[f"TPOT {p} (ms)"][1] == "n/a" and rows[f"TPOT {p} (ms)"][0] != "n/a"
+    assert rows["SLO ttft=60s,tpot=200ms"][1] == "met (tpot n/a)"
+    assert "-100" not in " ".join(prefill_only)
 
 
 # -- timelines ----------------------------------------------------------------------------
@@ -204,19 +221,40 @@ def test_gantt_labels_stage_and_chunk_and_colours_transfers_dark(capsys, runs, t
     assert values(prefill["customdata"])[3].tolist() == [3, 0, 0, 0]  # stage, batch, request, chunk
 
 
-def test_gantt_caps_long_runs_to_their_first_spans_and_says_so(capsys, runs, tmp_path):
+def drawn_starts(timeline: dict, run_name: str) -> np.ndarray:
+    return np.concatenate([values(t["base"]) for traces in gantt_bars(timeline, run_name).values() for t in traces])
+
+
+def test_gantt_draws_every_run_over_one_window(capsys, runs, tmp_path):
+    """All runs share one x range, the longest makespan, so a short run is short and a long one long."""
+    timeline = compare(capsys, runs, tmp_path, "cpp", "short")["timeline"]
+    longest = max(runs.results[k].makespan_s for k in ("cpp", "short"))
+    ranges = [v["range"] for k, v in timeline["layout"].items() if k.startswith("xaxis")]
+    assert len(ranges) == 2 and all(r == pytest.approx([0, longest]) for r in ranges)
+
+
+def test_gantt_caps_long_runs_to_one_window_of_their_first_spans_and_says_so(capsys, runs, tmp_path):
     timeline = compare(capsys, runs, tmp_path, "cpp", "short", extra=("--max-spans", "100"))["timeline"]
-    short = runs.results["short"]
-    drawn = sum(len(values(t["x"])) for traces in gantt_bars(timeline, name(runs, "short")).values() for t in traces)
-    assert drawn == 100 - 32  # the cpp run's 32 spans are all drawn; the rest of the budget goes to the other
+    starts = np.sort(np.concatenate([[s.start for s in runs.results[k].spans] for k in ("cpp", "short")]))
+    window = starts[100]  # the 101st span of both runs together, in time, is the first left out
+    drawn = {k: drawn_starts(timeline, name(runs, k)) for k in ("cpp", "short")}
+    assert sum(map(len, drawn.values())) == 100 and all((d < window + 1e-4).all() for d in drawn.values())
+    for k in ("cpp", "short"):
+        assert len(drawn[k]) == sum(s.start < window for s in runs.results[k].spans)
     titles = [a["text"] for a in timeline["layout"]["annotations"]]
-    assert any(t.startswith(f"{name(runs, 'short')}: first 68 of {len(short.spans)} spans (0–") for t in titles)
+    short = runs.results["short"]
+    assert f"{name(runs, 'short')}: first {len(drawn['short'])} of {len(short.spans)} spans " \
+           f"(0–{window:.4g} s of {short.makespan_s:.4g} s)" in titles
+    ranges = [v["range"] for k, v in timeline["layout"].items() if k.startswith("xaxis")]
+    assert all(r == pytest.approx([0, window]) for r in ranges)
 
 
-def test_budget_is_shared_evenly_and_small_runs_pass_on_what_they_leave():
-    assert share_budget([32, 1036, 5000], 3000) == [32, 1036, 1932]
-    assert share_budget([5000, 5000], 3000) == [1500, 1500]
-    assert share_budget([0, 10], 3000) == [0, 10]
+def test_common_window_fits_the_budget_across_runs():
+    def spans(*starts):
+        return [Span(0, 0, 0, 0, 0, t, t + 0.5, "prefill") for t in starts]
+    assert common_window([spans(0, 1, 2), spans(0.5, 1.5)], [3.0, 2.0], 10) == 3.0  # all fit: the longest makespan
+    assert common_window([spans(0, 1, 2), spans(0.5, 1.5)], [3.0, 2.0], 3) == 1.5  # 0, 0.5, 1 drawn; 1.5 is not
+    assert common_window([[], []], [0.0, 0.0], 10) == 0.0
 
 
 def test_a_run_stored_without_timeline_says_so(capsys, runs, tmp_path):

@@ -54,7 +54,9 @@ def latency_cdfs(runs: Sequence[PlotRun], slo: SLO | None = None) -> go.Figure:
             pct = float(limit.get("percentile", 90.0))
             x = float(limit["limit_s"]) * scale
             fig.add_vline(x=x, line=dict(color="#c0392b", dash="dash", width=1.5), row=1, col=col,
+                          exclude_empty_subplots=False,
                           annotation=dict(text=f"SLO P{pct:g} ≤ {x:g} {unit}", font=dict(color="#c0392b", size=12)),
                           annotation_position="bottom right")
-            fig.add_hline(y=pct / 100, line=dict(color="#c0392b", dash="dot", width=1), row=1, col=col)
+            fig.add_hline(y=pct / 100, line=dict(color="#c0392b", dash="dot", width=1), row=1, col=col,
+                          exclude_empty_subplots=False)
     return styled(fig, "Latency CDFs", 460, legend_row=True)
