@@ -188,6 +188,9 @@ def test_table_output_mentions_latency_and_per_rank_table(capsys):
     (["simulate", "--scenario", "short-4k", "--rate", "2"], "rate"),
     (["simulate", "--scenario", "long-64k", "--kv-capacity", "1000"], "kv_capacity"),
     (["simulate", "--tp", "x"], "--tp"),
+    (["simulate", "--model", "./missing.toml"], "model: no such file ./missing.toml"),
+    (["simulate", "--hardware", "./x.toml"], "hardware: no such file ./x.toml"),
+    (["simulate", "--scenario", "./x.csv"], "scenario: no such file ./x.csv"),
 ])
 def test_bad_input_is_one_line_exit_2(capsys, argv, field):
     status, out, err = run(capsys, argv)
