@@ -7,6 +7,7 @@ from collections.abc import Callable
 
 import click
 
+from ..backends.chunk_checks import chunk_warnings
 from ..backends.config import ServingConfig, parse_layer_split
 from ..backends.knobs import KNOBS, Knob
 from ..backends.policies.modes import MODES
@@ -46,15 +47,18 @@ def config_options(fn: Callable) -> Callable:
 
 
 def config_from_options(opts: dict[str, object]) -> ServingConfig:
-    """Build and validate a ServingConfig from the parsed options."""
+    """Build and validate a ServingConfig from the parsed options; print a warning line for an odd chunk."""
     capacity = opts["kv_capacity"]
-    return ServingConfig(
+    config = ServingConfig(
         model=opts["model"], hardware=opts["hardware"], tp=opts["tp"], pp=opts["pp"], mode=opts["mode"],
         chunk=parse_tokens(opts["chunk"], "chunk"),
         layer_split=None if opts["layer_split"] is None else parse_layer_split(opts["layer_split"]),
         kv_capacity=None if capacity is None else parse_tokens(capacity, "kv_capacity"),
         **{knob.field: opts[knob.field] for knob in KNOBS},
     ).resolve()
+    for line in chunk_warnings(config):
+        click.echo(f"pipedeck: warning: {line}", err=True)
+    return config
 
 
 def check_writable(path: str, flag: str) -> None:

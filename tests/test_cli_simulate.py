@@ -170,6 +170,27 @@ def test_table_output_mentions_latency_and_per_rank_table(capsys):
     assert "qwen2.5-14b" in out and "short-4k" in out
 
 
+# -- warnings: the run goes ahead ------------------------------------------------------------
+
+@pytest.mark.parametrize("argv, warning", [
+    (["simulate", "--scenario", "long-64k", "--requests", "1", "--chunk", "100", "--hardware", "h100-sxm",
+      "--model", "qwen2.5-14b", "--tp", "2", "--pp", "2"],
+     "chunk: 100 tokens is below the 128-token GEMM tile of h100-sxm: every step pays for a whole tile"),
+    ([*SHORT, "--chunk", "48k"],
+     "chunk: 48k tokens is above the 32k-token context of qwen2.5-14b (max_position_embeddings)"),
+])
+def test_an_odd_chunk_is_warned_about_in_one_line_and_runs(capsys, argv, warning):
+    status, out, err = run(capsys, [*argv, "--no-store", "--json"])
+    data = json.loads(out)
+    assert status == 0 and data["requests"] > 0 and data["config"]["chunk"] in (100, 48 * 1024)
+    assert len(err.splitlines()) == 1 and err.startswith(f"pipedeck: warning: {warning}")
+
+
+def test_an_ordinary_chunk_warns_nothing(capsys):
+    status, _, err = run(capsys, [*SHORT, "--no-store", "--json"])
+    assert status == 0 and err == ""
+
+
 # -- input errors ----------------------------------------------------------------------
 
 @pytest.mark.parametrize("argv, field", [
