@@ -12,7 +12,7 @@ from ..backends.config import ServingConfig, parse_layer_split
 from ..backends.knobs import KNOBS, Knob
 from ..backends.policies.modes import MODES
 from ..backends.tokens import parse_tokens
-from ..scenarios import Scenario, load_scenario
+from ..scenarios import Scenario
 
 _DEFAULT = ServingConfig()
 
@@ -85,8 +85,6 @@ def workload_options(default_scenario: str) -> Callable[[Callable], Callable]:
     return decorate
 
 
-def scenario_from_options(opts: dict[str, object]) -> Scenario:
-    """Load the scenario and check the workload arguments before any work."""
-    scenario = load_scenario(str(opts["scenario"]))
+def check_workload(scenario: Scenario, opts: dict[str, object]) -> None:
+    """Check the workload arguments (seed, rate, requests) against the scenario before any work."""
     scenario.workload(seed=opts["seed"], rate=opts["rate"], num_requests=opts["num_requests"])
-    return scenario
