@@ -26,10 +26,10 @@ class RequestRecord(NamedTuple):
         return self.first_token_s - self.arrival_s
 
     @property
-    def tpot_s(self) -> float:
-        """Mean time per output token after the first; 0 for one-token outputs."""
+    def tpot_s(self) -> float | None:
+        """Mean time per output token after the first; None for a one-token output, which decodes nothing."""
         if self.output_tokens <= 1:
-            return 0.0
+            return None
         return (self.finish_s - self.first_token_s) / (self.output_tokens - 1)
 
 
@@ -62,12 +62,13 @@ class RankTime(NamedTuple):
     rank: int
     compute: float
     exposed_comm: float
-    bubble: float
-    idle: float  # no work anywhere in the pipeline (open-loop traffic gaps)
+    bubble: float  # waiting while the pipeline is busy elsewhere (0 on a single rank: no pipeline)
+    idle: float  # waiting for work: nothing in flight (traffic gaps); on a single rank also the host's step overhead
 
 
 def stats(values: np.ndarray) -> dict[str, float] | None:
-    """Mean and percentiles of `values`; None when there are none (nothing measured is not 0)."""
+    """Mean and percentiles of `values` (NaN entries left out); None when there are none (nothing measured is not 0)."""
+    values = values[~np.isnan(values)]
     if values.size == 0:
         return None
     p50, p90, p99 = np.percentile(values, [50, 90, 99])
@@ -102,7 +103,8 @@ class RunResult:
         return np.fromiter((r.ttft_s for r in self.records), float, len(self.records))
 
     def tpots(self) -> np.ndarray:
-        return np.fromiter((r.tpot_s for r in self.records), float, len(self.records))
+        """Each record's TPOT, in record order; NaN for a one-token output, which has none."""
+        return np.fromiter((np.nan if (t := r.tpot_s) is None else t for r in self.records), float, len(self.records))
 
     def breakdown(self) -> dict[str, float]:
         """Mean over ranks of compute, bubble, exposed communication and idle seconds."""
@@ -133,7 +135,7 @@ class RunResult:
             "stage_executions": self.stage_executions,
             "preemptions": self.preemptions,
             "breakdown_s": breakdown,
-            "bubble_ratio": breakdown["bubble"] / span if breakdown else None,
+            "bubble_ratio": breakdown["bubble"] / span if breakdown and len(self.ranks) > 1 else None,  # one rank: no pipeline
             "per_rank": [r._asdict() for r in self.ranks],
         }
         if self.live is not None:

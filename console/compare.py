@@ -1,8 +1,14 @@
-"""`pipedeck compare RUN RUN [...]`: latency CDFs, time breakdowns, metrics and pipeline timelines in one HTML page."""
+"""`pipedeck compare RUN RUN [...]`: latency CDFs, time breakdowns, metrics and pipeline timelines in one HTML page.
+
+Runs are compared like with like: legends name the settings that differ, a
+warning says when scenario, model, hardware or rate differ, and a study's
+best and default are each shown at both their goodput rates.
+"""
 
 from __future__ import annotations
 
 import importlib.util
+from dataclasses import dataclass
 from pathlib import Path
 
 import click
@@ -10,28 +16,61 @@ import plotly.io as pio
 
 from ..store import RunStore, StoredRun
 from ..tuner.confidence import interval_text
+from ..tuner.like_for_like import like_for_like, study_runs
 from ..tuner.slo import SLO, parse_slo
 from .options import check_writable
-from .plots import PlotRun, Section, latency_cdfs, metrics_table, page, run_name, time_breakdown, timelines
+from .plots import PlotRun, Section, latency_cdfs, metrics_table, page, time_breakdown, timelines
 from .plots.common import slo_from_dict
 from .plots.gantt import MAX_SPANS
+from .plots.naming import legend_names, mismatch_warnings
 from .plots.server import scraped, server_gauges
 from .runs import READ_LOCK_WAIT_S, db_option, db_path, local_time
 
 PNG_HINT = "png: skipped: PNG export needs kaleido: pip install 'pipedeck[png]'"
 
 
+@dataclass(frozen=True)
+class Comparison:
+    """Runs in page order, their legend names, and what the page says before its figures."""
+
+    stored: list[StoredRun]
+    names: list[str]
+    warnings: list[str]  # settings that make the runs' latencies incomparable
+    notes: list[str]  # how the runs were chosen (a study's best and default, like with like)
+
+
+def comparison(stored: list[StoredRun], notes: list[str] | None = None) -> Comparison:
+    """The comparison of these runs: legends naming the settings that differ, warnings for the ones that matter."""
+    ids, results = [s.id for s in stored], [s.result for s in stored]
+    return Comparison(stored, legend_names(ids, results, [s.label for s in stored]),
+                      mismatch_warnings(ids, results), list(notes or []))
+
+
+def prepare(db: Path, stored: list[StoredRun]) -> Comparison:
+    """The comparison to draw: a study's best and default at different rates are measured at each other's
+    rate first (simulated once, then read from the store)."""
+    chosen = like_for_like(db, stored)
+    return comparison(chosen.runs, [chosen.note] if chosen.note else [])
+
+
 @click.command()
-@click.argument("run_ids", metavar="RUN RUN [...]", nargs=-1, type=int)
+@click.argument("run_ids", metavar="[RUN RUN ...]", nargs=-1, type=int)
 @click.option("--out", required=True, type=click.Path(dir_okay=False), help="The HTML file to write.")
 @db_option
+@click.option("--study", default=None,
+              help="Compare this study's best and default runs, like with like (instead of RUN ids).")
 @click.option("--slo", default=None, help="Draw SLO limits such as ttft=2s,tpot=200ms (default: the runs' study SLO).")
 @click.option("--png", is_flag=True, help="Also write one PNG per figure beside the HTML (needs kaleido).")
 @click.option("--max-spans", type=click.IntRange(min=1), default=MAX_SPANS, show_default=True,
-              help="Timeline spans drawn for all runs together (each run's first ones in time).")
+              help="Timeline spans drawn for all runs together (one time window for all).")
 def compare(run_ids: tuple[int, ...], **opts: object) -> None:
-    """Compare stored runs (ids from `pipedeck runs`) in one self-contained HTML page."""
-    if len(run_ids) < 2:
+    """Compare stored runs (ids from `pipedeck runs`) in one self-contained HTML page.
+
+    A study's best and default runs (or --study) are each shown at both their goodput rates.
+    """
+    if opts["study"] is not None and run_ids:
+        raise click.UsageError("give run ids or --study, not both")
+    if opts["study"] is None and len(run_ids) < 2:
         raise click.UsageError("compare needs at least two run ids, e.g. pipedeck compare 3 4 --out compare.html")
     repeated = sorted({i for i in run_ids if run_ids.count(i) > 1})
     if repeated:
@@ -39,24 +78,31 @@ def compare(run_ids: tuple[int, ...], **opts: object) -> None:
     slo = parse_slo(str(opts["slo"])) if opts["slo"] else None
     out = Path(str(opts["out"]))
     check_writable(str(out), "--out")
-    with RunStore.open(db_path(opts), read_only=True, lock_timeout_s=READ_LOCK_WAIT_S) as store:
-        stored = [store.get_run(i) for i in run_ids]
+    db = db_path(opts)
+    with RunStore.open(db, read_only=True, lock_timeout_s=READ_LOCK_WAIT_S) as store:
+        stored = study_runs(store, str(opts["study"])) if opts["study"] else [store.get_run(i) for i in run_ids]
+    chosen = prepare(db, stored)
+    with RunStore.open(db, read_only=True, lock_timeout_s=READ_LOCK_WAIT_S) as store:
         if slo is None:
-            slo = study_slo(store, stored)
-        intervals = trial_intervals(store, stored)
-    sections = write_compare_page(stored, slo, out, int(opts["max_spans"]), intervals)
+            slo = study_slo(store, chosen.stored)
+        intervals = trial_intervals(store, chosen.stored)
+    for line in chosen.warnings:
+        click.echo(f"pipedeck: warning: {line}", err=True)
+    sections = write_compare_page(chosen, slo, out, int(opts["max_spans"]), intervals)
     click.echo(f"wrote {out}")
+    for line in chosen.notes:
+        click.echo(line)
     if opts["png"]:
         for line in write_pngs(sections, out):
             click.echo(line)
 
 
-def write_compare_page(stored: list[StoredRun], slo: SLO | None, out: Path, max_spans: int = MAX_SPANS,
+def write_compare_page(chosen: Comparison, slo: SLO | None, out: Path, max_spans: int = MAX_SPANS,
                        intervals: dict[int, dict] | None = None) -> list[Section]:
-    """Write the comparison page of these stored runs to `out`; return its sections (for the PNGs)."""
-    sections = compare_sections(stored, slo, max_spans)
-    title = f"pipedeck compare: runs {', '.join(str(s.id) for s in stored)}"
-    out.write_text(page(title, _meta(stored, slo, intervals or {}), sections), encoding="utf-8")
+    """Write the comparison page to `out`; return its sections (for the PNGs)."""
+    sections = compare_sections(chosen, slo, max_spans)
+    title = f"pipedeck compare: runs {', '.join(str(s.id) for s in chosen.stored)}"
+    out.write_text(page(title, _meta(chosen, slo, intervals or {}), sections, chosen.warnings), encoding="utf-8")
     return sections
 
 
@@ -78,24 +124,26 @@ def study_slo(store: RunStore, stored: list[StoredRun]) -> SLO | None:
     return next((slo_from_dict(limits[s.study]) for s in stored if limits.get(s.study or "")), None)
 
 
-def _meta(stored: list[StoredRun], slo: SLO | None, intervals: dict[int, dict]) -> list[str]:
-    """The page's header lines: what each run is (with its trial's goodput interval), and the SLO drawn."""
-    lines = []
-    for s in stored:
+def _meta(chosen: Comparison, slo: SLO | None, intervals: dict[int, dict]) -> list[str]:
+    """The page's header lines: how the runs were chosen, what each is (with its trial's goodput interval),
+    and the SLO drawn."""
+    lines = list(chosen.notes)
+    for s, name in zip(chosen.stored, chosen.names):
         r = s.result
         origin = f", study {s.study} trial {s.trial}" if s.study is not None else ""
         if s.id in intervals:
             origin += f", goodput {interval_text(intervals[s.id])}"
-        lines.append(f"{run_name(s.id, r, s.label)}: {r.scenario}, {r.config.get('model')} on "
+        rate = "the scenario's rate" if r.rate is None else f"{r.rate:.4g} req/s"
+        lines.append(f"{name}: {r.scenario} at {rate}, {r.config.get('model')} on "
                      f"{r.config.get('hardware')}, {r.backend} backend, seed {r.seed}, "
                      f"stored {local_time(s.created_at)}{origin}")
     lines.append(f"SLO: {slo.text()}" if slo is not None else "SLO: none (give --slo ttft=2s,tpot=200ms to draw it)")
     return lines
 
 
-def compare_sections(stored: list[StoredRun], slo: SLO | None, max_spans: int) -> list[Section]:
+def compare_sections(chosen: Comparison, slo: SLO | None, max_spans: int) -> list[Section]:
     """The page's sections for these runs; the per-rank ones leave out runs without a timeline (live ones)."""
-    runs = [PlotRun(run_name(s.id, s.result, s.label), s.result) for s in stored]
+    runs = [PlotRun(name, s.result) for name, s in zip(chosen.names, chosen.stored)]
     ranked = [run for run in runs if run.result.ranks]
     without = ", ".join(run.name for run in runs if not run.result.ranks)
     left_out = f" Not shown: {without} (a live server has no per-rank timeline)." if without else ""
@@ -113,11 +161,14 @@ def compare_sections(stored: list[StoredRun], slo: SLO | None, max_spans: int) -
         sections.insert(1, Section(
             "Where the time went", time_breakdown(ranked), key="breakdown",
             note="Per-rank time splits exactly into compute, exposed communication, bubble (waiting while the "
-                 "pipeline is busy elsewhere) and idle (no work queued)." + left_out))
+                 "pipeline is busy elsewhere; a single rank has none) and idle (waiting for work), drawn as shares "
+                 "of each run's makespan so that runs of different lengths compare; hover for the seconds."
+                 + left_out))
         sections.append(Section(
             "Pipeline timelines", timelines(ranked, max_spans), key="timeline",
-            note="One row per rank; bar colour is the micro-batch's lead request, labels are virtual stage and "
-                 "chunk (s<stage> c<chunk>, d for decode-only). Drag to zoom; double-click to reset." + left_out))
+            note="One row per rank, every run over the same time window; bar colour is the micro-batch's lead "
+                 "request, labels are virtual stage and chunk (s<stage> c<chunk>, d for decode-only). Drag to zoom; "
+                 "double-click to reset." + left_out))
     return sections
 
 

@@ -7,11 +7,12 @@ from collections.abc import Callable
 
 import click
 
+from ..backends.chunk_checks import chunk_warnings
 from ..backends.config import ServingConfig, parse_layer_split
 from ..backends.knobs import KNOBS, Knob
 from ..backends.policies.modes import MODES
 from ..backends.tokens import parse_tokens
-from ..scenarios import Scenario, load_scenario
+from ..scenarios import Scenario
 
 _DEFAULT = ServingConfig()
 
@@ -46,15 +47,18 @@ def config_options(fn: Callable) -> Callable:
 
 
 def config_from_options(opts: dict[str, object]) -> ServingConfig:
-    """Build and validate a ServingConfig from the parsed options."""
+    """Build and validate a ServingConfig from the parsed options; print a warning line for an odd chunk."""
     capacity = opts["kv_capacity"]
-    return ServingConfig(
+    config = ServingConfig(
         model=opts["model"], hardware=opts["hardware"], tp=opts["tp"], pp=opts["pp"], mode=opts["mode"],
         chunk=parse_tokens(opts["chunk"], "chunk"),
         layer_split=None if opts["layer_split"] is None else parse_layer_split(opts["layer_split"]),
         kv_capacity=None if capacity is None else parse_tokens(capacity, "kv_capacity"),
         **{knob.field: opts[knob.field] for knob in KNOBS},
     ).resolve()
+    for line in chunk_warnings(config):
+        click.echo(f"pipedeck: warning: {line}", err=True)
+    return config
 
 
 def check_writable(path: str, flag: str) -> None:
@@ -81,8 +85,6 @@ def workload_options(default_scenario: str) -> Callable[[Callable], Callable]:
     return decorate
 
 
-def scenario_from_options(opts: dict[str, object]) -> Scenario:
-    """Load the scenario and check the workload arguments before any work."""
-    scenario = load_scenario(str(opts["scenario"]))
+def check_workload(scenario: Scenario, opts: dict[str, object]) -> None:
+    """Check the workload arguments (seed, rate, requests) against the scenario before any work."""
     scenario.workload(seed=opts["seed"], rate=opts["rate"], num_requests=opts["num_requests"])
-    return scenario

@@ -26,8 +26,8 @@ def print_run(result: RunResult, console: Console | None = None) -> None:
     for col in ("metric", "mean", "p50", "p90", "p99"):
         lat.add_column(col, justify="right")
     for key in ("ttft_s", "tpot_s"):
-        row = s[key]
-        lat.add_row(key.split("_")[0].upper(), *(f"{row[k]:.4g}" for k in ("mean", "p50", "p90", "p99")))
+        row = s[key]  # None: not one request has it (TPOT of one-token outputs)
+        lat.add_row(key.split("_")[0].upper(), *(f"{row[k]:.4g}" if row else "n/a" for k in ("mean", "p50", "p90", "p99")))
     console.print(lat)
     counts = "".join(f"  {name} {s[name]}" for name in ("steps", "chunks") if s[name] is not None)
     console.print(
@@ -39,15 +39,18 @@ def print_run(result: RunResult, console: Console | None = None) -> None:
         _print_live(s["live"], console)
     if not result.ranks:  # a live server has no per-rank view
         return
+    piped = len(result.ranks) > 1  # a bubble is waiting on other ranks: one rank has none
     ranks = Table(title="time per rank (s)", title_justify="left")
     for col in ("rank", "compute", "exposed comm", "bubble", "idle"):
         ranks.add_column(col, justify="right")
     for r in result.ranks:
-        ranks.add_row(str(r.rank), f"{r.compute:.3f}", f"{r.exposed_comm:.3f}", f"{r.bubble:.3f}", f"{r.idle:.3f}")
+        ranks.add_row(str(r.rank), f"{r.compute:.3f}", f"{r.exposed_comm:.3f}", f"{r.bubble:.3f}" if piped else "n/a",
+                      f"{r.idle:.3f}")
     b = s["breakdown_s"]
-    ranks.add_row("mean", f"{b['compute']:.3f}", f"{b['exposed_comm']:.3f}", f"{b['bubble']:.3f}", f"{b['idle']:.3f}", style="bold")
+    ranks.add_row("mean", f"{b['compute']:.3f}", f"{b['exposed_comm']:.3f}", f"{b['bubble']:.3f}" if piped else "n/a",
+                  f"{b['idle']:.3f}", style="bold")
     console.print(ranks)
-    console.print(f"bubble ratio {s['bubble_ratio']:.1%}")
+    console.print(f"bubble ratio {s['bubble_ratio']:.1%}" if piped else "bubble ratio n/a (one rank: no pipeline)")
 
 
 def _print_live(live: dict[str, object], console: Console) -> None:

@@ -9,9 +9,11 @@ import click
 
 from ..backends.registry import BACKENDS, make_backend
 from ..backends.result import RunResult
+from ..backends.sim.footprint import check_footprint
 from ..backends.timeline import write_chrome_trace
+from ..scenarios import load_scenario
 from ..store import RunStore
-from .options import check_writable, config_from_options, config_options, scenario_from_options, workload_options
+from .options import check_workload, check_writable, config_from_options, config_options, workload_options
 from .render import print_run
 from .runs import WRITE_LOCK_WAIT_S, db_option, db_path
 
@@ -57,13 +59,17 @@ def run(**opts: object) -> None:
 def execute(opts: dict[str, object], backend_name: str, **backend_options: object) -> None:
     """Run, store, and print one run as the options say."""
     config = config_from_options(opts)
-    scenario = scenario_from_options(opts)
+    scenario = load_scenario(str(opts["scenario"]))
     backend = make_backend(backend_name, **backend_options)
     if opts["timeline"]:
         if not backend.capabilities.timeline:
             raise click.BadParameter(f"the {backend_name} backend draws no per-rank timeline", param_hint="--timeline")
         check_writable(str(opts["timeline"]), "--timeline")
     store = not opts["no_store"]
+    if backend_name == "sim":  # before drawing the workload, which alone costs a fifth of the footprint
+        check_footprint(scenario, config, opts["num_requests"], opts["seed"], opts["rate"],
+                        timeline=bool(opts["timeline"]) or store)
+    check_workload(scenario, opts)
     path = db_path(opts)
     if store:
         RunStore.open(path).close()  # a bad --db fails here, before any work; the file is not held while running

@@ -177,7 +177,9 @@ def _interval_cell(spec: TuneSpec, outcome: TuneOutcome, trial) -> str:
 
 
 def _metric(key: str, fmt: str):
-    return lambda spec, t: format(t.metrics[key], fmt) if key in t.metrics else "-"
+    """A trial's metric; n/a where it was measured to have none (TPOT of one-token outputs)."""
+    return lambda spec, t: ("-" if key not in t.metrics else "n/a" if t.metrics[key] is None
+                            else format(t.metrics[key], fmt))
 
 
 _ROWS = [

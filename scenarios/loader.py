@@ -39,7 +39,9 @@ def load_scenario(name_or_path: str) -> Scenario:
         names = ", ".join(_catalog())
         allowed = f"one of {names} or a .toml, .csv or .jsonl file"
         raise ScenarioError(f"scenario: must be {allowed}, got {name_or_path!r}")
-    require(path.is_file(), "scenario", "an existing file", name_or_path)
+    if not path.exists():
+        raise ScenarioError(f"scenario: no such file {name_or_path}")
+    require(path.is_file(), "scenario", "a file, not a folder", name_or_path)
     if suffix != ".toml":
         return _from_trace(path)
     with _context(f"{path}: "):

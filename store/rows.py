@@ -42,7 +42,7 @@ class RunRow:
     label: str | None
     requests: int
     ttft_p90_s: float
-    tpot_p90_s: float
+    tpot_p90_s: float | None  # None: no request decoded past its first token (one-token outputs)
     throughput_tok_s: float
     makespan_s: float
     bubble_ratio: float | None  # None: not measured (a live run)

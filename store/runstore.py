@@ -404,10 +404,19 @@ def _run_row(row: tuple) -> RunRow:
     return RunRow(
         id=rid, created_at=_utc(created), backend=backend, scenario=scenario, mode=mode, model=model,
         hardware=hardware, tp=tp, pp=pp, chunk=chunk, rate=rate, seed=seed, study=study, trial=trial, label=label,
-        requests=s["requests"], ttft_p90_s=s["ttft_s"]["p90"], tpot_p90_s=s["tpot_s"]["p90"],
+        requests=s["requests"], ttft_p90_s=s["ttft_s"]["p90"], tpot_p90_s=_tpot_p90(s["tpot_s"]),
         throughput_tok_s=s["throughput_tok_s"], makespan_s=makespan, bubble_ratio=s["bubble_ratio"],
         failed=s["live"]["failed"] if s.get("live") else None,
     )
+
+
+def _tpot_p90(tpot: dict[str, float] | None) -> float | None:
+    """A stored summary's TPOT P90; None where the run has no TPOT.
+
+    Runs stored before one-token outputs had no TPOT counted theirs as 0, and a
+    measured TPOT is never 0, so a stored 0 reads as none too.
+    """
+    return tpot["p90"] if tpot and tpot["p90"] > 0 else None
 
 
 def _study_row(row: tuple) -> StudyRow:

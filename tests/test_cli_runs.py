@@ -226,3 +226,28 @@ def test_installed_console_script_show_error_exit_status(tmp_path):
     assert proc.stdout == ""
     assert proc.stderr == f"pipedeck: error: db: {path} is not a pipedeck DuckDB store (corrupt or another format); nothing was changed\n"
     assert path.read_bytes() == b"garbage" * 50
+
+
+# -- what a run cannot have is n/a, never 0 ----------------------------------------------------------------------
+
+def test_a_prefill_only_run_shows_tpot_as_na_everywhere(capsys, db):
+    """long-64k has one output token per request: no TPOT, so show, runs and --json say n/a / null, not 0."""
+    status, _, err = run(capsys, ["simulate", "--scenario", "long-64k", "--db", db])
+    assert status == 0, err
+    _, out, _ = run(capsys, ["show", "1", "--db", db])
+    [tpot_row] = [line for line in out.splitlines() if " TPOT " in line]
+    assert [cell.strip() for cell in tpot_row.split("│") if cell.strip()] == ["TPOT"] + ["n/a"] * 4
+    _, out, _ = run(capsys, ["runs", "--db", db, "--json"])
+    assert json.loads(out)[0]["tpot_p90_s"] is None
+    _, out, _ = run(capsys, ["runs", "--db", db])
+    [listed] = [line for line in out.splitlines() if "long-64k" in line]
+    assert listed.split()[9] == "n/a"  # id, date, time, scenario, model, mode, tp×pp, chunk, TTFT p90, TPOT p90
+
+
+def test_a_tpot_of_zero_stored_by_an_older_version_lists_as_na(capsys, db):
+    run(capsys, [*SHORT, "--db", db])
+    with RunStore.open(db) as store:  # as a version that counted one-token outputs' TPOT as 0 stored it
+        store.con.execute("UPDATE runs SET summary = json_merge_patch(summary, "
+                          "'{\"tpot_s\": {\"mean\": 0, \"p50\": 0, \"p90\": 0, \"p99\": 0}}')")
+        [row] = store.list_runs()
+    assert row.tpot_p90_s is None

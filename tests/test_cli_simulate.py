@@ -7,14 +7,18 @@ import re
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
+from pipedeck.backends.config import ServingConfig
 from pipedeck.backends.result import TRANSFER_KINDS
+from pipedeck.backends.sim import SimBackend, footprint
 from pipedeck.backends.policies.modes import MODES
 from pipedeck.console.cli import cli
 from pipedeck.console.errors import run_cli
+from pipedeck.scenarios import load_scenario
 
 QWEN = ["--model", "qwen2.5-14b", "--hardware", "a100-40g-pcie"]
 SHORT = ["simulate", "--scenario", "short-4k", "--requests", "8", *QWEN, "--tp", "2", "--pp", "2"]
@@ -82,6 +86,18 @@ def test_json_breakdown_sums_to_makespan_per_rank(capsys, argv):
     mean = data["breakdown_s"]
     assert mean["compute"] + mean["exposed_comm"] + mean["bubble"] + mean["idle"] == pytest.approx(makespan, rel=1e-6)
     assert data["bubble_ratio"] == pytest.approx(mean["bubble"] / makespan)
+
+
+def test_one_rank_has_no_bubble_its_waits_between_steps_are_idle(capsys):
+    """pp=1 has no pipeline: the time the rank waits for the host's next step is idle, and the bubble ratio n/a."""
+    argv = ["simulate", "--scenario", "azure-conv", "--requests", "40", *QWEN, "--tp", "2", "--pp", "1", "--no-store"]
+    data, _ = run_json(capsys, argv)
+    [rank] = data["per_rank"]
+    assert rank["bubble"] == 0 and data["bubble_ratio"] is None
+    assert rank["idle"] > 0.01 * data["makespan_s"]  # 40 steps' host overhead at least
+    assert rank["compute"] + rank["exposed_comm"] + rank["idle"] == pytest.approx(data["makespan_s"], rel=1e-9)
+    status, out, _ = run(capsys, argv)
+    assert status == 0 and "bubble ratio n/a (one rank: no pipeline)" in out
 
 
 def test_same_seed_gives_identical_json(capsys):
@@ -158,6 +174,27 @@ def test_table_output_mentions_latency_and_per_rank_table(capsys):
     assert "qwen2.5-14b" in out and "short-4k" in out
 
 
+# -- warnings: the run goes ahead ------------------------------------------------------------
+
+@pytest.mark.parametrize("argv, warning", [
+    (["simulate", "--scenario", "long-64k", "--requests", "1", "--chunk", "100", "--hardware", "h100-sxm",
+      "--model", "qwen2.5-14b", "--tp", "2", "--pp", "2"],
+     "chunk: 100 tokens is below the 128-token GEMM tile of h100-sxm: every step pays for a whole tile"),
+    ([*SHORT, "--chunk", "48k"],
+     "chunk: 48k tokens is above the 32k-token context of qwen2.5-14b (max_position_embeddings)"),
+])
+def test_an_odd_chunk_is_warned_about_in_one_line_and_runs(capsys, argv, warning):
+    status, out, err = run(capsys, [*argv, "--no-store", "--json"])
+    data = json.loads(out)
+    assert status == 0 and data["requests"] > 0 and data["config"]["chunk"] in (100, 48 * 1024)
+    assert len(err.splitlines()) == 1 and err.startswith(f"pipedeck: warning: {warning}")
+
+
+def test_an_ordinary_chunk_warns_nothing(capsys):
+    status, _, err = run(capsys, [*SHORT, "--no-store", "--json"])
+    assert status == 0 and err == ""
+
+
 # -- input errors ----------------------------------------------------------------------
 
 @pytest.mark.parametrize("argv, field", [
@@ -176,6 +213,9 @@ def test_table_output_mentions_latency_and_per_rank_table(capsys):
     (["simulate", "--scenario", "short-4k", "--rate", "2"], "rate"),
     (["simulate", "--scenario", "long-64k", "--kv-capacity", "1000"], "kv_capacity"),
     (["simulate", "--tp", "x"], "--tp"),
+    (["simulate", "--model", "./missing.toml"], "model: no such file ./missing.toml"),
+    (["simulate", "--hardware", "./x.toml"], "hardware: no such file ./x.toml"),
+    (["simulate", "--scenario", "./x.csv"], "scenario: no such file ./x.csv"),
 ])
 def test_bad_input_is_one_line_exit_2(capsys, argv, field):
     status, out, err = run(capsys, argv)
@@ -256,7 +296,7 @@ def test_installed_console_script_prints_json():
     data = json.loads(proc.stdout)
     assert data["scenario"] == "long-64k" and data["requests"] == 1
     assert data["ttft_s"]["mean"] == pytest.approx(data["makespan_s"])  # one prompt, one output token
-    assert data["tpot_s"]["mean"] == 0.0
+    assert data["tpot_s"] is None  # one output token: nothing decoded, no TPOT (not 0)
     assert data["config"]["layer_split"] == [31, 30]
 
 
@@ -266,3 +306,39 @@ def test_installed_console_script_error_exit_status():
     assert proc.returncode == 2
     assert proc.stdout == ""
     assert proc.stderr.startswith("pipedeck: error: mode: ") and len(proc.stderr.splitlines()) == 1
+
+
+# -- memory: estimated and checked before a run -------------------------------------------------------
+
+def test_too_many_requests_are_refused_before_any_work_with_the_estimate(capsys, monkeypatch):
+    monkeypatch.setattr(footprint, "available_bytes", lambda: 20e9)
+    start = time.process_time()
+    status, out, err = run(capsys, ["simulate", "--scenario", "azure-conv", "--requests", "99999999", "--no-store"])
+    assert time.process_time() - start < 5  # refused before drawing a hundred million requests
+    assert status == 2 and out == "" and len(err.splitlines()) == 1
+    assert err.startswith("pipedeck: error: requests: 99999999 requests need about 62.5 GB or more to simulate "
+                          f"({footprint.REQUEST_BYTES} B a request, measured by benchmarks/sim_memory.py), "
+                          "more than the 20.0 GB available; use fewer --requests")
+
+
+def test_the_estimate_counts_timeline_spans_from_the_chunk(monkeypatch):
+    """long-64k at chunk 10 takes 6554 steps a prompt: its timeline needs far more than at chunk 8k."""
+    scenario = load_scenario("long-64k")
+    fine, tiny = (ServingConfig(chunk=c).resolve() for c in (8192, 10))
+    bare = footprint.footprint(scenario, fine, 100, timeline=False)
+    assert bare == 100 * footprint.REQUEST_BYTES
+    spans = (footprint.footprint(scenario, fine, 100) - bare) / footprint.SPAN_BYTES
+    assert spans == pytest.approx(100 * 8 * 4)  # 8 chunks a prompt, each a span per stage and a send and a recv
+    assert (footprint.footprint(scenario, tiny, 100) - bare) / footprint.SPAN_BYTES == pytest.approx(100 * 6554 * 4)
+    monkeypatch.setattr(footprint, "available_bytes", lambda: 1e9)
+    with pytest.raises(footprint.FootprintError, match=r"^requests: 100 requests need about 1\.1 GB or more"):
+        SimBackend().run(scenario, tiny, num_requests=100)  # the Python API is checked too
+    monkeypatch.setattr(footprint, "available_bytes", lambda: None)  # unknown: no check
+    footprint.check_footprint(scenario, tiny, 10**9)
+
+
+def test_tune_checks_the_footprint_of_its_workload_first(capsys, monkeypatch, tmp_path):
+    monkeypatch.setattr(footprint, "available_bytes", lambda: 1e9)
+    status, _, err = run(capsys, ["tune", "--scenario", "azure-conv", "--requests", "2000000", "--slo", "ttft=2s",
+                                  "--db", str(tmp_path / "t.duckdb")])
+    assert status == 2 and err.startswith("pipedeck: error: requests: 2000000 requests need about 1.2 GB or more")

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import base64
+import dataclasses
 import json
 import re
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -12,14 +14,15 @@ import numpy as np
 import pytest
 
 from pipedeck.backends.config import ServingConfig
-from pipedeck.backends.result import RunResult
+from pipedeck.backends.result import RunResult, Span
 from pipedeck.backends.sim import SimBackend
 from pipedeck.console import compare as compare_module
 from pipedeck.console.cli import cli
 from pipedeck.console.errors import run_cli
-from pipedeck.console.plots.gantt import share_budget
+from pipedeck.console.plots import legend_names
+from pipedeck.console.plots.gantt import common_window
 from pipedeck.scenarios import load_scenario
-from pipedeck.store import RunStore
+from pipedeck.store import RunStore, StoredRun
 from pipedeck.tuner.objective import TuneSpec
 from pipedeck.tuner.space import foreign_params
 from pipedeck.tuner.study import run_study
@@ -95,9 +98,14 @@ def compare(capsys, runs: Runs, tmp_path: Path, *names: str, extra: tuple[str, .
     return figures(out)
 
 
-def name(runs: Runs, key: str) -> str:
-    mode = runs.results[key].config["mode"]
-    return f"run {runs.ids[key]} {mode}" + (f" {key}" if key in ("short", "bare") else " best" if key == "studied" else "")
+LABELS = {"short": "short", "bare": "bare", "studied": "best"}
+
+
+def name(runs: Runs, key: str, among: tuple[str, ...]) -> str:
+    """The legend name of run `key` in a comparison of the runs `among` (they name what differs among them)."""
+    names = legend_names([runs.ids[k] for k in among], [runs.results[k] for k in among],
+                         [LABELS.get(k) for k in among])
+    return names[among.index(key)]
 
 
 # -- the page ---------------------------------------------------------------------------
@@ -112,15 +120,18 @@ def test_compare_page_is_self_contained_and_holds_every_figure(capsys, runs, tmp
 
 
 def test_cdfs_draw_each_run_in_both_panels_with_slo_lines(capsys, runs, tmp_path):
-    cdf = compare(capsys, runs, tmp_path, "cpp", "short", extra=("--slo", "ttft=2s,tpot=200ms"))["cdf"]
-    for key in ("cpp", "short"):
-        lines = [t for t in cdf["data"] if t["name"] == name(runs, key)]
-        assert len(lines) == 2  # TTFT and TPOT
-        ttft, tpot = lines
+    cdf = compare(capsys, runs, tmp_path, "vpp", "short", extra=("--slo", "ttft=2s,tpot=200ms"))["cdf"]
+    for key in ("vpp", "short"):
+        lines = [t for t in cdf["data"] if t["name"] == name(runs, key, ('vpp', 'short'))]
+        ttft = lines[0]
         assert np.allclose(values(ttft["x"]), np.sort(runs.results[key].ttfts()))
-        assert np.allclose(values(tpot["x"]), np.sort(runs.results[key].tpots()) * 1e3)  # TPOT in ms
         assert values(ttft["y"])[-1] == 1.0
+    [tpot] = [t for t in cdf["data"] if t["name"] == name(runs, "short", ('vpp', 'short'))][1:]
+    assert np.allclose(values(tpot["x"]), np.sort(runs.results["short"].tpots()) * 1e3)  # TPOT in ms
     labels = [a["text"] for a in cdf["layout"]["annotations"]]
+    # long-64k has one output token a request: no TPOT line, a note instead (not a line at 0)
+    assert len([t for t in cdf["data"] if t["name"] == name(runs, "vpp", ('vpp', 'short'))]) == 1
+    assert f"no TPOT (one output token each): {name(runs, 'vpp', ('vpp', 'short'))}" in labels
     assert "SLO P90 ≤ 2 s" in labels and "SLO P90 ≤ 200 ms" in labels
     limits = sorted(s["x0"] for s in cdf["layout"]["shapes"] if s["type"] == "line" and s["x0"] == s["x1"])
     assert limits == [2.0, 200.0]
@@ -133,22 +144,27 @@ def test_slo_lines_come_from_the_runs_study_or_are_absent(capsys, runs, tmp_path
     assert not without["layout"].get("shapes")
 
 
-def test_breakdown_stacks_the_four_parts_per_run_and_per_rank(capsys, runs, tmp_path):
+def test_breakdown_stacks_the_four_parts_as_shares_of_each_runs_makespan(capsys, runs, tmp_path):
+    """Runs of different lengths compare as shares of their own makespans; hover carries the seconds."""
     bars = compare(capsys, runs, tmp_path, "cpp", "short")["breakdown"]["data"]
     mean = {t["name"]: t for t in bars if t.get("showlegend") is not False}
-    assert set(mean) == {"compute", "exposed communication", "bubble", "idle (no work queued)"}
-    assert [x.replace("<br>", " ") for x in mean["bubble"]["x"]] == [name(runs, "cpp"), name(runs, "short")]
-    assert np.allclose(values(mean["bubble"]["y"]), [runs.results[k].breakdown()["bubble"] for k in ("cpp", "short")])
+    assert set(mean) == {"compute", "exposed communication", "bubble", "idle (waiting for work)"}
+    among = ("cpp", "short")
+    assert [x.replace("<br>", " ") for x in mean["bubble"]["x"]] == [name(runs, k, among) for k in among]
+    seconds = [runs.results[k].breakdown()["bubble"] for k in ("cpp", "short")]
+    makespans = [runs.results[k].makespan_s for k in ("cpp", "short")]
+    assert np.allclose(values(mean["bubble"]["y"]), np.divide(seconds, makespans))
+    assert np.allclose(values(mean["bubble"]["customdata"]), seconds)
+    assert np.allclose(np.sum([values(t["y"]) for t in mean.values()], axis=0), 1.0)
     per_rank = [t for t in bars if t.get("showlegend") is False]
     totals = np.sum([values(t["y"]) for t in per_rank], axis=0)
-    makespans = [runs.results[k].makespan_s for k in ("cpp", "short") for _ in runs.results[k].ranks]
-    assert np.allclose(totals, makespans)  # the four parts of a rank add up to the makespan
+    assert np.allclose(totals, 1.0)  # the four parts of a rank add up to its whole makespan
 
 
 def test_metrics_table_shows_config_and_deltas_against_the_first_run(capsys, runs, tmp_path):
     table = compare(capsys, runs, tmp_path, "cpp", "vpp", extra=("--slo", "ttft=15s"))["metrics"]["data"][0]
     header = table["header"]["values"]
-    assert header[1:] == [f"<b>{name(runs, 'cpp')}</b>", f"<b>{name(runs, 'vpp')}</b>"]
+    assert header[1:] == [f"<b>{name(runs, k, ('cpp', 'vpp'))}</b>" for k in ("cpp", "vpp")]
     labels, first, second = table["cells"]["values"]
     rows = {re.sub("<.*?>", "", label): (a, b) for label, a, b in zip(labels, first, second)}
     assert rows["mode"] == ("cpp", "vpp")
@@ -160,6 +176,16 @@ def test_metrics_table_shows_config_and_deltas_against_the_first_run(capsys, run
     assert {"P50", "P99"} <= {label.split()[1] for label in rows if label.startswith("TPOT")}
     for label in ("throughput (tok/s)", "makespan (s)", "bubble ratio", "steps", "chunks", "SLO attainment"):
         assert label in rows
+
+
+def test_metrics_table_says_na_where_a_run_has_no_tpot_never_0_or_minus_100_percent(capsys, runs, tmp_path):
+    table = compare(capsys, runs, tmp_path, "short", "vpp", extra=("--slo", "ttft=60s,tpot=200ms"))["metrics"]
+    labels, short, prefill_only = table["data"][0]["cells"]["values"]
+    rows = {re.sub("<.*?>", "", label): (a, b) for label, a, b in zip(labels, short, prefill_only)}
+    for p in ("P50", "P90", "P99"):
+        assert rows[f"TPOT {p} (ms)"][1] == "n/a" and rows[f"TPOT {p} (ms)"][0] != "n/a"
+    assert rows["SLO ttft=60s,tpot=200ms"][1] == "met (tpot n/a)"
+    assert "-100" not in " ".join(prefill_only)
 
 
 # -- timelines ----------------------------------------------------------------------------
@@ -178,7 +204,7 @@ def test_gantt_draws_every_span_on_its_rank_row(capsys, runs, tmp_path):
     timeline = compare(capsys, runs, tmp_path, "cpp", "vpp", "short")["timeline"]
     for key in ("cpp", "vpp", "short"):
         result = runs.results[key]
-        by_rank = gantt_bars(timeline, name(runs, key))
+        by_rank = gantt_bars(timeline, name(runs, key, ('cpp', 'vpp', 'short')))
         assert sorted(by_rank) == [r.rank for r in result.ranks]
         for rank, traces in by_rank.items():
             spans = sorted((s for s in result.spans if s.rank == rank), key=lambda s: (s.start, s.end))
@@ -190,42 +216,159 @@ def test_gantt_draws_every_span_on_its_rank_row(capsys, runs, tmp_path):
             assert np.allclose(starts[order], [s.start for s in spans], atol=1e-5)
             assert np.allclose(starts[order] + widths[order], [s.end for s in spans], atol=1e-5)
     titles = [a["text"] for a in timeline["layout"]["annotations"]]
-    assert f"{name(runs, 'cpp')}: all 32 spans, {runs.results['cpp'].makespan_s:.4g} s" in titles
+    cpp = name(runs, "cpp", ("cpp", "vpp", "short"))
+    assert f"{cpp}: all 32 spans, {runs.results['cpp'].makespan_s:.4g} s" in titles
 
 
 def test_gantt_labels_stage_and_chunk_and_colours_transfers_dark(capsys, runs, tmp_path):
     timeline = compare(capsys, runs, tmp_path, "cpp", "vpp")["timeline"]
     traces = {t["name"]: t for t in timeline["data"]}
-    prefill = traces[f"{name(runs, 'vpp')} rank 0 prefill"]
+    prefill = traces[f"{name(runs, 'vpp', ('cpp', 'vpp'))} rank 0 prefill"]
     assert prefill["text"][:5] == ["s0 c0", "s0 c1", "s0 c2", "s3 c0", "s0 c3"]  # the fold-back: s3 runs on rank 0
-    send = traces[f"{name(runs, 'cpp')} rank 0 send"]
+    send = traces[f"{name(runs, 'cpp', ('cpp', 'vpp'))} rank 0 send"]
     assert send["marker"]["color"] == "#2e2e2e" and "text" not in send
     assert "request %{customdata[2]} chunk %{customdata[3]}" in prefill["hovertemplate"]
     assert "virtual stage %{customdata[0]} · batch %{customdata[1]}" in prefill["hovertemplate"]
     assert values(prefill["customdata"])[3].tolist() == [3, 0, 0, 0]  # stage, batch, request, chunk
 
 
-def test_gantt_caps_long_runs_to_their_first_spans_and_says_so(capsys, runs, tmp_path):
+def drawn_starts(timeline: dict, run_name: str) -> np.ndarray:
+    return np.concatenate([values(t["base"]) for traces in gantt_bars(timeline, run_name).values() for t in traces])
+
+
+def test_gantt_draws_every_run_over_one_window(capsys, runs, tmp_path):
+    """All runs share one x range, the longest makespan, so a short run is short and a long one long."""
+    timeline = compare(capsys, runs, tmp_path, "cpp", "short")["timeline"]
+    longest = max(runs.results[k].makespan_s for k in ("cpp", "short"))
+    ranges = [v["range"] for k, v in timeline["layout"].items() if k.startswith("xaxis")]
+    assert len(ranges) == 2 and all(r == pytest.approx([0, longest]) for r in ranges)
+
+
+def test_gantt_caps_long_runs_to_one_window_of_their_first_spans_and_says_so(capsys, runs, tmp_path):
     timeline = compare(capsys, runs, tmp_path, "cpp", "short", extra=("--max-spans", "100"))["timeline"]
-    short = runs.results["short"]
-    drawn = sum(len(values(t["x"])) for traces in gantt_bars(timeline, name(runs, "short")).values() for t in traces)
-    assert drawn == 100 - 32  # the cpp run's 32 spans are all drawn; the rest of the budget goes to the other
+    starts = np.sort(np.concatenate([[s.start for s in runs.results[k].spans] for k in ("cpp", "short")]))
+    window = starts[100]  # the 101st span of both runs together, in time, is the first left out
+    drawn = {k: drawn_starts(timeline, name(runs, k, ('cpp', 'short'))) for k in ("cpp", "short")}
+    assert sum(map(len, drawn.values())) == 100 and all((d < window + 1e-4).all() for d in drawn.values())
+    for k in ("cpp", "short"):
+        assert len(drawn[k]) == sum(s.start < window for s in runs.results[k].spans)
     titles = [a["text"] for a in timeline["layout"]["annotations"]]
-    assert any(t.startswith(f"{name(runs, 'short')}: first 68 of {len(short.spans)} spans (0–") for t in titles)
+    short = runs.results["short"]
+    assert f"{name(runs, 'short', ('cpp', 'short'))}: first {len(drawn['short'])} of {len(short.spans)} spans " \
+           f"(0–{window:.4g} s of {short.makespan_s:.4g} s)" in titles
+    ranges = [v["range"] for k, v in timeline["layout"].items() if k.startswith("xaxis")]
+    assert all(r == pytest.approx([0, window]) for r in ranges)
 
 
-def test_budget_is_shared_evenly_and_small_runs_pass_on_what_they_leave():
-    assert share_budget([32, 1036, 5000], 3000) == [32, 1036, 1932]
-    assert share_budget([5000, 5000], 3000) == [1500, 1500]
-    assert share_budget([0, 10], 3000) == [0, 10]
+def test_common_window_fits_the_budget_across_runs():
+    def spans(*starts):
+        return [Span(0, 0, 0, 0, 0, t, t + 0.5, "prefill") for t in starts]
+    assert common_window([spans(0, 1, 2), spans(0.5, 1.5)], [3.0, 2.0], 10) == 3.0  # all fit: the longest makespan
+    assert common_window([spans(0, 1, 2), spans(0.5, 1.5)], [3.0, 2.0], 3) == 1.5  # 0, 0.5, 1 drawn; 1.5 is not
+    assert common_window([[], []], [0.0, 0.0], 10) == 0.0
 
 
 def test_a_run_stored_without_timeline_says_so(capsys, runs, tmp_path):
     timeline = compare(capsys, runs, tmp_path, "cpp", "bare")["timeline"]
-    assert not gantt_bars(timeline, name(runs, "bare"))
+    assert not gantt_bars(timeline, name(runs, "bare", ('cpp', 'bare')))
     texts = [a["text"] for a in timeline["layout"]["annotations"]]
-    assert f"{name(runs, 'bare')}: stored without a timeline" in texts
+    assert f"{name(runs, 'bare', ('cpp', 'bare'))}: stored without a timeline" in texts
     assert any("no timeline was stored" in t for t in texts)
+
+
+# -- like with like ------------------------------------------------------------------------
+
+def header_names(found: dict[str, dict]) -> list[str]:
+    return [re.sub("<.*?>", "", h) for h in found["metrics"]["data"][0]["header"]["values"][1:]]
+
+
+def test_legends_name_the_settings_that_differ_and_nothing_else(capsys, runs, tmp_path):
+    found = compare(capsys, runs, tmp_path, "cpp", "vpp")
+    assert header_names(found) == [f"run {runs.ids['cpp']} · cpp · split 31,30",
+                                   f"run {runs.ids['vpp']} · vpp · split 16,15,15,15"]
+    assert {t["name"] for t in found["cdf"]["data"]} == set(header_names(found))
+    same = compare(capsys, runs, tmp_path, "short", "bare")  # one result stored twice: only the labels differ
+    assert header_names(same) == [f"run {runs.ids['short']} short", f"run {runs.ids['bare']} bare"]
+
+
+def test_runs_of_different_scenarios_warn_on_stderr_and_on_the_page_and_get_no_deltas(capsys, runs, tmp_path):
+    out = tmp_path / "c.html"
+    status, stdout, err = cli_run(capsys, ["compare", *runs.argv("cpp", "short"), "--out", str(out)])
+    assert status == 0 and stdout.splitlines() == [f"wrote {out}"]
+    cpp, short = runs.ids["cpp"], runs.ids["short"]
+    assert err.splitlines() == [
+        f"pipedeck: warning: the runs differ in scenario (run {cpp}: long-64k; run {short}: short-4k): "
+        "their latencies are not comparable",
+        f"pipedeck: warning: the runs differ in model (run {cpp}: deepseek-v3.1; run {short}: qwen2.5-14b): "
+        "their latencies are not comparable",
+        f"pipedeck: warning: the runs differ in hardware (run {cpp}: ascend-910c; run {short}: a100-40g-pcie): "
+        "their latencies are not comparable"]
+    text = out.read_text(encoding="utf-8")
+    assert f'<p class="warn">warning: the runs differ in scenario (run {cpp}: long-64k; run {short}: short-4k)' in text
+    _, first, second = figures(out)["metrics"]["data"][0]["cells"]["values"]
+    assert not any("%)" in cell or " pp)" in cell for cell in first + second)  # no delta across scenarios
+
+
+def copy_of(db: Path, tmp_path: Path) -> Path:
+    copy = tmp_path / db.name
+    shutil.copy(db, copy)
+    return copy
+
+
+def labelled(db: Path, study: str) -> dict[str, StoredRun]:
+    with RunStore.open(db, read_only=True) as store:
+        return {r.label: store.get_run(r.id) for r in store.list_runs(study=study)}
+
+
+def test_a_studys_best_and_default_are_compared_at_both_rates(capsys, study, tmp_path):
+    """Both configs at the best's goodput and both at the default's: the missing two simulated once and stored."""
+    db, spec = study
+    db = copy_of(db, tmp_path)
+    before = labelled(db, spec.study)
+    best, default = before["best"], before["default"]
+    assert best.result.rate != default.result.rate
+    out = tmp_path / "c.html"
+    status, stdout, err = cli_run(capsys, ["compare", str(best.id), str(default.id), "--db", str(db), "--out", str(out)])
+    assert status == 0, err
+    after = labelled(db, spec.study)
+    cross_best, cross_default = after["best@default-rate"], after["default@best-rate"]
+    assert stdout.splitlines()[1].startswith(f"Like with like: study {spec.study}'s best (trial {best.trial}) and "
+                                             f"default (trial {default.trial}) are each shown at both")
+    assert f"simulated now and stored as runs {cross_best.id} and {cross_default.id}" in stdout
+    assert err == ""  # runs paired at each rate: no warning about rates
+    for cross, same, other in ((cross_best, best, default), (cross_default, default, best)):
+        assert (cross.result.config, cross.trial, cross.result.seed) == (same.result.config, same.trial, same.result.seed)
+        assert cross.result.rate == other.result.rate and cross.result.spans
+        again = SimBackend().run(load_scenario(spec.scenario), ServingConfig.from_dict(same.result.config),
+                                 rate=other.result.rate, seed=same.result.seed, num_requests=spec.requests)
+        assert np.array_equal(cross.result.ttfts(), again.ttfts())  # exactly that config at that rate
+    table = figures(out)["metrics"]["data"][0]
+    names = header_names(figures(out))
+    assert [n.split(" · ")[0] for n in names] == [f"run {best.id} best", f"run {cross_default.id} default@best-rate",
+                                                   f"run {cross_best.id} best@default-rate", f"run {default.id} default"]
+    labels, *columns = table["cells"]["values"]
+    rates = dict(zip(labels, zip(*columns)))["<b>rate (req/s)</b>"]
+    assert rates[0] == rates[1] != rates[2] == rates[3]
+    ttft = dict(zip(labels, zip(*columns)))["<b>TTFT P90 (s)</b>"]
+    assert "%)" in ttft[1] and "%)" in ttft[3] and "%)" not in ttft[2]  # deltas only against the same rate
+    status, stdout, _ = cli_run(capsys, ["compare", "--study", spec.study, "--db", str(db), "--out", str(out)])
+    assert status == 0 and "stored by an earlier comparison" in stdout
+    assert labelled(db, spec.study).keys() == after.keys()  # nothing simulated or stored twice
+    assert header_names(figures(out)) == names
+
+
+def test_a_live_best_and_default_are_not_measured_again_and_the_page_says_so(capsys, study, tmp_path):
+    db, spec = study
+    db = copy_of(db, tmp_path)
+    runs = labelled(db, spec.study)
+    with RunStore.open(db) as store:
+        ids = [store.save_run(dataclasses.replace(runs[label].result, backend="live"), study=spec.study, trial=0,
+                              label=label) for label in ("best", "default")]
+    out = tmp_path / "c.html"
+    status, stdout, err = cli_run(capsys, ["compare", *map(str, ids), "--db", str(db), "--out", str(out)])
+    assert status == 0, err
+    assert "cannot be measured again at the other run's rate from here" in stdout
+    assert "the runs differ in rate" in err and len(header_names(figures(out))) == 2
 
 
 # -- PNG and errors -------------------------------------------------------------------------
@@ -244,6 +387,8 @@ def test_png_without_kaleido_prints_one_hint_and_still_writes_html(capsys, runs,
     (["cpp", 999], "no run 999"),
     (["cpp", "vpp", "--slo", "ttft=fast"], "slo:"),
     (["cpp", "x"], "'x' is not a valid integer"),
+    (["cpp", "vpp", "--study", "tuned"], "give run ids or --study, not both"),
+    (["--study", "nope"], "study: nope has no stored best or default run"),
 ])
 def test_compare_errors_are_one_line_with_status_2(capsys, runs, tmp_path, argv, message):
     ids = [str(runs.ids.get(a, a)) for a in argv]

@@ -222,6 +222,15 @@ def test_unknown_names_give_one_line_errors() -> None:
         "h200-sxm (or a path to a .toml file)"
     )
     assert issubclass(ProfileError, ValueError)
+    assert error_of(load_model, "qwen2.5-15b").startswith("model: unknown model 'qwen2.5-15b'")  # a dot is no path
+
+
+def test_paths_that_do_not_exist_are_named_missing_not_unknown(tmp_path: Path) -> None:
+    assert error_of(load_model, "./missing.toml") == "model: no such file ./missing.toml"
+    assert error_of(load_model, str(tmp_path / "config.json")) == f"model: no such file {tmp_path / 'config.json'}"
+    assert error_of(load_model, "org/model") == "model: no such file org/model"
+    assert error_of(load_model, str(tmp_path)) == f"model: folder {tmp_path} holds no config.json"
+    assert error_of(load_hardware, "./x.toml") == "hardware: no such file ./x.toml"
 
 
 def test_config_json_missing_key_names_it() -> None:

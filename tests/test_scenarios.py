@@ -297,7 +297,10 @@ def test_unknown_scenario_lists_the_catalog():
 
 def test_missing_file(tmp_path):
     path = str(tmp_path / "absent.csv")
-    assert error_of(load_scenario, path) == f"scenario: must be an existing file, got {path!r}"
+    assert error_of(load_scenario, path) == f"scenario: no such file {path}"
+    folder = tmp_path / "looks.csv"
+    folder.mkdir()
+    assert error_of(load_scenario, str(folder)) == f"scenario: must be a file, not a folder, got {str(folder)!r}"
 
 
 def test_invalid_scenario_construction():

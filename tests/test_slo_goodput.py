@@ -2,6 +2,7 @@
 
 import math
 
+import numpy as np
 import pytest
 
 from pipedeck.backends.result import RequestRecord, RunResult
@@ -87,3 +88,30 @@ def test_attainment_counts_requests_meeting_every_limit():
     # ttft 1,2,3,4 -> first two pass; tpot 0, 0.4, 0, 0.4 -> odd ones fail
     assert slo.attainment(result) == 0.25
     assert not math.isnan(slo.attainment(result))
+
+
+def one_token_run(ttfts: list[float], outputs: list[int] | None = None) -> RunResult:
+    """Requests with these TTFTs; one output token each unless `outputs` says otherwise (finish 1 s later)."""
+    outputs = outputs or [1] * len(ttfts)
+    records = [RequestRecord(i, 0.0, 10, n, t, t + (1.0 if n > 1 else 0.0))
+               for i, (t, n) in enumerate(zip(ttfts, outputs))]
+    return RunResult({}, "s", "t", 0, 1.0, records, [], 1.0, 1, 1, 1)
+
+
+def test_one_token_outputs_have_no_tpot_not_a_tpot_of_zero():
+    result = one_token_run([1.0, 2.0])
+    assert all(r.tpot_s is None for r in result.records)
+    assert result.summary()["tpot_s"] is None and result.summary()["ttft_s"]["p50"] == 1.5
+    assert np.isnan(result.tpots()).all() and len(result.tpots()) == 2  # aligned with the records
+
+
+def test_a_request_without_tpot_meets_any_tpot_limit():
+    slo = parse_slo("ttft=1.5s,tpot=1ms")
+    prefill_only = one_token_run([1.0, 2.0])
+    assert slo.attainment(prefill_only) == 0.5  # only the TTFT of the second request misses
+    assert slo.undefined(prefill_only) == ("tpot",)
+    assert slo.met(one_token_run([1.0, 1.2])) and not slo.met(prefill_only)
+    # mixed: the TPOT percentile is over the requests that decode (1 s / 9 tokens = 111 ms: over 1 ms)
+    mixed = one_token_run([1.0, 1.0, 1.0], [1, 10, 1])
+    assert not slo.met(mixed) and slo.attainment(mixed) == pytest.approx(2 / 3) and slo.undefined(mixed) == ()
+    assert parse_slo("tpot=200ms").met(mixed)

@@ -5,11 +5,14 @@ from __future__ import annotations
 import asyncio
 import webbrowser
 
-from textual.widgets import DataTable
+from textual.widgets import DataTable, Static
 
+from pipedeck.backends.sim import SimBackend
 from pipedeck.console.tui import PipedeckApp
 from pipedeck.console.tui.compare import CompareScreen
-from tests.tui_support import SIZE, fill, notifications, store_runs, wait_for
+from pipedeck.scenarios import load_scenario
+from pipedeck.store import RunStore
+from tests.tui_support import QWEN, SIZE, fill, notifications, store_runs, wait_for
 
 
 def test_two_stored_runs_compare_with_deltas_and_a_report(tmp_path, monkeypatch):
@@ -32,11 +35,12 @@ def test_two_stored_runs_compare_with_deltas_and_a_report(tmp_path, monkeypatch)
             await pilot.press("space", "down", "space")
             assert runs.selected == [vpp, cpp]
             await pilot.press("c")
-            await wait_for(pilot, lambda: isinstance(app.screen, CompareScreen))
+            await wait_for(pilot, lambda: isinstance(app.screen, CompareScreen) and app.screen.query(DataTable))
             compare = app.screen
             rows = compare.query_one(DataTable)
             assert rows.row_count >= 18 and [str(c.label) for c in rows.columns.values()][1:] == \
-                [f"run {vpp} vpp", f"run {cpp} cpp"]
+                [f"run {vpp} · vpp · split 12,12,12,12", f"run {cpp} · cpp · split 24,24"]  # what differs
+            assert not compare.query("#compare-notes")  # same scenario, model, hardware and rate: nothing to warn
             throughput = next(compare.cells[1][i] for i, label in enumerate(compare.rows) if "throughput" in label)
             assert "%)" in throughput.text  # a delta against the first run
             await pilot.press("o")
@@ -47,3 +51,26 @@ def test_two_stored_runs_compare_with_deltas_and_a_report(tmp_path, monkeypatch)
     asyncio.run(scenario())
     report = tmp_path / f"compare-{vpp}-{cpp}.html"
     assert report.is_file() and "plotly" in report.read_text(encoding="utf-8")[:200000].lower()
+
+
+def test_runs_of_different_scenarios_compare_with_a_warning(tmp_path, monkeypatch):
+    """The console does not compare azure-conv with long-64k without a word: the dialog says they differ."""
+    monkeypatch.chdir(tmp_path)
+    db = tmp_path / "c.duckdb"
+    cpp, _ = store_runs(db)
+    with RunStore.open(db) as store:
+        other = store.save_run(SimBackend().run(load_scenario("short-8k"), QWEN, num_requests=4))
+
+    async def scenario() -> None:
+        app = PipedeckApp(db)
+        async with app.run_test(size=SIZE) as pilot:
+            await pilot.press("3")
+            runs = app.screen
+            await wait_for(pilot, lambda: runs.query_one("#runs-table", DataTable).row_count == 3)
+            runs.selected = [cpp, other]
+            await pilot.press("c")
+            await wait_for(pilot, lambda: isinstance(app.screen, CompareScreen) and app.screen.query("#compare-notes"))
+            notes = str(app.screen.query_one("#compare-notes", Static).render())
+            assert f"warning: the runs differ in scenario (run {cpp}: short-4k; run {other}: short-8k)" in notes
+
+    asyncio.run(scenario())

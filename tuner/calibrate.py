@@ -179,9 +179,10 @@ class Measured:
 
 
 def p50s(records: Sequence[RequestRecord]) -> tuple[float, float]:
-    """P50 TTFT and P50 TPOT (seconds) of the records."""
+    """P50 TTFT and P50 TPOT (seconds) of the records; the TPOT over those that have one (0 if none does)."""
+    tpots = [t for r in records if (t := r.tpot_s) is not None]
     return (float(np.percentile([r.ttft_s for r in records], 50)),
-            float(np.percentile([r.tpot_s for r in records], 50)))
+            float(np.percentile(tpots, 50)) if tpots else 0.0)
 
 
 def run_seed(seed: int, pass_no: int, index: int) -> int:

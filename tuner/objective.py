@@ -173,8 +173,9 @@ class _StopObserver(RunObserver):
 
 def _latency_metrics(result: RunResult) -> dict[str, float]:
     s = result.summary()
+    tpot = s["tpot_s"] or {}  # None: every output is one token, so there is no TPOT
     return {"ttft_mean_s": s["ttft_s"]["mean"], "ttft_p90_s": s["ttft_s"]["p90"], "ttft_p99_s": s["ttft_s"]["p99"],
-            "tpot_mean_s": s["tpot_s"]["mean"], "tpot_p90_s": s["tpot_s"]["p90"], "tpot_p99_s": s["tpot_s"]["p99"],
+            "tpot_mean_s": tpot.get("mean"), "tpot_p90_s": tpot.get("p90"), "tpot_p99_s": tpot.get("p99"),
             "throughput_tok_s": s["throughput_tok_s"], "bubble_ratio": s["bubble_ratio"]}
 
 

@@ -49,24 +49,43 @@ class SLO:
     def met(self, result: RunResult) -> bool:
         """True when every limit's percentile over the run's requests is within its bound.
 
-        A live run's failed requests count as missing every limit.
+        A live run's failed requests count as missing every limit. The TPOT
+        percentile is over the requests that have one: a one-token output
+        decodes nothing, and a run of only those meets any TPOT limit.
         """
-        return all(float(np.percentile(_values(result, l.metric), l.percentile)) <= l.limit_s
-                   for l in self.limits)
+        return all(_percentile(_values(result, l.metric), l.percentile) <= l.limit_s for l in self.limits)
 
     def attainment(self, result: RunResult) -> float:
-        """Fraction of requests that meet every limit themselves (a live run's failed requests do not)."""
+        """Fraction of requests that meet every limit themselves (a live run's failed requests do not).
+
+        A request without a TPOT (one output token) meets any TPOT limit, as vLLM's benchmark counts it.
+        """
         values = {l.metric: _values(result, l.metric) for l in self.limits}
         count = len(next(iter(values.values())))
         if not count:
             return 0.0
         ok = np.ones(count, dtype=bool)
         for l in self.limits:
-            ok &= values[l.metric] <= l.limit_s
+            ok &= ~(values[l.metric] > l.limit_s)  # NaN (no TPOT) is never over a limit
         return float(ok.mean())
+
+    def undefined(self, result: RunResult) -> tuple[str, ...]:
+        """The limited metrics the run has no value of (TPOT when every output is one token)."""
+        return tuple(l.metric for l in self.limits if np.isnan(_values(result, l.metric)).all())
 
 
 FAILED = float(np.finfo(float).max)  # a failed request's latency: above every limit, finite for percentiles
+
+
+def _percentile(values: np.ndarray, pct: float) -> float:
+    """The percentile of the values that exist (NaN: no TPOT).
+
+    Requests none of which has the metric meet any limit on it (0); no requests at all meet none (inf).
+    """
+    if not values.size:
+        return np.inf
+    defined = values[~np.isnan(values)]
+    return float(np.percentile(defined, pct)) if defined.size else 0.0
 
 
 def _values(result: RunResult, metric: str) -> np.ndarray:

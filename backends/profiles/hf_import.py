@@ -84,6 +84,8 @@ def model_from_hf_config(config: Mapping[str, Any], name: str) -> ModelProfile:
     if r.has("index_topk") and r.integer("index_topk") > 0:
         _read_dsa(r)
     _read_precision(r)
+    if r.has("max_position_embeddings"):
+        r.copy("max_position_embeddings", "max_position_embeddings")
     tied = config.get("tie_word_embeddings", False)
     if not isinstance(tied, bool):
         raise r.fail(f"key 'tie_word_embeddings' must be true or false, got {tied!r}")

@@ -14,6 +14,7 @@ from .errors import ProfileError
 from .hf_import import model_from_hf_config
 from .schema import HardwareProfile, ModelProfile
 
+
 def model_names() -> list[str]:
     """Names of the packaged model profiles."""
     return _names("models")
@@ -30,8 +31,11 @@ def load_model(name_or_path: str | os.PathLike[str]) -> ModelProfile:
     if text in model_names():
         return _load_packaged(ModelProfile, "model", "models", text)
     path = Path(text)
-    if path.is_dir() and (path / "config.json").is_file():
+    if path.is_dir():
+        if not (path / "config.json").is_file():
+            raise ProfileError(f"model: folder {text} holds no config.json")
         path = path / "config.json"
+    _check_exists("model", text)
     if path.is_file() and path.suffix == ".toml":
         return build_profile(ModelProfile, _read_toml(path, f"model {path}"), f"model {path}")
     if path.is_file() and path.suffix == ".json":
@@ -49,6 +53,7 @@ def load_hardware(name_or_path: str | os.PathLike[str]) -> HardwareProfile:
     if text in hardware_names():
         return _load_packaged(HardwareProfile, "hardware", "hardware", text)
     path = Path(text)
+    _check_exists("hardware", text)
     if path.is_file() and path.suffix == ".toml":
         label = f"hardware {path}"
         return build_profile(HardwareProfile, _read_toml(path, label), label)
@@ -56,6 +61,13 @@ def load_hardware(name_or_path: str | os.PathLike[str]) -> HardwareProfile:
         f"hardware: unknown hardware {text!r}; known: {', '.join(hardware_names())} "
         "(or a path to a .toml file)"
     )
+
+
+def _check_exists(kind: str, text: str) -> None:
+    """A name that is a path (it names a folder, or ends in .toml or .json) must exist: say so, not "unknown"."""
+    path = Path(text)
+    if (os.sep in text or "/" in text or path.suffix in (".toml", ".json")) and not path.exists():
+        raise ProfileError(f"{kind}: no such file {text}")
 
 
 def _names(folder: str) -> list[str]:

@@ -51,6 +51,9 @@ class ModelProfile:
     active_params_b: float = 0.0
     weight_bytes: float = 2.0
     kv_bytes: float = 2.0
+    # Longest sequence (prompt + output) the model takes, config.json's max_position_embeddings
+    # (vLLM's default max_model_len); 0 when unknown.
+    max_position_embeddings: int = 0
     sources: dict[str, str] = field(default_factory=dict, compare=False)
 
     @property

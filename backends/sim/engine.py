@@ -20,7 +20,8 @@ its TTFT still counts from its arrival.
 
 Time accounting per rank: compute (kernels), exposed communication (TP
 collectives, blocked sends and receives, waiting on an in-flight transfer),
-idle (no micro-batch anywhere in the pipeline) and bubble (the rest).
+idle (no micro-batch anywhere in the pipeline) and bubble (the rest; a
+single rank has no pipeline, so there the rest is idle too).
 """
 
 from __future__ import annotations
@@ -381,8 +382,11 @@ class Engine:
 
     # -- results ------------------------------------------------------------------
     def rank_times(self, makespan: float) -> list[RankTime]:
-        """Per-rank split of the makespan."""
+        """Per-rank split of the makespan; one rank has no pipeline to wait on, so all its waiting is idle."""
         idle = self.idle_total
+        if self.pp == 1:  # between steps it waits for the host's next one (step overhead): no bubble
+            return [RankTime(0, self.compute[0], self.comm[0], 0.0,
+                             max(0.0, makespan - self.compute[0] - self.comm[0]))]
         return [RankTime(r, self.compute[r], self.comm[r], max(0.0, makespan - self.compute[r] - self.comm[r] - idle), idle)
                 for r in range(self.pp)]
 

@@ -2,11 +2,12 @@
 
 from .breakdown import time_breakdown
 from .cdf import latency_cdfs
-from .common import PlotRun, run_name
+from .common import PlotRun
 from .gantt import timelines
 from .html import Section, page
+from .naming import legend_names, mismatch_warnings
 from .study import best_vs_default, chunk_vs_objective, history_from_trials, optuna_history, optuna_importances
 from .table import metrics_table
 
 __all__ = ["PlotRun", "Section", "best_vs_default", "chunk_vs_objective", "history_from_trials", "latency_cdfs",
-           "metrics_table", "optuna_history", "optuna_importances", "page", "run_name", "time_breakdown", "timelines"]
+           "legend_names", "metrics_table", "mismatch_warnings", "optuna_history", "optuna_importances", "page", "time_breakdown", "timelines"]

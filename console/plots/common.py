@@ -1,4 +1,4 @@
-"""What every figure shares: how a run is named and coloured, and the house layout."""
+"""What every figure shares: how a run is coloured, and the house layout."""
 
 from __future__ import annotations
 
@@ -26,12 +26,6 @@ class PlotRun:
 
     name: str
     result: RunResult
-
-
-def run_name(run_id: int, result: RunResult, label: str | None = None) -> str:
-    """The legend name of a stored run: `run <id> [<backend>] <mode> <label>`, the backend unless simulated."""
-    backend = None if result.backend == "sim" else result.backend
-    return " ".join(filter(None, (f"run {run_id}", backend, str(result.config.get("mode", "")), label)))
 
 
 def wrap(text: str, width: int = 14) -> str:

@@ -3,8 +3,10 @@
 Bars go from span start to span end on one row per rank, coloured by the
 micro-batch's lead request (decode-only batches grey, blocking transfers
 dark), labelled `s<stage> c<chunk>` where the bar is wide enough; gaps are
-bubbles. Long runs are cut to their first spans in time so that the page
-stays small: `max_spans` is shared by all runs of the figure.
+bubbles. Every run is drawn over one time window, so that equal lengths
+mean equal times: the longest makespan, or, when the runs together have
+more than `max_spans` spans (the page would grow too large), the window
+from 0 in which they have `max_spans`.
 """
 
 from __future__ import annotations
@@ -30,14 +32,13 @@ _WHEN = "<br>virtual stage %{customdata[0]} · batch %{customdata[1]}<br>%{base:
 _LEAD = "request %{customdata[2]} chunk %{customdata[3]}"
 
 
-def share_budget(counts: Sequence[int], budget: int) -> list[int]:
-    """Spans to draw per run: an even share of the budget, with what small runs leave over passed on."""
-    shares = [0] * len(counts)
-    left = budget
-    for done, i in enumerate(sorted(range(len(counts)), key=lambda i: counts[i])):
-        shares[i] = min(counts[i], left // (len(counts) - done))
-        left -= shares[i]
-    return shares
+def common_window(runs: Sequence[Sequence[Span]], makespans: Sequence[float], budget: int) -> float:
+    """The end of the one window [0, end) drawn for every run: the longest makespan when all spans fit the
+    budget, else the start of the first span over it (counting all runs' spans together, in time order)."""
+    starts = sorted(s.start for spans in runs for s in spans)
+    if len(starts) <= budget:
+        return max(makespans, default=0.0)
+    return starts[budget]
 
 
 def _label(span: Span) -> str:
@@ -88,12 +89,11 @@ def kind_trace(name: str, rank: int, kind: str, spans: Sequence[Span], min_label
     )
 
 
-def _title(run: PlotRun, drawn: list[Span], total: int) -> str:
+def _title(run: PlotRun, drawn: list[Span], total: int, window: float) -> str:
     if not total:
         return f"{run.name}: stored without a timeline"
     if len(drawn) == total:
         return f"{run.name}: all {total} spans, {run.result.makespan_s:.4g} s"
-    window = drawn[-1].start
     return f"{run.name}: first {len(drawn)} of {total} spans (0–{window:.4g} s of {run.result.makespan_s:.4g} s)"
 
 
@@ -109,23 +109,23 @@ def _legend_keys(fig: go.Figure) -> None:
 def timelines(runs: Sequence[PlotRun], max_spans: int = MAX_SPANS) -> go.Figure:
     """The pipeline timeline of each run, one subplot per run with one row per rank; bubbles are the gaps."""
     ordered = [sorted(run.result.spans, key=lambda s: (s.start, s.rank)) for run in runs]
-    drawn = [spans[:n] for spans, n in zip(ordered, share_budget([len(s) for s in ordered], max_spans))]
+    window = common_window(ordered, [run.result.makespan_s for run in runs], max_spans)
+    drawn = [[s for s in spans if s.start < window] for spans in ordered]
     heights = [ROW_PX * max(1, len(run.result.ranks)) for run in runs]
     plot_px = sum(heights) + GAP_PX * (len(runs) - 1)
     fig = make_subplots(rows=len(runs), cols=1, row_heights=heights, shared_xaxes=True,
                         vertical_spacing=GAP_PX / plot_px if len(runs) > 1 else 0,
-                        subplot_titles=[_title(r, d, len(s)) for r, d, s in zip(runs, drawn, ordered)])
+                        subplot_titles=[_title(r, d, len(s), window) for r, d, s in zip(runs, drawn, ordered)])
     for row, (run, spans) in enumerate(zip(runs, drawn), start=1):
         ranks = [r.rank for r in run.result.ranks] or [0]
         groups: dict[tuple[int, int, bool, str], list[Span]] = {}
         for span in spans:
             groups.setdefault((span.rank, _kind_order(span.kind), span.request < 0, span.kind), []).append(span)
-        window = max((s.end for s in spans), default=0.0)
         for (rank, _, _, kind), mine in sorted(groups.items()):
             fig.add_trace(kind_trace(run.name, rank, kind, mine, LABEL_SHARE * window), row=row, col=1)
         fig.update_yaxes(tickvals=ranks, ticktext=[f"rank {r}" for r in ranks], range=[max(ranks) + 0.5, -0.5],
                          showgrid=False, zeroline=False, row=row, col=1)
-        fig.update_xaxes(showticklabels=True, row=row, col=1)
+        fig.update_xaxes(showticklabels=True, range=[0, window], row=row, col=1)
         if not spans:
             fig.update_xaxes(visible=False, row=row, col=1)
             fig.update_yaxes(visible=False, row=row, col=1)

@@ -14,6 +14,7 @@ body { font-family: Inter, Helvetica, Arial, sans-serif; color: #222; margin: 0;
 main { max-width: 1500px; margin: 0 auto; padding: 24px 32px 48px; }
 h1 { font-size: 24px; margin: 0 0 4px; }
 p.meta { margin: 2px 0; color: #555; font-size: 14px; }
+p.warn { margin: 6px 0; padding: 6px 10px; background: #fff4e5; border-left: 4px solid #e67e22; font-size: 14px; }
 section { background: #fff; border-radius: 8px; padding: 8px 16px 12px; margin-top: 20px;
           box-shadow: 0 1px 2px rgba(0, 0, 0, .08); }
 h2 { font-size: 18px; margin: 10px 0 4px; }
@@ -31,9 +32,11 @@ class Section:
     key: str = ""  # names the figure's div (and its PNG file)
 
 
-def page(title: str, meta: Sequence[str], sections: Sequence[Section]) -> str:
-    """The HTML text of a page: title, meta lines, then each section; plotly.js is inlined with the first figure."""
-    parts = [f"<h1>{html.escape(title)}</h1>", *(f'<p class="meta">{html.escape(line)}</p>' for line in meta)]
+def page(title: str, meta: Sequence[str], sections: Sequence[Section], warnings: Sequence[str] = ()) -> str:
+    """The HTML text of a page: title, warnings, meta lines, then each section; plotly.js is inlined once."""
+    parts = [f"<h1>{html.escape(title)}</h1>",
+             *(f'<p class="warn">warning: {html.escape(line)}</p>' for line in warnings),
+             *(f'<p class="meta">{html.escape(line)}</p>' for line in meta)]
     inlined = False
     for section in sections:
         parts.append(f"<section><h2>{html.escape(section.heading)}</h2>")

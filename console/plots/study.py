@@ -138,6 +138,13 @@ _METRIC_ROWS = (("goodput_rps", "goodput (req/s)", 1.0, ".4g"), ("attainment", "
                 ("throughput_tok_s", "throughput (tok/s)", 1.0, ",.0f"), ("bubble_ratio", "bubble ratio", 1.0, ".1%"))
 
 
+def _measured(key: str, metrics: dict[str, object]) -> float | None:
+    """A trial's metric; None where it has none. A TPOT is never 0: a stored 0 is an older study's
+    placeholder for one-token outputs, which have no TPOT."""
+    value = metrics.get(key)
+    return None if value is None or (key.startswith("tpot") and value == 0) else float(value)
+
+
 def improvement(best: float, default: float, direction: str) -> float | None:
     """How many times better best is than default (above 1 is better, whatever the direction)."""
     if not best or not default:
@@ -158,11 +165,12 @@ def best_vs_default(best: TrialRow, default: TrialRow | None, objective: str | N
     for key, name, scale, fmt in _METRIC_ROWS:
         if key == OBJECTIVE_METRICS.get(objective or "") or not any(key in t.metrics for t in shown):
             continue
-        values = [t.metrics.get(key) for t in shown]
+        values = [_measured(key, t.metrics) for t in shown]
         ratio = ""
         if default is not None and None not in values and values[1]:
             ratio = f"{values[0] / values[1]:.2f}×"
-        rows.append([name, *("-" if v is None else format(v * scale, fmt) for v in values), ratio])
+        rows.append([name, *(("n/a" if key in t.metrics else "-") if v is None else format(v * scale, fmt)
+                             for v, t in zip(values, shown)), ratio])
     headers = ["", f"best (trial {best.number})"] + ([f"default (trial {default.number})", "best / default"]
                                                      if default is not None else [])
     columns = [list(col) for col in zip(*rows)]

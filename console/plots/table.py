@@ -13,6 +13,7 @@ from ...tuner.slo import SLO
 from .common import PlotRun, styled
 
 BETTER, WORSE, PLAIN = "#1e8449", "#c0392b", "#222"
+DELTAS_TITLE = "Metrics (deltas against the first run of the same scenario and rate; green is better)"
 CELL_PX = 30
 
 
@@ -27,8 +28,9 @@ class Row:
     points: bool = False  # deltas in percentage points (for ratios) rather than relative
 
 
-def _pct(metric: str, p: str, scale: float = 1.0) -> Callable[[RunResult, dict], float]:
-    return lambda r, s: s[metric][p] * scale
+def _pct(metric: str, p: str, scale: float = 1.0) -> Callable[[RunResult, dict], float | None]:
+    """A percentile from the summary; None (n/a) where no request has the metric (TPOT of one-token outputs)."""
+    return lambda r, s: None if s[metric] is None else s[metric][p] * scale
 
 
 def _cfg(key: str, show: Callable[[object], str] = str) -> Callable[[RunResult, dict], str]:
@@ -57,8 +59,15 @@ ROWS = (
 )
 
 
+def _verdict(slo: SLO, result: RunResult) -> str:
+    """met or missed, naming the limits the run has no value for (they hold: nothing to exceed them)."""
+    verdict = "met" if slo.met(result) else "missed"
+    undefined = slo.undefined(result)
+    return verdict + (f" ({', '.join(undefined)} n/a)" if undefined else "")
+
+
 def _slo_rows(slo: SLO) -> tuple[Row, ...]:
-    return (Row(f"SLO {slo.text()}", lambda r, s: "met" if slo.met(r) else "missed"),
+    return (Row(f"SLO {slo.text()}", lambda r, s: _verdict(slo, r)),
             Row("SLO attainment", lambda r, s: slo.attainment(r), ".1%", "high", points=True))
 
 
@@ -90,30 +99,37 @@ def metric_rows(slo: SLO | None = None) -> tuple[Row, ...]:
     return ROWS + (_slo_rows(slo) if slo is not None else ())
 
 
+def references(results: Sequence[RunResult]) -> list[int]:
+    """Per run, the index of the run its deltas are against: the first with the same scenario and rate
+    (itself when it is the first; runs under other traffic are not compared like with like)."""
+    first: dict[tuple[str, float | None], int] = {}
+    return [first.setdefault((r.scenario, r.rate), i) for i, r in enumerate(results)]
+
+
 def run_cells(results: Sequence[RunResult], slo: SLO | None = None) -> list[list[Cell]]:
-    """Per run, one cell per row; numbers after the first run's carry their delta against it."""
+    """Per run, one cell per row; numbers carry their delta against the first run of the same scenario and rate."""
     rows = metric_rows(slo)
     summaries = [result.summary() for result in results]
-    first = [row.value(results[0], summaries[0]) for row in rows]
+    values = [[row.value(result, summary) for row in rows] for result, summary in zip(results, summaries)]
     columns = []
-    for index, (result, summary) in enumerate(zip(results, summaries)):
+    for index, ref in enumerate(references(results)):
         cells = []
-        for row, base in zip(rows, first):
-            value = row.value(result, summary)
-            if value is None:  # not measured by this backend (a live server counts no steps): absent, not 0
+        for row, value, base in zip(rows, values[index], values[ref]):
+            if value is None:  # not measured (a live server counts no steps) or not there (no TPOT): never 0
                 cells.append(Cell("n/a"))
                 continue
             if not row.fmt:
                 cells.append(Cell(str(value)))
                 continue
-            delta, tint = _delta(row, float(value), float(base)) if index and base is not None else ("", PLAIN)
+            delta, tint = _delta(row, float(value), float(base)) if ref != index and base is not None else ("", PLAIN)
             cells.append(Cell(format(value, row.fmt) + delta, tint))
         columns.append(cells)
     return columns
 
 
 def metrics_table(runs: Sequence[PlotRun], slo: SLO | None = None) -> go.Figure:
-    """A table with one column per run; numeric cells carry their delta against the first run, green when better."""
+    """A table with one column per run; numeric cells carry their delta against the first run of the same scenario
+    and rate, green when better."""
     rows = metric_rows(slo)
     cells = run_cells([run.result for run in runs], slo)
     columns = [[f"<b>{row.label}</b>" for row in rows], *([c.text for c in column] for column in cells)]
@@ -125,6 +141,6 @@ def metrics_table(runs: Sequence[PlotRun], slo: SLO | None = None) -> go.Figure:
         cells=dict(values=columns, align="left", font=dict(color=colours, size=13), height=CELL_PX,
                    fill_color=[["#ffffff", "#f8f9fb"] * len(rows)]),
     ))
-    fig = styled(fig, "Metrics (deltas against the first run; green is better)", 90 + (CELL_PX + 1) * (len(rows) + 1))
+    fig = styled(fig, DELTAS_TITLE, 90 + (CELL_PX + 1) * (len(rows) + 1))
     fig.update_layout(margin=dict(l=20, r=20, t=60, b=10))
     return fig

@@ -37,23 +37,30 @@ def open_report(path: Path) -> str:
 
 
 class CompareScreen(ModalScreen[None]):
-    """Metrics of the selected runs side by side; numbers after the first run carry their delta against it."""
+    """Metrics of the selected runs side by side, deltas against the first run of the same scenario and rate;
+    above them what makes the runs incomparable (warnings) and how they were chosen (notes)."""
 
     BINDINGS = [Binding("o", "open", "Open report"), Binding("escape,q", "dismiss", "Close")]
 
-    def __init__(self, names: list[str], rows: list[str], cells: list[list[Cell]], report: Path) -> None:
+    def __init__(self, names: list[str], rows: list[str], cells: list[list[Cell]], report: Path,
+                 warnings: list[str] | None = None, notes: list[str] | None = None) -> None:
         super().__init__()
         self.names, self.rows, self.cells, self.report = names, rows, cells, report
+        self.warnings, self.notes = warnings or [], notes or []
 
     def compose(self) -> ComposeResult:
         with Vertical(id="compare-panel", classes="panel"):
+            if self.warnings or self.notes:
+                yield Static(Text("\n").join([*(Text(f"warning: {w}", style="bold yellow") for w in self.warnings),
+                                               *(Text(n) for n in self.notes)]), id="compare-notes")
             yield DataTable(id="compare-table", cursor_type="row", zebra_stripes=True)
             yield Static(Text(f"report: {shown_path(self.report)}   o opens it in a browser, esc closes"),
                          id="compare-report")
         yield Footer()
 
     def on_mount(self) -> None:
-        self.query_one("#compare-panel").border_title = "comparison (deltas against the first run; green is better)"
+        self.query_one("#compare-panel").border_title = ("comparison (deltas against the first run of the same "
+                                                         "scenario and rate; green is better)")
         table = self.query_one(DataTable)
         table.add_columns("metric", *self.names)
         for index, label in enumerate(self.rows):

@@ -76,9 +76,12 @@ def latency_table(stats: LiveStats | None, slo: SLO | None) -> Table:
     limits = {limit.metric: limit for limit in slo.limits} if slo else {}
     for metric in ("ttft", "tpot"):
         values = stats.latency(metric) if stats else None
-        cells = [Text(seconds(v)) for v in values] if values else [Text("-") for _ in PERCENTILES]
+        absent = "n/a" if stats is not None and stats.done and not values else "-"  # finished, none decoded: no TPOT
+        cells = [Text(seconds(v)) for v in values] if values else [Text(absent) for _ in PERCENTILES]
         limit = limits.get(metric)
         verdict = Text("-" if limit is None else f"P{limit.percentile:g} ≤ {seconds(limit.limit_s)}")
+        if limit is not None and absent == "n/a":
+            verdict = Text("n/a (one-token outputs)", style="dim")
         if limit is not None and stats is not None and values:
             actual = stats.percentile(metric, limit.percentile)
             met = actual <= limit.limit_s

@@ -76,14 +76,15 @@ class LiveStats:
 
     def _finished(self, record: RequestRecord) -> None:
         self.ttfts.append(record.ttft_s)
-        self.tpots.append(record.tpot_s)
+        if record.tpot_s is not None:  # a one-token output has no TPOT
+            self.tpots.append(record.tpot_s)
         self.tokens += record.prompt_tokens + record.output_tokens
 
     def _tick(self, snap: Snapshot) -> None:
         self.now, self.last = snap.time_s, snap
         ttft, tpot = self.latency("ttft"), self.latency("tpot")
         point = {"running": snap.running, "waiting": snap.waiting, "throughput": self.throughput,
-                 "kv": snap.kv_used, "ttft_p90": ttft[1] if ttft else 0.0, "tpot_p90": tpot[1] if tpot else 0.0}
+                 "kv": snap.kv_used, "ttft_p90": ttft[1] if ttft else None, "tpot_p90": tpot[1] if tpot else None}
         for name, value in point.items():
             if value is not None:  # a figure the backend cannot see has no history, not a line at 0
                 self.history[name].append(float(value))

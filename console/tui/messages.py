@@ -94,12 +94,15 @@ class StoreListed(Message):
 
 @dataclass
 class Compared(Message):
-    """Stored runs were compared: their names, the metric rows, per run its cells, and the report written."""
+    """Stored runs were compared: their names, the metric rows, per run its cells, the report written, and the
+    warnings (settings that make them incomparable) and notes (how they were chosen) the report opens with."""
 
     names: list[str]
     rows: list[str]
     cells: list[list[Cell]]
     path: Path
+    warnings: list[str]
+    notes: list[str]
 
 
 @dataclass

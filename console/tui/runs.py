@@ -14,8 +14,7 @@ from textual.widgets import Button, DataTable, Input, Label, Static
 
 from ...store import RunRow, StudyRow
 from ...tuner.study import open_store
-from ..compare import study_slo, write_compare_page
-from ..plots import run_name
+from ..compare import prepare, study_slo, write_compare_page
 from ..plots.table import metric_rows, run_cells
 from ..runs import local_time, row_cells
 from .compare import CompareScreen, open_report
@@ -152,19 +151,22 @@ class RunsScreen(View):
         try:
             with open_store(self.session.db) as store:
                 stored = [store.get_run(i) for i in run_ids]
-                slo = study_slo(store, stored)
-            write_compare_page(stored, slo, out)
-            names = [run_name(s.id, s.result, s.label) for s in stored]
-            cells = run_cells([s.result for s in stored], slo)
+            chosen = prepare(self.session.db, stored)  # a study's best and default: both at both rates
+            with open_store(self.session.db) as store:
+                slo = study_slo(store, chosen.stored)
+            write_compare_page(chosen, slo, out)
+            cells = run_cells([s.result for s in chosen.stored], slo)
         except Exception as err:  # noqa: BLE001 - store, file and plotting errors are shown, never a crash
             self.post_message(WorkFailed(one_line(err)))
             return
-        self.post_message(Compared(names, [row.label for row in metric_rows(slo)], cells, out))
+        self.post_message(Compared(chosen.names, [row.label for row in metric_rows(slo)], cells, out,
+                                   chosen.warnings, chosen.notes))
 
     def on_compared(self, message: Compared) -> None:
         self.report = message.path
         self._status(f"report: {shown_path(message.path)} (o opens it)")
-        self.app.push_screen(CompareScreen(message.names, message.rows, message.cells, message.path))
+        self.app.push_screen(CompareScreen(message.names, message.rows, message.cells, message.path,
+                                           message.warnings, message.notes))
 
     def on_work_failed(self, message: WorkFailed) -> None:
         self._status(f"failed: {message.error}")

@@ -86,7 +86,7 @@ def best_text(trial: TrialRow | None, objective: str, ratio: float | None) -> Te
     for key, label, fmt in (("attainment", "attainment", "{:.1%}"), ("ttft_p90_s", "TTFT P90", "{:.3g} s"),
                             ("tpot_p90_s", "TPOT P90", "{:.3g} s")):
         if key in metrics:
-            text.append(f"\n{label} {fmt.format(metrics[key])}")
+            text.append(f"\n{label} {'n/a' if metrics[key] is None else fmt.format(metrics[key])}")
     if ratio is not None:
         text.append(f"\n{ratio:.2f}x the default config", style="bold")
     return text

@@ -8,7 +8,7 @@ import json
 from pipedeck.backends.live import LoadOptions, run_scenario
 from pipedeck.backends.live.mock_server import Behaviour, MockServer
 from pipedeck.console.cli import cli
-from pipedeck.console.compare import compare_sections
+from pipedeck.console.compare import compare_sections, comparison
 from pipedeck.console.errors import run_cli
 from pipedeck.console.runs import row_cells
 from pipedeck.scenarios import load_scenario
@@ -62,7 +62,7 @@ def test_compare_puts_a_live_run_beside_a_simulated_one(capsys, tmp_path, mock_s
     assert "n/a" in out.read_text()  # the live run's steps and bubble ratio: not measured, not 0
     with RunStore.open(db, read_only=True) as store:
         stored = [store.get_run(sim), store.get_run(live)]
-    sections = {s.key: s for s in compare_sections(stored, None, 1000)}
+    sections = {s.key: s for s in compare_sections(comparison(stored), None, 1000)}
     assert list(sections) == ["cdf", "breakdown", "metrics", "server", "timeline"]
     live_name = f"run {live} "
     breakdown_names = {str(x) for trace in sections["breakdown"].figure.data for x in trace.x if isinstance(x, str)}
@@ -70,7 +70,7 @@ def test_compare_puts_a_live_run_beside_a_simulated_one(capsys, tmp_path, mock_s
     gauges = sections["server"].figure
     assert {a.text for a in gauges.layout.annotations} == {"running requests", "waiting requests"}  # llama.cpp: no KV
     assert {trace.name for trace in gauges.data} == {gauges.data[0].name} and gauges.data[0].name.startswith(live_name)
-    only_live = [s.key for s in compare_sections([stored[1], stored[1]], None, 1000)]
+    only_live = [s.key for s in compare_sections(comparison([stored[1], stored[1]]), None, 1000)]
     assert only_live == ["cdf", "metrics", "server"]
 
 
