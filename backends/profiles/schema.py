@@ -77,7 +77,7 @@ class ModelProfile:
 
     def checkpoint(self, platform: str) -> Checkpoint:
         """The weights a deployment on `platform` serves: its [checkpoints] entry, else hf_id as published."""
-        return self.checkpoints.get(platform) or Checkpoint(self.hf_id, source="hf_id")
+        return self.checkpoints.get(platform) or Checkpoint(self.hf_id, source=f"hf_id of model profile {self.name}")
 
     @property
     def is_moe(self) -> bool:
