@@ -40,7 +40,7 @@ def _vllm(hardware: HardwareProfile) -> EngineDefaults:
 
 def _vllm_ascend(hardware: HardwareProfile) -> EngineDefaults:
     base = _vllm(hardware)
-    return EngineDefaults("vLLM-Ascend 0.23 on vLLM 0.33", base.chunk, base.max_running,
+    return EngineDefaults("vLLM-Ascend 0.23 on vLLM 0.23 (the rule of 0.33 too)", base.chunk, base.max_running,
                           "vLLM-Ascend does not override vLLM's defaults (live.md): " + base.source)
 
 
@@ -58,6 +58,18 @@ def _sglang(hardware: HardwareProfile) -> EngineDefaults:
         "(model_runner: max_num_reqs = min(max(tokens / context * 512, 2048), 4096))")
 
 
+def _fastpp(hardware: HardwareProfile) -> EngineDefaults:
+    # The fork's base, SGLang 0.4.1: ServerArgs.__post_init__ (sglang/srt/server_args.py) sets chunked_prefill_size
+    # 2048 below 25,000 MiB of GPU memory, else 8192; ModelRunner.init_memory_pool (model_executor/model_runner.py)
+    # sizes the request pool min(max(tokens / context * 512, 2048), 4096).
+    chunk = 2048 if _memory_gib(hardware) * 1024 < 25_000 else 8192
+    return EngineDefaults(
+        "FastPP fork of SGLang 0.4.1", chunk, 4096,
+        "sglang 0.4.1 sglang/srt/server_args.py ServerArgs.__post_init__: chunked_prefill_size 2048 below "
+        "25,000 MiB of GPU memory, else 8192; running requests capped by the request pool, at most 4096 "
+        "(model_runner: max_num_reqs = min(max(tokens / context * 512, 2048), 4096))")
+
+
 def _llama_server(hardware: HardwareProfile) -> EngineDefaults:
     return EngineDefaults(
         "llama.cpp llama-server", 2048, 4,
@@ -65,7 +77,7 @@ def _llama_server(hardware: HardwareProfile) -> EngineDefaults:
 
 
 DEFAULTS: dict[str, Callable[[HardwareProfile], EngineDefaults]] = {
-    "vllm": _vllm, "vllm-ascend": _vllm_ascend, "sglang": _sglang, "llama-server": _llama_server,
+    "vllm": _vllm, "vllm-ascend": _vllm_ascend, "sglang": _sglang, "fastpp": _fastpp, "llama-server": _llama_server,
 }
 
 

@@ -1,8 +1,9 @@
-"""The serving engines pipedeck launches and exports to, and which pipeline modes each can run.
+"""The serving engines pipedeck launches and exports to, their releases, and which pipeline modes each can run.
 
 The one mapping from a config to an engine's flags, environment and files,
-used by `export` (and by whatever launches an engine). One registry: a
-`ServingEngine` holds its launcher, its spelling of the common knobs and, in
+used by `export` and by the live launcher. One registry: a `ServingEngine`
+holds its launcher, the releases an export can target, its spelling of the
+common knobs, its own rules for the values it accepts and, in
 `ServingEngine.modes`, what every mode it can run adds to the launch. A new
 engine (an SGLang fork) is a `register_engine` call; a new mode on an engine
 (FastPP's `fastpp-greedy`) is a `register_support` call. (Not the
@@ -11,7 +12,6 @@ simulator's `Engine`, which is its event loop.)
 
 from __future__ import annotations
 
-import dataclasses
 import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -19,6 +19,7 @@ from typing import Literal
 
 from ..scenarios.errors import PipedeckError
 from .config import ResolvedConfig, default_layer_split
+from .profiles.schema import Checkpoint
 
 Value = int | float | str | None
 
@@ -73,8 +74,26 @@ class Launch:
     def __add__(self, other: Launch) -> Launch:
         return Launch(self.env + other.env, self.flags + other.flags, self.notes + other.notes)
 
+    def option(self, name: str) -> Value:
+        """The value of option `name` (the last one given); ExportError if the launch has none."""
+        values = [flag.value for flag in self.flags if flag.name == name]
+        if not values:
+            raise ExportError(f"format: the launch has no {name}")
+        return values[-1]
 
-Render = Callable[[ResolvedConfig], Launch]
+
+@dataclass(frozen=True)
+class Release:
+    """One version of an engine an export can target, and what about it changes the launch."""
+
+    version: str
+    note: str  # what sets it apart from the engine's other releases (export header, docs/export.md)
+    candidate: bool = False  # a release candidate: exported for only when named, never the default
+    reads_config_file: bool = True  # its `--config` loader takes the exported YAML
+
+
+Render = Callable[[ResolvedConfig, Release], Launch]
+Check = Callable[[ResolvedConfig, Release, Launch], None]
 
 
 @dataclass(frozen=True)
@@ -88,17 +107,42 @@ class ModeSupport:
 
 @dataclass(frozen=True)
 class ServingEngine:
-    """One serving engine: launcher, spelling of the common knobs, config file and runnable modes."""
+    """One serving engine: launcher, releases, devices, spelling of the common knobs, value rules and modes."""
 
     name: str
     program: tuple[str, ...]  # the launcher, e.g. ("vllm", "serve")
     model_flag: str | None  # None: the model is the first positional argument
     common: Render  # environment and options every mode gets
+    releases: tuple[Release, ...]  # oldest first; the newest that is not a candidate is the default
+    platforms: tuple[str, ...] = ("cuda",)  # device platforms it serves on (profiles.schema.PLATFORMS), main one first
     config_file: str | None = None  # name of the engine's `--config` YAML; None if it reads none
     config_model_key: str = "model"
     modes: dict[str, ModeSupport] = field(default_factory=dict)
     delay_scheduling: ModeSupport | None = None  # how it runs decode rebalancing, if it can
     model_file: bool = False  # the weights must be a local file (llama-server's GGUF), not a hub id
+    check: Check | None = None  # the engine's own rules for the values it accepts; ExportError when one is broken
+    hub_env: dict[str, str] = field(default_factory=dict)  # hub -> the variable that makes it download from there
+    fork: str = ""  # what it is when it is not an upstream engine (says so in every launch)
+
+    def release(self, version: str | None = None) -> Release:
+        """The release `version` names (the default when None); ExportError listing the allowed ones otherwise."""
+        if version is None:
+            return [r for r in self.releases if not r.candidate][-1]
+        for release in self.releases:
+            if version in (release.version, f"v{release.version}"):
+                return release
+        raise ExportError(f"engine_version: {self.name} {version!r} is not a release pipedeck knows; "
+                          f"allowed: {', '.join(r.version for r in self.releases)}")
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What one config needs to run on one release of one engine: the weights, the environment and the options."""
+
+    engine: ServingEngine
+    release: Release
+    checkpoint: Checkpoint  # the weights the simulation assumed, on the engine's device platform
+    launch: Launch
 
 
 ENGINES: dict[str, ServingEngine] = {}
@@ -124,27 +168,52 @@ def get_engine(name: str) -> ServingEngine:
 
 def engines_for(mode: str) -> list[str]:
     """The engines that can run `mode`, each with what it requires in parentheses."""
-    return [f"{e.name} ({e.modes[mode].requires})" if e.modes[mode].requires else e.name
-            for e in ENGINES.values() if mode in e.modes]
+    return [_able(e, e.modes[mode]) for e in ENGINES.values() if mode in e.modes]
 
 
-def plan_launch(config: ResolvedConfig, engine_name: str) -> tuple[ServingEngine, Launch]:
-    """The engine and its launch for a resolved config; ExportError if the engine cannot run it."""
+def _able(engine: ServingEngine, support: ModeSupport) -> str:
+    """The engine's name, with what running `support` needs (a development branch, or the fork it is)."""
+    needs = support.requires or engine.fork
+    return f"{engine.name} ({needs})" if needs else engine.name
+
+
+def plan_launch(config: ResolvedConfig, engine_name: str, version: str | None = None) -> Plan:
+    """The launch of a resolved config on a release of an engine (None: its default release).
+
+    ExportError (one line) if the engine cannot run the config's mode, or if
+    a value breaks one of the engine's own rules.
+    """
     engine = get_engine(engine_name)
+    release = engine.release(version)
     support = engine.modes.get(config.mode)
     if support is None:
         able = ", ".join(engines_for(config.mode)) or "none"
         raise ExportError(f"format: mode {config.mode} cannot run on {engine.name}; engines that can: {able}")
     if config.pp < support.min_pp:
         raise ExportError(f"pp: mode {config.mode} on {engine.name} needs pp >= {support.min_pp}, got {config.pp}")
-    launch = engine.common(config) + support.render(config)
+    checkpoint = config.model_profile.checkpoint(engine.platforms[0])
+    launch = engine.common(config, release) + support.render(config, release)
     if config.delay_scheduling:
         if engine.delay_scheduling is None:
-            able = ", ".join(f"{e.name} ({e.delay_scheduling.requires})" for e in ENGINES.values()
-                             if e.delay_scheduling) or "none"
+            able = ", ".join(_able(e, e.delay_scheduling) for e in ENGINES.values() if e.delay_scheduling) or "none"
             raise ExportError(f"format: delay scheduling cannot run on {engine.name}; engines that can: {able}")
-        launch += engine.delay_scheduling.render(config)
-    return engine, launch
+        launch += engine.delay_scheduling.render(config, release)
+    if not engine.model_file:
+        launch += _weights(engine, checkpoint)
+    if engine.check is not None:
+        engine.check(config, release, launch)
+    return Plan(engine, release, checkpoint, launch)
+
+
+def _weights(engine: ServingEngine, checkpoint: Checkpoint) -> Launch:
+    """How the engine is told the checkpoint's quantization method and hub."""
+    flags = (Flag("--quantization", checkpoint.quantization),) if checkpoint.quantization else ()
+    if checkpoint.hub == "huggingface":
+        return Launch(flags=flags)
+    if checkpoint.hub not in engine.hub_env:
+        raise ExportError(f"model: {engine.name} cannot download {checkpoint.id} from {checkpoint.hub}; "
+                          "set MODEL to a local copy")
+    return Launch(env=(EnvVar(engine.hub_env[checkpoint.hub], "True", "default"),), flags=flags)
 
 
 # -- what the engines share ---------------------------------------------------------
@@ -180,7 +249,7 @@ def vpp_layer_ranges(config: ResolvedConfig) -> list[list[list[int]]]:
     return ranges
 
 
-def _nothing(config: ResolvedConfig) -> Launch:
+def _nothing(config: ResolvedConfig, release: Release) -> Launch:
     return Launch()
 
 
@@ -196,7 +265,18 @@ def unmatched_semantics(config: ResolvedConfig, engine: str, matches: bool, rule
 
 # -- vLLM and vLLM-Ascend -----------------------------------------------------------
 
-def _vllm_common(config: ResolvedConfig) -> Launch:
+# `vllm serve --config FILE` drops a `false` switch in every release here, so the YAML leaves those out
+# (vllm/utils/argparse_utils.py, FlexibleArgumentParser.load_config_file): 0.23.0 skips false values;
+# 0.33.0 turns `key: false` into `--no-key` only when the parser `--config` is read by has that option,
+# and `vllm serve` reads it with the top-level `vllm` parser, which has none.
+VLLM_RELEASES = (
+    Release("0.23.0", "what vLLM-Ascend 0.23.0 runs on; `--config` YAML skips false values"),
+    Release("0.33.0", "newest; `--config` YAML turns `key: false` into `--no-key` only for options of the "
+                      "top-level `vllm` parser, so serve options set false are still dropped"),
+)
+
+
+def _vllm_common(config: ResolvedConfig, release: Release) -> Launch:
     return Launch(
         notes=unmatched_semantics(config, "vLLM",
                                   config.decode_in_budget and config.mixed_batches and not config.sticky_decodes,
@@ -213,7 +293,37 @@ def _vllm_common(config: ResolvedConfig) -> Launch:
     )
 
 
-def _ascend_env(config: ResolvedConfig) -> Launch:
+def _vllm_check(config: ResolvedConfig, release: Release, launch: Launch) -> None:
+    """vLLM's rules for the step budget, SchedulerConfig.verify_max_model_len (vllm/config/scheduler.py, 0.23.0
+    and 0.33.0 alike): "max_num_batched_tokens ({}) must be greater than or equal to max_num_seqs ({})".
+
+    The same function refuses a budget below max_model_len without chunked
+    prefill; every vLLM launch here passes --enable-chunked-prefill, to which
+    that rule does not apply. The export refuses rather than raising the budget,
+    which would launch another config than the one simulated.
+    """
+    tokens, seqs = int(launch.option("--max-num-batched-tokens")), int(launch.option("--max-num-seqs"))
+    if tokens < seqs:
+        raise ExportError(f"chunk: vLLM refuses --max-num-batched-tokens {tokens} below --max-num-seqs {seqs} "
+                          "(SchedulerConfig in vllm/config/scheduler.py: max_num_batched_tokens must be >= "
+                          f"max_num_seqs); export a config with chunk >= max_running ({seqs})")
+
+
+# Where vLLM-Ascend reads dynamic chunking's settings in --additional-config (vllm_ascend/ascend_config.py):
+# 0.23.0 reads the top-level "profiling_chunk_config" and "enable_balance_scheduling" only (AscendConfig.__init__);
+# 0.25.1rc1 reads them under "scheduler_config" (SchedulerConfig._get_config_value), the top-level keys only
+# as deprecated fallbacks. Both refuse profiling_chunk_config with balance scheduling on, which the env
+# VLLM_ASCEND_BALANCE_SCHEDULING=1 of vLLM-Ascend's DeepSeek tutorials turns on: the export sets it off.
+_DCPP_PARENT = {"0.23.0": (), "0.25.1rc1": ("scheduler_config",)}
+ASCEND_RELEASES = (
+    Release("0.23.0", "newest release (latest on PyPI), on vLLM 0.23.0; reads profiling_chunk_config at the top "
+                      "level of --additional-config (it ignores scheduler_config.profiling_chunk_config)"),
+    Release("0.25.1rc1", "release candidate; reads scheduler_config.profiling_chunk_config (the top-level key "
+                         "only as a deprecated fallback)", candidate=True),
+)
+
+
+def _ascend_env(config: ResolvedConfig, release: Release) -> Launch:
     devices = ",".join(str(d) for d in range(config.devices))
     return Launch(env=(
         EnvVar("HCCL_OP_EXPANSION_MODE", "AIV", "default"),
@@ -229,30 +339,32 @@ def _ascend_env(config: ResolvedConfig) -> Launch:
     ))
 
 
-def _ascend_common(config: ResolvedConfig) -> Launch:
-    return _ascend_env(config) + _vllm_common(config)
+def _ascend_common(config: ResolvedConfig, release: Release) -> Launch:
+    return _ascend_env(config, release) + _vllm_common(config, release)
 
 
-def _ascend_dcpp(config: ResolvedConfig) -> Launch:
-    min_chunk = min(config.min_chunk, config.chunk)  # the simulator clamps min_chunk to the chunk budget
-    profiling = {"enabled": True, "smooth_factor": config.smooth_factor, "min_chunk": min_chunk}
+def _ascend_dcpp(config: ResolvedConfig, release: Release) -> Launch:
+    min_chunk = min(config.min_chunk, config.chunk)  # the simulator clamps min_chunk to the chunk budget, as 0.23 does
+    settings: dict[str, object] = {
+        "profiling_chunk_config": {"enabled": True, "smooth_factor": config.smooth_factor, "min_chunk": min_chunk},
+        "enable_balance_scheduling": False,
+    }
+    for key in reversed(_DCPP_PARENT[release.version]):
+        settings = {key: settings}
     notes = () if min_chunk == config.min_chunk else (
         f"min_chunk {config.min_chunk} exceeds the chunk budget; exported as {min_chunk}, as simulated.",)
-    return Launch(
-        flags=(Flag("--additional-config", compact_json({"scheduler_config": {"profiling_chunk_config": profiling}})),
-               Flag("--no-async-scheduling")),
-        notes=notes,
-    )
+    return Launch(flags=(Flag("--additional-config", compact_json(settings)), Flag("--no-async-scheduling")),
+                  notes=notes)
 
 
-def _ascend_vpp(config: ResolvedConfig) -> Launch:
+def _ascend_vpp(config: ResolvedConfig, release: Release) -> Launch:
     settings = {"virtual_pipeline_parallel_size": config.virtual_stages, "vpp_layer_ranges": vpp_layer_ranges(config)}
     return Launch(
         env=(EnvVar("ENABLE_VPP", "true"),),
         flags=(Flag("--additional-config", compact_json(settings)),),
         notes=(
             "WARNING: this launch needs vLLM-Ascend's VPP development branch (an open pull request,",
-            "not in any release). A released vLLM-Ascend does not implement ENABLE_VPP,",
+            f"not in any release, {release.version} included). A released vLLM-Ascend does not implement ENABLE_VPP,",
             "virtual_pipeline_parallel_size or vpp_layer_ranges.",
             f"VPP variant chosen: {config.mode} (of vpp-sync, vpp-async, vpp): {config.mode_spec.summary}.",
             "pipedeck knows no launch option that selects the variant; check that the branch runs this one.",
@@ -263,27 +375,52 @@ def _ascend_vpp(config: ResolvedConfig) -> Launch:
 
 # -- SGLang -------------------------------------------------------------------------
 
-def _sglang_common(config: ResolvedConfig) -> Launch:
+# SGLang before 0.5.8 turned `switch: true` in a --config YAML into `--switch true`, which its parser refuses
+# (sgl-project/sglang#16256, fixed by #16638; sglang/srt/server_args_config_parser.py): no YAML for those.
+SGLANG_RELEASES = (
+    Release("0.5.7", "its --config YAML cannot carry switches, so no sglang-config.yaml is written; refuses "
+                     "--enable-mixed-chunk with --pp-size > 1", reads_config_file=False),
+    Release("0.5.23", "newest; --config YAML takes switches as `key: true`; takes --enable-mixed-chunk with a pipeline"),
+)
+# Releases whose ServerArgs.check_server_args (sglang/srt/server_args.py, 0.5.7 and 0.5.8) asserts, for pp_size > 1:
+# "Pipeline parallelism is not compatible with overlap schedule, speculative decoding, mixed chunked prefill."
+# 0.5.23's check_pipeline_parallel_compat (sglang/srt/arg_groups/validation_hook.py) no longer names mixed chunks.
+_NO_MIXED_CHUNK_WITH_PP = {"0.5.7"}
+
+
+def _sglang_check(config: ResolvedConfig, release: Release, launch: Launch) -> None:
+    """SGLang's own rules for the values exported, as the release checks them."""
+    if (release.version in _NO_MIXED_CHUNK_WITH_PP and int(launch.option("--pp-size")) > 1
+            and any(flag.name == "--enable-mixed-chunk" for flag in launch.flags)):
+        raise ExportError(f"mixed_batches: SGLang {release.version} refuses --enable-mixed-chunk with --pp-size "
+                          f"{launch.option('--pp-size')} (ServerArgs.check_server_args in sglang/srt/server_args.py: "
+                          "pipeline parallelism is not compatible with mixed chunked prefill); export a config with "
+                          "mixed_batches off, or for SGLang 0.5.23")
+
+
+def _sglang_flags(config: ResolvedConfig) -> tuple[Flag, ...]:
+    """The common knobs in the spelling SGLang and its forks share."""
+    return (
+        Flag("--tp-size", config.tp),
+        Flag("--pp-size", config.pp),
+        Flag("--chunked-prefill-size", config.chunk),
+        Flag("--max-running-requests", config.max_running),
+        *((Flag("--enable-mixed-chunk"),) if config.mixed_batches else ()),
+        Flag("--enable-metrics"),
+    )
+
+
+def _sglang_common(config: ResolvedConfig, release: Release) -> Launch:
     # SGLang's default split gives the remainder to the last ranks (61 layers on 2: 30,31), not vLLM's
     # 31,30, so any split with a remainder is written out.
     notes = unmatched_semantics(config, "SGLang", config.decode_in_budget == config.mixed_batches and config.sticky_decodes,
                                 "counts running decodes against --chunked-prefill-size only with --enable-mixed-chunk "
                                 "and keeps each request in its micro-batch's running batch")
-    return Launch(
-        env=partition_env("SGLANG_PP_LAYER_PARTITION", config, exact_split),
-        flags=(
-            Flag("--tp-size", config.tp),
-            Flag("--pp-size", config.pp),
-            Flag("--chunked-prefill-size", config.chunk),
-            Flag("--max-running-requests", config.max_running),
-            *((Flag("--enable-mixed-chunk"),) if config.mixed_batches else ()),
-            Flag("--enable-metrics"),
-        ),
-        notes=notes,
-    )
+    return Launch(env=partition_env("SGLANG_PP_LAYER_PARTITION", config, exact_split), flags=_sglang_flags(config),
+                  notes=notes)
 
 
-def _sglang_dcpp(config: ResolvedConfig) -> Launch:
+def _sglang_dcpp(config: ResolvedConfig, release: Release) -> Launch:
     return Launch(
         env=(EnvVar("SGLANG_DYNAMIC_CHUNKING_SMOOTH_FACTOR", str(config.smooth_factor)),),
         flags=(Flag("--enable-dynamic-chunking"),),
@@ -293,7 +430,11 @@ def _sglang_dcpp(config: ResolvedConfig) -> Launch:
 
 # -- llama.cpp's llama-server ----------------------------------------------------------
 
-def _llama_common(config: ResolvedConfig) -> Launch:
+# The llama.cpp that llama-cpp-python 0.3.36 vendors: what pipedeck builds llama-server from (live.md).
+LLAMA_RELEASES = (Release("0.3.36", "llama-server built from the llama.cpp sources llama-cpp-python 0.3.36 vendors"),)
+
+
+def _llama_common(config: ResolvedConfig, release: Release) -> Launch:
     if config.tp != 1 or config.pp != 1:
         raise ExportError(f"tp: llama-server runs one process without tensor or pipeline parallelism; "
                           f"got tp={config.tp} pp={config.pp} (use tp=1 pp=1)")
@@ -306,26 +447,36 @@ def _llama_common(config: ResolvedConfig) -> Launch:
     ))
 
 
-register_engine(ServingEngine("vllm-ascend", ("vllm", "serve"), None, _ascend_common, "vllm-config.yaml"))
-register_engine(ServingEngine("vllm", ("vllm", "serve"), None, _vllm_common, "vllm-config.yaml"))
+register_engine(ServingEngine("vllm-ascend", ("vllm", "serve"), None, _ascend_common, ASCEND_RELEASES, ("ascend",),
+                              "vllm-config.yaml", check=_vllm_check, hub_env={"modelscope": "VLLM_USE_MODELSCOPE"}))
+register_engine(ServingEngine("vllm", ("vllm", "serve"), None, _vllm_common, VLLM_RELEASES, ("cuda",),
+                              "vllm-config.yaml", check=_vllm_check, hub_env={"modelscope": "VLLM_USE_MODELSCOPE"}))
 register_engine(ServingEngine("sglang", ("python", "-m", "sglang.launch_server"), "--model-path", _sglang_common,
-                       "sglang-config.yaml", "model-path"))
-register_engine(ServingEngine("llama-server", ("llama-server",), "--model", _llama_common, model_file=True))
-for _name in ENGINES:
-    register_support(_name, "cpp", ModeSupport(_nothing))
-register_support("vllm-ascend", "dcpp", ModeSupport(_ascend_dcpp, min_pp=2))
-register_support("sglang", "dcpp", ModeSupport(_sglang_dcpp, min_pp=2))
-for _mode in ("vpp-sync", "vpp-async", "vpp"):
-    register_support("vllm-ascend", _mode, ModeSupport(_ascend_vpp, requires="VPP development branch"))
+                              SGLANG_RELEASES, ("cuda",), "sglang-config.yaml", "model-path", check=_sglang_check,
+                              hub_env={"modelscope": "SGLANG_USE_MODELSCOPE"}))
+register_engine(ServingEngine("llama-server", ("llama-server",), "--model", _llama_common, LLAMA_RELEASES,
+                              ("cpu", "cuda"), model_file=True))
 
 
 # -- FastPP (an SGLang 0.4.1 fork) ------------------------------------------------------
 
 FASTPP = "FastPP fork of SGLang 0.4.1"
+# The fork's own switches (knobs.md); upstream SGLang has none of them: 0.5.23 refuses --enable-dynamic-chunk's
+# --dynamic-chunk-strategy and --enable-batch-rebalancing outright.
+FASTPP_RELEASES = (Release("0.4.1-fastpp", f"the {FASTPP}: SGLang 0.4.1 plus its pipeline, dynamic-chunk "
+                                           "and batch-rebalancing options; no --config file"),)
 _FASTPP_DEFAULTS = {"kv_free_threshold": 0.10, "tpot_violation": 1.08, "ttft_low": 0.1, "ttft_high": 0.3,
                     "tpot_safe": 0.85, "alp_window_s": 10.0, "slo_tpot_coeff": 1.05, "rls_forgetting": 0.9975,
                     "controller_min_chunk": 128, "waiting_tok_threshold": 1024, "load_alpha": 0.4,
                     "base_unit": 128, "delay_mode": "auto"}
+
+
+def _fastpp_common(config: ResolvedConfig, release: Release) -> Launch:
+    return _sglang_common(config, release) + Launch(
+        flags=(Flag("--disable-radix-cache"), Flag("--disable-overlap-schedule")),
+        notes=(f"This launch is for the {FASTPP}, installed in place of upstream SGLang: upstream SGLang",
+               "has no --enable-dynamic-chunk, --dynamic-chunk-strategy or --enable-batch-rebalancing.",
+               "Its pipeline options (--pp-size, SGLANG_PP_LAYER_PARTITION) are spelled as upstream SGLang's."))
 
 
 def _fastpp_tuned(config: ResolvedConfig, fields: tuple[str, ...]) -> tuple[str, ...]:
@@ -336,25 +487,30 @@ def _fastpp_tuned(config: ResolvedConfig, fields: tuple[str, ...]) -> tuple[str,
 
 
 def _fastpp(strategy: str) -> Render:
-    def render(config: ResolvedConfig) -> Launch:
+    def render(config: ResolvedConfig, release: Release) -> Launch:
         fields = config.mode_spec.params
         return Launch(
-            flags=(Flag("--enable-dynamic-chunk"), Flag("--dynamic-chunk-strategy", strategy),
-                   Flag("--disable-radix-cache"), Flag("--disable-overlap-schedule")),
-            notes=(f"This launch needs the {FASTPP}: --enable-dynamic-chunk and --dynamic-chunk-strategy are its flags.",
-                   f"The controller steers by TTFT {config.slo_ttft_s:g} s and TPOT {config.slo_tpot_s:g} s.")
+            flags=(Flag("--enable-dynamic-chunk"), Flag("--dynamic-chunk-strategy", strategy)),
+            notes=(f"The controller steers by TTFT {config.slo_ttft_s:g} s and TPOT {config.slo_tpot_s:g} s.",)
             + _fastpp_tuned(config, tuple(f for f in fields if f in _FASTPP_DEFAULTS)),
         )
     return render
 
 
-def _fastpp_rebalancing(config: ResolvedConfig) -> Launch:
+def _fastpp_rebalancing(config: ResolvedConfig, release: Release) -> Launch:
     return Launch(flags=(Flag("--enable-batch-rebalancing"),),
-                  notes=(f"Delay scheduling is the {FASTPP}'s --enable-batch-rebalancing.",)
+                  notes=("Delay scheduling is the fork's --enable-batch-rebalancing.",)
                   + _fastpp_tuned(config, ("waiting_tok_threshold", "load_alpha", "base_unit", "delay_mode")))
 
 
-register_support("sglang", "fastpp-greedy", ModeSupport(_fastpp("greedy"), requires=FASTPP))
-register_support("sglang", "fastpp-alp", ModeSupport(_fastpp("alp"), requires=FASTPP))
-ENGINES["sglang"] = dataclasses.replace(ENGINES["sglang"], delay_scheduling=ModeSupport(_fastpp_rebalancing,
-                                                                                         requires=FASTPP))
+register_engine(ServingEngine("fastpp", ("python", "-m", "sglang.launch_server"), "--model-path", _fastpp_common,
+                              FASTPP_RELEASES, ("cuda",), delay_scheduling=ModeSupport(_fastpp_rebalancing),
+                              fork=FASTPP))
+for _name in ENGINES:
+    register_support(_name, "cpp", ModeSupport(_nothing))
+register_support("vllm-ascend", "dcpp", ModeSupport(_ascend_dcpp, min_pp=2))
+register_support("sglang", "dcpp", ModeSupport(_sglang_dcpp, min_pp=2))
+for _mode in ("vpp-sync", "vpp-async", "vpp"):
+    register_support("vllm-ascend", _mode, ModeSupport(_ascend_vpp, requires="VPP development branch"))
+register_support("fastpp", "fastpp-greedy", ModeSupport(_fastpp("greedy")))
+register_support("fastpp", "fastpp-alp", ModeSupport(_fastpp("alp")))

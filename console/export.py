@@ -7,11 +7,11 @@ from pathlib import Path
 
 import click
 
-from ..backends.launch import ENGINES
+from ..backends.launch import ENGINES, plan_launch
 from ..store import RunStore, default_db_path
-from ..tuner.export import ExportError, best_from_json, export_best, write_export
+from ..tuner.export import BestConfig, ExportError, best_from_json, best_from_store, export_warnings, write_export
 
-__all__ = ["export", "export_best", "read_config_json"]
+__all__ = ["export", "export_study", "read_config_json", "write_and_warn"]
 
 
 @click.command()
@@ -19,28 +19,42 @@ __all__ = ["export", "export_best", "read_config_json"]
 @click.option("--config", "config_file", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
               help="Export a pipedeck-best.json or a plain config JSON instead of a study's best trial.")
 @click.option("--format", "engine", type=click.Choice(list(ENGINES)), required=True, help="Engine to launch with.")
+@click.option("--engine-version", default=None,
+              help="Engine release to write for (default: its newest release; docs/export.md lists them).")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), required=True,
               help="Folder to write into (created if missing; files in it are replaced).")
 @click.option("--db", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Run store file (default: $PIPEDECK_DB or ./pipedeck.duckdb).")
-def export(study: str | None, config_file: Path | None, engine: str, out_dir: Path, db: Path | None) -> None:
+def export(study: str | None, config_file: Path | None, engine: str, engine_version: str | None, out_dir: Path,
+           db: Path | None) -> None:
     """Write serve.sh, the engine's YAML and pipedeck-best.json for one config."""
     if (study is None) == (config_file is None):
         raise click.UsageError("give exactly one of --study NAME or --config FILE.json")
     if config_file is not None:
-        paths = write_export(best_from_json(read_config_json(config_file)), engine, out_dir)
+        paths = write_and_warn(best_from_json(read_config_json(config_file)), engine, out_dir, engine_version)
     else:
-        paths = _export_study(study, engine, out_dir, db)
+        paths = export_study(study, engine, out_dir, db, engine_version)
     for path in paths:
         click.echo(str(path))
 
 
-def _export_study(study: str, engine: str, out_dir: Path, db: Path | None) -> list[Path]:
+def export_study(study: str, engine: str, out_dir: Path | str, db: Path | str | None,
+                 version: str | None = None) -> list[Path]:
+    """Export a stored study's best completed trial, with its warnings on stderr."""
     path = default_db_path(db)
     if not path.is_file():
         raise ExportError(f"db: no run store at {path}")
     with RunStore.open(path, read_only=True) as store:
-        return export_best(store, study, engine, out_dir)
+        best = best_from_store(store, study)
+    return write_and_warn(best, engine, out_dir, version)
+
+
+def write_and_warn(best: BestConfig, engine: str, out_dir: Path | str, version: str | None) -> list[Path]:
+    """Write the export, then print on stderr each way the launch differs from what was predicted."""
+    paths = write_export(best, engine, out_dir, version)
+    for line in export_warnings(best, plan_launch(best.config, engine, version)):
+        click.echo(line, err=True)
+    return paths
 
 
 def read_config_json(path: Path) -> dict[str, object]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import click
@@ -13,13 +14,14 @@ from ..backends.config import ServingConfig
 from ..backends.launch import get_engine
 from ..backends.registry import BACKENDS
 from ..backends.tokens import format_tokens
-from ..store import RunStore, default_db_path
+from ..store import RunStore, StoreError, default_db_path
+from ..tuner.export import best_from_store
 from ..tuner.objective import OBJECTIVES, TuneSpec
-from ..tuner.space import knob_settings
+from ..tuner.space import knob_settings, parse_fixes
 from ..tuner.study import SAMPLERS, TuneOutcome, open_store, run_study
 from .confirm import (LivePlan, confirm_json, interrupted_by_signals, live_plan, print_live, run_confirm,
                       server_errors, server_options)
-from .export import export_best
+from .export import write_and_warn
 from .options import workload_options
 from .tunespec import DEFAULT_REPEATS, DEFAULT_SCENARIO, TuneInputError, TuneInputs, build_spec, default_engine, value_text
 
@@ -49,6 +51,7 @@ from .tunespec import DEFAULT_REPEATS, DEFAULT_SCENARIO, TuneInputError, TuneInp
 @click.option("--db", default=None, help="Run store file (default: pipedeck.duckdb or $PIPEDECK_DB).")
 @click.option("--export", "export_dir", default=None, help="Also write the best config's deployable files here.")
 @click.option("--format", "export_format", default=None, help="Engine for --export (default: vllm-ascend on Ascend, else vllm).")
+@click.option("--engine-version", default=None, help="Engine release for --export (default: its newest release).")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of tables.")
 @interrupted_by_signals
 def tune(**opts: object) -> None:
@@ -99,8 +102,33 @@ def _spec_from_options(opts: dict[str, object], live: LivePlan) -> tuple[TuneSpe
         spec = build_spec(inputs, str(opts["db"]))
     except TuneInputError as err:
         raise click.BadParameter(str(err), param_hint=f"--{err.field}") from None
+    if opts["export_dir"]:
+        spec = _resumed_search(spec, inputs.fixes, str(opts["db"]))
     live.check(spec)
     return spec, int(opts["jobs"])
+
+
+def _resumed_search(spec: TuneSpec, fixes: tuple[str, ...], db: str) -> TuneSpec:
+    """A study that exists keeps the search it was created with; --export then only picks what its winner is
+    written for (refused in one line if that engine cannot run it).
+
+    The export engine chooses the baseline engine, the modes searched and, for an engine without delay
+    scheduling, a delay_scheduling=off pin of a new study; those would not match a study created without
+    --export (or for another --format), which resumes with its own.
+    """
+    try:
+        with RunStore.open(db, read_only=True) as store:
+            saved = store.get_study(spec.study).settings or {}
+    except StoreError:
+        return spec
+    fixed = dict(spec.fixed)
+    if "delay_scheduling" not in parse_fixes(list(fixes)):
+        fixed.pop("delay_scheduling", None)
+        if "delay_scheduling" in (saved.get("fixed") or {}):
+            fixed["delay_scheduling"] = saved["fixed"]["delay_scheduling"]
+    modes = saved.get("modes")
+    return dataclasses.replace(spec, engine=saved.get("engine", spec.engine), modes=tuple(modes) if modes else None,
+                               fixed=fixed)
 
 
 def _repeats(opts: dict[str, object]) -> int:
@@ -113,11 +141,13 @@ def _repeats(opts: dict[str, object]) -> int:
 def _export_engine(opts: dict[str, object], hardware: str) -> str | None:
     """The engine --export writes for (so only modes it can run are searched), or None without --export."""
     if not opts["export_dir"]:
-        if opts["export_format"]:
-            raise click.BadParameter("--format needs --export DIR", param_hint="--format")
+        for flag in ("export_format", "engine_version"):
+            if opts[flag]:
+                option = "--format" if flag == "export_format" else "--engine-version"
+                raise click.BadParameter(f"{option} needs --export DIR", param_hint=option)
         return None
     engine = str(opts["export_format"] or default_engine(hardware))
-    get_engine(engine)
+    get_engine(engine).release(opts["engine_version"])  # an unknown engine or release fails before any work
     return engine
 
 
@@ -221,4 +251,6 @@ def _outcome_json(spec: TuneSpec, outcome: TuneOutcome, exported: list) -> dict[
 
 def _export(spec: TuneSpec, outcome: TuneOutcome, opts: dict[str, object]) -> list:
     with open_store(opts["db"]) as store:
-        return export_best(store, spec.study, str(_export_engine(opts, spec.hardware)), str(opts["export_dir"]))
+        best = best_from_store(store, spec.study)
+    return write_and_warn(best, str(_export_engine(opts, spec.hardware)), str(opts["export_dir"]),
+                          opts["engine_version"])

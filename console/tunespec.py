@@ -14,6 +14,7 @@ from ..backends.errors import ConfigError
 from ..backends.launch import get_engine
 from ..backends.memory import weight_bytes_per_device
 from ..backends.policies.modes import MODES
+from ..backends.profiles import load_hardware
 from ..backends.registry import backend_entry
 from ..backends.sim.footprint import check_footprint
 from ..scenarios import PipedeckError, load_scenario
@@ -73,8 +74,8 @@ def default_devices(model: str, hardware: str) -> int:
 
 
 def default_engine(hardware: str) -> str:
-    """The engine an export targets unless told: vLLM-Ascend on Ascend hardware, else vLLM."""
-    return "vllm-ascend" if hardware.startswith("ascend") else "vllm"
+    """The engine an export targets unless told: vLLM-Ascend on Ascend hardware (its profile's platform), else vLLM."""
+    return "vllm-ascend" if load_hardware(hardware).platform == "ascend" else "vllm"
 
 
 def build_spec(inputs: TuneInputs, db: str | Path) -> TuneSpec:

@@ -80,7 +80,7 @@ def test_a_config_the_engine_cannot_run_is_a_launch_error(model, tmp_path):
 
 
 @pytest.mark.parametrize("engine, weights, program, message", [
-    ("nope", "model", FAKE, "launch: unknown engine 'nope'; allowed: vllm-ascend, vllm, sglang, llama-server"),
+    ("nope", "model", FAKE, "launch: unknown engine 'nope'; allowed: vllm-ascend, vllm, sglang, llama-server, fastpp"),
     ("llama-server", None, FAKE, "model_path: give the weights llama-server loads (a path or hub id)"),
     ("llama-server", "/nope.gguf", FAKE, "model_path: llama-server loads a local file; there is no file /nope.gguf"),
     ("llama-server", "model", "/nope/x", "program: '/nope/x' not found (not an executable file, nor on PATH)"),

@@ -443,3 +443,47 @@ def test_a_written_profile_loads_back_equal_with_its_sources_and_records(name: s
     unsourced = dataclasses.replace(hardware, sources={k: v for k, v in hardware.sources.items() if k != "peak_tflops"})
     with pytest.raises(ValueError, match="peak_tflops: no source"):
         profile_toml(unsourced)
+
+
+# -- platforms and checkpoints ---------------------------------------------------------
+
+def test_every_packaged_hardware_names_its_platform() -> None:
+    assert {name: load_hardware(name).platform for name in HARDWARE} == {
+        "a100-40g-pcie": "cuda", "ascend-910c": "ascend", "h100-sxm": "cuda", "h200-sxm": "cuda"}
+
+
+def test_a_platform_pipedeck_does_not_know_is_refused(tmp_path) -> None:
+    path = tmp_path / "tpu.toml"
+    path.write_text(profile_toml(load_hardware("h100-sxm")).replace('platform = "cuda"', 'platform = "tpu"'))
+    with pytest.raises(ProfileError, match=r"field 'platform' must be one of cuda, ascend, cpu, got 'tpu'$"):
+        load_hardware(path)
+
+
+def test_a_checkpoint_entry_names_the_weights_served_on_its_platform() -> None:
+    model = load_model("deepseek-v3.1")
+    ascend = model.checkpoint("ascend")
+    assert (ascend.id, ascend.quantization, ascend.hub) == ("vllm-ascend/DeepSeek-V3.1-W8A8", "ascend", "modelscope")
+    assert "multi_node.md" in ascend.source
+    assert model.checkpoint("cuda").id == model.hf_id == "deepseek-ai/DeepSeek-V3.1"  # the FP8 Hub release
+    assert model.checkpoint("cuda").quantization == ""
+
+
+def test_checkpoints_survive_the_writer(tmp_path) -> None:
+    model = load_model("glm-5.2")
+    path = tmp_path / "glm.toml"
+    path.write_text(profile_toml(model))
+    assert load_model(path).checkpoints == model.checkpoints and set(model.checkpoints) == {"ascend", "cuda"}
+
+
+@pytest.mark.parametrize("entry, message", [
+    ('[checkpoints.tpu]\nid = "x"\nsource = "s"', r"\[checkpoints.tpu\]: unknown platform; allowed: cuda, ascend, cpu$"),
+    ('[checkpoints.ascend]\nsource = "s"', r"\[checkpoints.ascend\]: field 'id' must be a non-empty string$"),
+    ('[checkpoints.ascend]\nid = "x"', r"\[checkpoints.ascend\]: field 'source' must be a non-empty string$"),
+    ('[checkpoints.ascend]\nid = "x"\nsource = "s"\nhub = "s3"', r"field 'hub' must be one of huggingface, modelscope"),
+    ('[checkpoints.ascend]\nid = "x"\nsource = "s"\nbits = 8', r"unknown field 'bits'; allowed: id, precision, quanti"),
+])
+def test_a_bad_checkpoint_entry_is_one_line_naming_it(tmp_path, entry, message) -> None:
+    path = tmp_path / "model.toml"
+    path.write_text(profile_toml(load_model("qwen2.5-14b")) + "\n" + entry + "\n")
+    with pytest.raises(ProfileError, match=message):
+        load_model(path)

@@ -17,11 +17,13 @@ from typing import Any, Protocol
 import yaml
 
 from ..backends.config import ResolvedConfig, ServingConfig
-from ..backends.launch import EnvVar, ExportError, Launch, ServingEngine, plan_launch
+from ..backends.launch import EnvVar, ExportError, Plan, plan_launch
+from ..backends.profiles.schema import Checkpoint
 from .objective import OBJECTIVES
 from .verdict import stored_verdict
 
-__all__ = ["BestConfig", "ExportError", "best_from_json", "best_from_store", "export_best", "write_export"]
+__all__ = ["BestConfig", "ExportError", "best_from_json", "best_from_store", "export_best", "export_warnings",
+           "write_export"]
 
 SCRIPT = "serve.sh"
 RECORD = "pipedeck-best.json"
@@ -39,19 +41,23 @@ class BestConfig:
     scenario: str | None = None
     slo: Mapping[str, Any] | None = None
     seed: int | None = None
+    engine: str | None = None  # the engine the study was tuned for: its baseline and the modes it searched
 
 
-def write_export(best: BestConfig, engine: str, out_dir: str | os.PathLike[str]) -> list[Path]:
-    """Write serve.sh, the engine's YAML (where it reads one) and pipedeck-best.json into out_dir."""
+def write_export(best: BestConfig, engine: str, out_dir: str | os.PathLike[str], version: str | None = None) -> list[Path]:
+    """Write serve.sh, the engine's YAML (where that release reads one) and pipedeck-best.json into out_dir.
+
+    `version` picks the engine release (None: the newest release).
+    """
     config = best.config.resolve()
-    spec, launch = plan_launch(config, engine)
-    model = config.model_profile.hf_id
+    plan = plan_launch(config, engine, version)
+    model = plan.checkpoint.id
     if _UNSAFE_IN_DOUBLE_QUOTES.search(model):
-        raise ExportError(f"model: hf_id {model!r} has a character a shell would expand: one of $ ` \" \\ }}")
-    files = {SCRIPT: (render_script(best, config, spec, launch), 0o755)}
-    if spec.config_file:
-        files[spec.config_file] = (render_yaml(config, spec, launch), 0o644)
-    files[RECORD] = (render_record(best, config, spec.name), 0o644)
+        raise ExportError(f"model: checkpoint {model!r} has a character a shell would expand: one of $ ` \" \\ }}")
+    files = {SCRIPT: (render_script(best, config, plan), 0o755)}
+    if plan.engine.config_file and plan.release.reads_config_file:
+        files[plan.engine.config_file] = (render_yaml(config, plan), 0o644)
+    files[RECORD] = (render_record(best, config, plan), 0o644)
     folder = Path(out_dir)
     try:
         folder.mkdir(parents=True, exist_ok=True)
@@ -60,17 +66,38 @@ def write_export(best: BestConfig, engine: str, out_dir: str | os.PathLike[str])
     return [_write_atomic(folder / name, text, mode) for name, (text, mode) in files.items()]
 
 
-def render_script(best: BestConfig, config: ServingConfig, engine: ServingEngine, launch: Launch) -> str:
-    """The bash launch script: header, environment and the launch command, one option per line."""
-    lines = ["#!/usr/bin/env bash", *(_comment(line) for line in _header(best, config, engine))]
+def export_warnings(best: BestConfig, plan: Plan) -> list[str]:
+    """Where the launch is not what the study predicted for: other devices (and so other weights), another engine."""
+    config = best.config.resolve()
+    engine, hardware = plan.engine, config.hardware_profile
+    found = []
+    if hardware.platform not in engine.platforms:
+        simulated = config.model_profile.checkpoint(hardware.platform)
+        weights = "" if simulated.id == plan.checkpoint.id else (
+            f"; the simulation assumed the weights {simulated.id}{_precision(simulated)}, this launch loads "
+            f"{plan.checkpoint.id}{_precision(plan.checkpoint)}")
+        found.append(f"WARNING: predicted for {config.hardware} ({hardware.platform}), but {engine.name} serves on "
+                     f"{' or '.join(engine.platforms)}{weights}: the predictions do not hold for this launch")
+    if best.engine and best.engine != engine.name:
+        found.append(f"WARNING: study {best.study or '-'} was tuned for {best.engine} (its baseline and the modes "
+                     f"it searched), but this launch is {engine.name}: its gain over the default is {best.engine}'s")
+    return found
+
+
+def render_script(best: BestConfig, config: ServingConfig, plan: Plan) -> str:
+    """The bash launch script: warnings, header, environment and the launch command, one option per line."""
+    engine, launch = plan.engine, plan.launch
+    rule = "# " + "=" * 76
+    warnings = export_warnings(best, plan)
+    lines = ["#!/usr/bin/env bash", *([rule, *(_comment(w) for w in warnings), rule] if warnings else [])]
+    lines += [_comment(line) for line in _header(best, config, plan)]
     if launch.notes:
-        rule = "# " + "=" * 76
         lines += [rule, *(_comment(note) for note in launch.notes), rule]
     lines += ["set -euo pipefail", ""]
     lines += [_env_line(var) for var in launch.env]
     if launch.env:
         lines.append("")
-    model = f'"${{MODEL:-{config.model_profile.hf_id}}}"'
+    model = f'"${{MODEL:-{plan.checkpoint.id}}}"'
     command = [" ".join(shlex.quote(part) for part in ("exec", *engine.program))]
     command.append(f"{shlex.quote(engine.model_flag)} {model}" if engine.model_flag else model)
     command += [" ".join(shlex.quote(part) for part in flag.argv()) for flag in launch.flags]
@@ -79,24 +106,39 @@ def render_script(best: BestConfig, config: ServingConfig, engine: ServingEngine
     return "\n".join(lines) + "\n"
 
 
-def render_yaml(config: ServingConfig, engine: ServingEngine, launch: Launch) -> str:
-    """The engine's `--config` YAML: the model and every option of serve.sh, with its environment as comments."""
-    data: dict[str, object] = {engine.config_model_key: config.model_profile.hf_id}
-    data.update(flag.yaml_item() for flag in launch.flags)
+def render_yaml(config: ServingConfig, plan: Plan) -> str:
+    """The engine's `--config` YAML: the model and every option of serve.sh, with its environment as comments.
+
+    A switch set off (`--no-async-scheduling`) stays on the command line:
+    `vllm serve --config` drops `false` values (see VLLM_RELEASES), and so
+    does SGLang's loader for its switches.
+    """
+    engine, launch = plan.engine, plan.launch
+    items = [flag.yaml_item() for flag in launch.flags]
+    data: dict[str, object] = {engine.config_model_key: plan.checkpoint.id}
+    data.update((key, value) for key, value in items if value is not False)
+    off = [flag.name for flag, (_, value) in zip(launch.flags, items) if value is False]
     exports = [f"#   {_env_line(var)}" for var in launch.env if var.kind != "commented"]
-    head = [f"# {engine.name} options for {config.model} (pipedeck {_version()}); same values as serve.sh.",
-            f"# Run: {' '.join(engine.program)} --config {engine.config_file}"]
+    head = [f"# {engine.name} {plan.release.version} options for {config.model} (pipedeck {_version()}); "
+            "same values as serve.sh.",
+            f"# Run: {' '.join([*engine.program, '--config', str(engine.config_file), *off])}"]
+    if off:
+        head.append(f"# ({', '.join(off)} must stay on the command line: the --config loader drops false values.)")
     if exports:
         head += ["# with this environment:", *exports]
     return "\n".join(head) + "\n" + yaml.safe_dump(data, sort_keys=False)
 
 
-def render_record(best: BestConfig, config: ServingConfig, engine: str) -> str:
-    """pipedeck-best.json: the resolved config, predicted metrics and provenance."""
+def render_record(best: BestConfig, config: ServingConfig, plan: Plan) -> str:
+    """pipedeck-best.json: the resolved config, predicted metrics, the launch's engine and weights, and provenance."""
     record = {
         "pipedeck_version": _version(),
         "generated_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "engine": engine,
+        "engine": plan.engine.name,
+        "engine_version": plan.release.version,
+        "checkpoint": {"id": plan.checkpoint.id, "quantization": plan.checkpoint.quantization or None,
+                       "hub": plan.checkpoint.hub},
+        "study_engine": best.engine,
         "study": best.study,
         "trial": best.trial,
         "scenario": best.scenario,
@@ -115,6 +157,7 @@ def best_from_json(data: Mapping[str, Any]) -> BestConfig:
     return BestConfig(
         ServingConfig.from_dict(dict(data["config"])).resolve(), data.get("metrics") or {},
         data.get("study"), data.get("trial"), data.get("scenario"), data.get("slo"), data.get("seed"),
+        data.get("study_engine"),
     )
 
 
@@ -135,35 +178,45 @@ def best_from_store(store: StudyStore, study: str) -> BestConfig:
     if verdict is None:
         raise ExportError(f"study: {study} has no completed trial yet")
     trial = verdict.winner
+    settings = row.settings or {}
     return BestConfig(
         ServingConfig.from_dict(dict(trial.config)).resolve(), trial.metrics or {},
-        study, trial.number, row.scenario, row.slo or None, (row.settings or {}).get("seed"),
+        study, trial.number, row.scenario, row.slo or None, settings.get("seed"), settings.get("engine"),
     )
 
 
-def export_best(store: StudyStore, study: str, engine: str, out_dir: str | os.PathLike[str]) -> list[Path]:
-    """Export a study's best completed trial for `engine` into out_dir; return the written paths."""
-    return write_export(best_from_store(store, study), engine, out_dir)
+def export_best(store: StudyStore, study: str, engine: str, out_dir: str | os.PathLike[str],
+                version: str | None = None) -> list[Path]:
+    """Export a study's best completed trial for `engine` (release `version`) into out_dir; return the written paths."""
+    return write_export(best_from_store(store, study), engine, out_dir, version)
 
 
 # -- helpers ------------------------------------------------------------------------
 
-def _header(best: BestConfig, config: ServingConfig, engine: ServingEngine) -> list[str]:
+def _header(best: BestConfig, config: ServingConfig, plan: Plan) -> list[str]:
+    engine, release, weights = plan.engine, plan.release, plan.checkpoint
     split = ",".join(map(str, config.layer_split or ()))
+    how = ", ".join(part for part in (weights.precision, weights.quantization and f"--quantization {weights.quantization}",
+                                      weights.hub != "huggingface" and f"from {weights.hub}") if part)
     lines = [
-        f"Launch script generated by pipedeck {_version()} for {engine.name}.",
+        f"Launch script generated by pipedeck {_version()} for {engine.name} {release.version}.",
+        f"{engine.name} {release.version}: {release.note}",
         f"Study: {best.study or '-'}  trial: {'-' if best.trial is None else best.trial}  "
         f"scenario: {best.scenario or '-'}  seed: {'-' if best.seed is None else best.seed}",
         f"SLO: {_slo_text(best.slo)}",
         f"Predicted by the simulator: {_metrics_text(best.metrics)}",
         f"Model {config.model} on {config.hardware}: {config.devices} devices (tp {config.tp} x pp {config.pp}), "
         f"mode {config.mode}, chunk {config.chunk}, layers per virtual stage {split}",
-        f"Weights: MODEL=/path/or/hf-id ./{SCRIPT} overrides {config.model_profile.hf_id}; "
-        "extra arguments (--port 8000) are passed on.",
+        f"Weights: {weights.id}" + (f" ({how})" if how else "") + f"; source: {weights.source}",
+        f"MODEL=/path/or/hub-id ./{SCRIPT} overrides {weights.id}; extra arguments (--port 8000) are passed on.",
     ]
     if engine.config_file:
         lines.append(f"The same options as YAML: {engine.config_file} ({' '.join(engine.program)} --config).")
     return lines
+
+
+def _precision(checkpoint: Checkpoint) -> str:
+    return f" ({checkpoint.precision})" if checkpoint.precision else ""
 
 
 def _slo_text(slo: Mapping[str, Any] | None) -> str:

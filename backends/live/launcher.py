@@ -61,7 +61,8 @@ class Server:
 def server_command(config: ResolvedConfig, engine: str, model_path: str, host: str, port: int,
                    program: tuple[str, ...] | None = None) -> tuple[list[str], dict[str, str]]:
     """The argv and the environment additions that start `engine` serving `model_path` for `config`."""
-    spec, launch = plan_launch(config, engine)
+    plan = plan_launch(config, engine)
+    spec, launch = plan.engine, plan.launch
     argv = [*(program or spec.program), *((spec.model_flag, model_path) if spec.model_flag else (model_path,))]
     for flag in launch.flags:
         argv += flag.argv()

@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from typing import Any, TypeVar
 
 from .errors import ProfileError
-from .schema import HardwareProfile, ModelProfile
+from .schema import HUBS, PLATFORMS, Checkpoint, HardwareProfile, ModelProfile
 
 P = TypeVar("P", ModelProfile, HardwareProfile)
 
@@ -45,6 +45,9 @@ def build_profile(cls: type[P], data: Mapping[str, Any], label: str) -> P:
     for key, value in data.items():
         if key == "sources":
             continue
+        if cls is ModelProfile and key == "checkpoints":
+            values[key] = _checkpoints(label, value)
+            continue
         if key in _RECORDS[cls]:
             if not isinstance(value, Mapping):
                 raise ProfileError(f"{label}: [{key}] must be a table, got {value!r}")
@@ -53,7 +56,7 @@ def build_profile(cls: type[P], data: Mapping[str, Any], label: str) -> P:
             raise ProfileError(f"{label}: unknown field {key!r}; allowed: {', '.join(fields)}")
         values[key] = _typed(label, key, hints[key], value)
     for name, spec in fields.items():
-        if name not in values and spec.default is dataclasses.MISSING:
+        if name not in values and spec.default is dataclasses.MISSING and spec.default_factory is dataclasses.MISSING:
             raise ProfileError(f"{label}: missing field {name!r}")
     sources = _sources(label, data.get("sources", {}), values, numeric_fields(cls))
     profile = cls(**values, sources=sources)
@@ -78,6 +81,32 @@ def _typed(label: str, key: str, kind: Any, value: Any) -> Any:
     if isinstance(value, str):
         return value
     raise ProfileError(f"{label}: field {key!r} must be a string, got {value!r}")
+
+
+def _checkpoints(label: str, raw: Any) -> dict[str, Checkpoint]:
+    """The [checkpoints.<platform>] tables: a known platform, an id, a source, a known hub, string fields only."""
+    if not isinstance(raw, Mapping):
+        raise ProfileError(f"{label}: [checkpoints] must hold one table per platform, got {raw!r}")
+    allowed = [f.name for f in dataclasses.fields(Checkpoint)]
+    found: dict[str, Checkpoint] = {}
+    for platform, entry in raw.items():
+        where = f"{label}: [checkpoints.{platform}]"
+        if platform not in PLATFORMS:
+            raise ProfileError(f"{where}: unknown platform; allowed: {', '.join(PLATFORMS)}")
+        if not isinstance(entry, Mapping):
+            raise ProfileError(f"{where} must be a table, got {entry!r}")
+        for key, value in entry.items():
+            if key not in allowed:
+                raise ProfileError(f"{where}: unknown field {key!r}; allowed: {', '.join(allowed)}")
+            if not isinstance(value, str):
+                raise ProfileError(f"{where}: field {key!r} must be a string, got {value!r}")
+        for key in ("id", "source"):
+            if not str(entry.get(key, "")).strip():
+                raise ProfileError(f"{where}: field {key!r} must be a non-empty string")
+        if entry.get("hub", "huggingface") not in HUBS:
+            raise ProfileError(f"{where}: field 'hub' must be one of {', '.join(HUBS)}, got {entry['hub']!r}")
+        found[platform] = Checkpoint(**entry)
+    return found
 
 
 def _sources(
@@ -150,7 +179,9 @@ def _check_model(model: ModelProfile, label: str) -> None:
 
 
 def _check_hardware(hardware: HardwareProfile, label: str) -> None:
-    """Cross-field rules of a hardware profile: a graph-replayed collective is never slower than an eager one."""
+    """Cross-field rules of a hardware profile: a known platform; a graph-replayed collective is no slower than an eager one."""
+    if hardware.platform not in PLATFORMS:
+        raise ProfileError(f"{label}: field 'platform' must be one of {', '.join(PLATFORMS)}, got {hardware.platform!r}")
     if hardware.graph_collective_latency_us > hardware.collective_latency_us:
         raise ProfileError(
             f"{label}: field 'graph_collective_latency_us' must be <= collective_latency_us "

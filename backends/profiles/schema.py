@@ -4,6 +4,26 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+PLATFORMS = ("cuda", "ascend", "cpu")  # device platforms: NVIDIA GPUs, Ascend NPUs, CPU hosts
+HUBS = ("huggingface", "modelscope")
+
+
+@dataclass(frozen=True, slots=True)
+class Checkpoint:
+    """The weights a deployment on one device platform serves: the ones whose size the simulation assumed.
+
+    `quantization` is the engine's `--quantization` method ("ascend" for
+    vLLM-Ascend's ModelSlim weights); empty, the engine reads the method from
+    the checkpoint's own config. `source` says where the id, hub and method
+    are published.
+    """
+
+    id: str
+    precision: str = ""  # what the weights are, e.g. "W8A8 int8"; empty: as published under that id
+    quantization: str = ""
+    hub: str = "huggingface"
+    source: str = ""
+
 
 @dataclass(frozen=True, slots=True)
 class ModelProfile:
@@ -55,6 +75,12 @@ class ModelProfile:
     # (vLLM's default max_model_len); 0 when unknown.
     max_position_embeddings: int = 0
     sources: dict[str, str] = field(default_factory=dict, compare=False)
+    # [checkpoints.<platform>]: the weights served on that platform when they are not hf_id as published
+    checkpoints: dict[str, Checkpoint] = field(default_factory=dict, compare=False)
+
+    def checkpoint(self, platform: str) -> Checkpoint:
+        """The weights a deployment on `platform` serves: its [checkpoints] entry, else hf_id as published."""
+        return self.checkpoints.get(platform) or Checkpoint(self.hf_id, source=f"hf_id of model profile {self.name}")
 
     @property
     def is_moe(self) -> bool:
@@ -76,6 +102,7 @@ class HardwareProfile:
     """
 
     name: str
+    platform: str  # one of PLATFORMS: which engines run on it, which weights it serves
     memory_gb: float
     memory_bandwidth_gbs: float
     peak_tflops: float

@@ -1,7 +1,8 @@
-"""Write a profile back as TOML: every field, its [sources], and record tables such as [calibration].
+"""Write a profile back as TOML: every field, its [sources], [checkpoints] and record tables such as [calibration].
 
 The text is what the loader reads: top-level fields in the dataclass's
-order, then `[sources]` with one line per numeric field, then each record
+order, then `[sources]` with one line per numeric field, then a model's
+`[checkpoints.<platform>]` tables, then each record
 table (nested tables and arrays of tables included). Strings are written as
 TOML basic strings, which take JSON's escapes.
 """
@@ -24,7 +25,7 @@ def profile_toml(profile: ModelProfile | HardwareProfile, records: Mapping[str, 
     Every numeric field needs a source in `profile.sources`; a ValueError names the first without one.
     """
     lines = [f"# {line}".rstrip() for line in comment.splitlines()]
-    fields = [f.name for f in dataclasses.fields(profile) if f.name != "sources"]
+    fields = [f.name for f in dataclasses.fields(profile) if f.name not in ("sources", "checkpoints")]
     lines += [f"{name} = {_value(getattr(profile, name))}" for name in fields]
     lines += ["", "[sources]"]
     for name in numeric_fields(type(profile)):
@@ -32,7 +33,8 @@ def profile_toml(profile: ModelProfile | HardwareProfile, records: Mapping[str, 
         if not source:
             raise ValueError(f"{name}: no source to write for {profile.name}")
         lines.append(f"{name} = {_value(source)}")
-    for name, table in (records or {}).items():
+    checkpoints = {platform: dataclasses.asdict(entry) for platform, entry in getattr(profile, "checkpoints", {}).items()}
+    for name, table in (({"checkpoints": checkpoints} if checkpoints else {}) | dict(records or {})).items():
         _table(lines, name, table)
     return "\n".join(lines) + "\n"
 
