@@ -16,7 +16,7 @@ from pathlib import Path
 import click
 from rich import box
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+from rich.progress import Progress
 from rich.table import Table
 
 from ..backends.config import ResolvedConfig
@@ -30,6 +30,8 @@ from ..store import RunStore
 from ..tuner.calibrate import PASSES, QUICK_PASSES, Fit, Measured, fit, measure, plan
 from ..tuner.calibrated import Provenance, calibrated_profile, calibration_record
 from .options import check_writable, config_from_options, config_options
+from .output import output_console
+from .progress import PlainProgress, make_progress, progress_mode, progress_option
 from .runs import WRITE_LOCK_WAIT_S, db_option, db_path
 
 
@@ -56,6 +58,7 @@ from .runs import WRITE_LOCK_WAIT_S, db_option, db_path
 @db_option
 @click.option("--no-store", is_flag=True, help="Do not store the live runs.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of tables.")
+@progress_option
 def calibrate(**opts: object) -> None:
     """Fit the hardware profile's constants to a live server's latencies; report the error on held-out runs."""
     started = time.monotonic()
@@ -73,9 +76,7 @@ def calibrate(**opts: object) -> None:
         RunStore.open(store).close()  # a bad --db fails here, before any work
     console = Console(stderr=True)
     run_ids: list[int] = []
-    progress = Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                        TimeElapsedColumn(), console=console, transient=True,
-                        disable=bool(opts["as_json"]) or not console.is_terminal)
+    progress = make_progress(progress_mode(opts), console)
     with _stopped_by_signals(), progress:
         with _server(opts, config, progress) as url:
             task = progress.add_task("measuring", total=passes * len(points))
@@ -116,7 +117,7 @@ def _check_server_options(opts: dict[str, object]) -> None:
 
 
 @contextlib.contextmanager
-def _server(opts: dict[str, object], config: ResolvedConfig, progress: Progress) -> Iterator[str]:
+def _server(opts: dict[str, object], config: ResolvedConfig, progress: Progress | PlainProgress) -> Iterator[str]:
     """The URL to calibrate against: --endpoint's, or an engine started now and stopped however this ends."""
     if opts["endpoint"]:
         yield str(opts["endpoint"]).rstrip("/")
@@ -180,7 +181,7 @@ def _header(result: Fit, config: ResolvedConfig, provenance: Provenance) -> str:
 
 def _print(result: Fit, config: ResolvedConfig, provenance: Provenance, out: Path, store: Path | None,
            run_ids: list[int], wall: float) -> None:
-    console = Console()
+    console = output_console()
     console.print(f"calibrated [bold]{result.hardware.name}[/] from {config.hardware} against {provenance.engine} "
                   f"at {provenance.endpoint}")
     constants = Table(box=box.SIMPLE_HEAD, pad_edge=False)

@@ -21,7 +21,6 @@ from pathlib import Path
 import click
 import optuna
 from rich.console import Console
-from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from ..backends.config import ServingConfig
@@ -34,6 +33,8 @@ from ..tuner.confirm import DEFAULT_TOP, ConfirmRow, confirm_study, ranks
 from ..tuner.objective import TuneSpec, space_context
 from ..tuner.space import default_params, knob_settings, suggest_config
 from ..tuner.study import open_storage
+from .output import output_console
+from .progress import make_progress
 from .tunespec import value_text
 
 _FLAGS = {"launch": "--launch", "model_path": "--model-path", "program": "--program"}
@@ -180,10 +181,10 @@ def server_log_dir(db: object) -> Path:
     return path.with_name(f"{path.stem}-servers")
 
 
-def run_confirm(spec: TuneSpec, plan: LivePlan, db: str | Path, best: int | None, quiet: bool) -> list[ConfirmRow]:
-    """Measure the study's candidates live (the recommended trial `best` first); progress on stderr unless `quiet`."""
-    with Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(),
-                  console=Console(stderr=True), transient=True, disable=quiet) as bar:
+def run_confirm(spec: TuneSpec, plan: LivePlan, db: str | Path, best: int | None,
+                progress_mode: str) -> list[ConfirmRow]:
+    """Measure the study's candidates live (the recommended trial `best` first), with progress on stderr."""
+    with make_progress(progress_mode, Console(stderr=True), counted=False) as bar:
         task = bar.add_task("confirming", total=None)
 
         def show(index: int, total: int, role: str, trial: optuna.trial.FrozenTrial) -> None:
@@ -204,7 +205,7 @@ def server_errors(spec: TuneSpec) -> list[dict[str, object]]:
 
 def print_live(spec: TuneSpec, plan: LivePlan, rows: list[ConfirmRow] | None, errors: list[dict[str, object]]) -> None:
     """What the live options added to the tune's summary: trials whose server failed, the confirm table."""
-    console = Console()
+    console = output_console()
     for failed in errors:
         console.print(f"[red]trial {failed['trial']} failed[/] (its server): {failed['error']}", soft_wrap=True)
     if rows is not None:

@@ -7,6 +7,7 @@ from rich.table import Table
 
 from ..backends.result import RunResult
 from ..backends.tokens import format_tokens
+from .output import output_console
 
 
 def config_line(config: dict[str, object]) -> str:
@@ -18,7 +19,7 @@ def config_line(config: dict[str, object]) -> str:
 
 def print_run(result: RunResult, console: Console | None = None) -> None:
     """Latency, throughput and the per-rank time breakdown of one run."""
-    console = console or Console()
+    console = console or output_console()
     s = result.summary()
     recorded = "  (the config recorded with it; the server runs its own)" if result.live is not None else ""
     console.print(f"[bold]{result.scenario}[/] on {result.backend}  {config_line(result.config)}{recorded}")

@@ -10,13 +10,13 @@ from pathlib import Path
 
 import click
 from rich import box
-from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
 from ..backends.policies.modes import MODES
 from ..backends.tokens import format_tokens
 from ..store import ENV_VAR, RunRow, RunStore, default_db_path
+from .output import output_console
 
 READ_LOCK_WAIT_S = 5.0  # how long a reader waits for another process to let go of the file
 WRITE_LOCK_WAIT_S = 30.0  # how long a finished run waits to be written
@@ -55,7 +55,7 @@ def runs(**opts: object) -> None:
     elif not rows:
         click.echo(f"no runs in {path}")
     else:
-        Console().print(runs_table(rows, path))
+        output_console().print(runs_table(rows, path))
 
 
 def row_json(row: RunRow) -> dict[str, object]:

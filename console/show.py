@@ -5,10 +5,10 @@ from __future__ import annotations
 import json
 
 import click
-from rich.console import Console
 from rich.markup import escape
 
 from ..store import RunStore, StoredRun
+from .output import output_console
 from .render import print_run
 from .runs import READ_LOCK_WAIT_S, db_option, db_path, local_time
 from .simulate import run_json
@@ -25,7 +25,7 @@ def show(run_id: int, **opts: object) -> None:
     if opts["as_json"]:
         click.echo(json.dumps(stored_json(stored), indent=2))
         return
-    console = Console()
+    console = output_console()
     console.print(header(stored))
     print_run(stored.result, console)
 

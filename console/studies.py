@@ -15,9 +15,9 @@ from ..store import RunStore, StudyRow
 from ..tuner.objective import OBJECTIVES
 from ..tuner.study import open_storage
 from ..tuner.verdict import stored_verdict
+from .output import display_storage
 from .runs import READ_LOCK_WAIT_S, db_option, db_path
 from .tunespec import value_text
-
 
 _EPOCH = datetime.min.replace(tzinfo=timezone.utc)
 
@@ -120,7 +120,7 @@ def print_studies(lines: list[StudyLine], source: str) -> None:
     for line in lines:
         click.echo(line.name)
         click.echo(f"    {_trials_cell(line)} trials · best {_best_cell(line)} · updated {_when(line)} · "
-                   f"{_short_storage(line.storage)}")
+                   f"{display_storage(line.storage)}")
 
 
 def _trials_cell(line: StudyLine) -> str:
@@ -136,11 +136,3 @@ def _best_cell(line: StudyLine) -> str:
 def _when(line: StudyLine) -> str:
     moment = line.updated_at or line.created_at
     return moment.astimezone().strftime("%m-%d %H:%M") if moment else "-"
-
-
-def _short_storage(storage: str) -> str:
-    """A journal file by its name; an RDB URL without its password."""
-    if "://" not in storage:
-        return Path(storage).name
-    scheme, rest = storage.split("://", 1)
-    return f"{scheme}://{rest.split('@', 1)[-1]}"

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import shlex
 
 import click
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from ..backends.config import ServingConfig
@@ -15,14 +15,18 @@ from ..backends.launch import get_engine
 from ..backends.registry import BACKENDS
 from ..backends.tokens import format_tokens
 from ..store import RunStore, StoreError, default_db_path
+from ..tuner.explain import KnobEffect, effects_json, knob_effects
 from ..tuner.export import best_from_store
 from ..tuner.objective import OBJECTIVES, TuneSpec
 from ..tuner.space import knob_settings, parse_fixes
 from ..tuner.study import SAMPLERS, TuneOutcome, open_store, run_study
 from .confirm import (LivePlan, confirm_json, interrupted_by_signals, live_plan, print_live, run_confirm,
                       server_errors, server_options)
+from .effects import print_effects
 from .export import write_and_warn
 from .options import workload_options
+from .output import display_storage, output_console
+from .progress import make_progress, progress_mode, progress_option
 from .tunespec import DEFAULT_REPEATS, DEFAULT_SCENARIO, TuneInputError, TuneInputs, build_spec, default_engine, value_text
 
 
@@ -53,6 +57,7 @@ from .tunespec import DEFAULT_REPEATS, DEFAULT_SCENARIO, TuneInputError, TuneInp
 @click.option("--format", "export_format", default=None, help="Engine for --export (default: vllm-ascend on Ascend, else vllm).")
 @click.option("--engine-version", default=None, help="Engine release for --export (default: its newest release).")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of tables.")
+@progress_option
 @interrupted_by_signals
 def tune(**opts: object) -> None:
     """Search pipeline mode, chunk size, layer split and parallelism for the best SLO goodput."""
@@ -60,26 +65,30 @@ def tune(**opts: object) -> None:
     spec, jobs = _spec_from_options(opts, live)
     console = Console(stderr=True)
     RunStore.open(opts["db"]).close()  # a bad --db fails now, before any work
-    with Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                  TimeElapsedColumn(), console=console, transient=True, disable=bool(opts["as_json"])) as bar:
-        task = bar.add_task("starting", total=spec.trials)
+    with make_progress(progress_mode(opts), console) as bar:
+        task = bar.add_task(f"study {spec.study}: starting", total=spec.trials)
 
         def show(p) -> None:
             best = "no config meets the SLO yet" if p.best_value is None else \
                 f"best {value_text(spec.objective, p.best_value)} (trial {p.best_trial})"
-            bar.update(task, completed=p.finished, description=f"{spec.study}: {best}")
+            bar.update(task, completed=p.finished, description=f"{best}; {p.running} running")
 
         outcome = run_study(spec, opts["db"], jobs=jobs, on_progress=show)
     confirmed = run_confirm(spec, live, opts["db"], outcome.best.number if outcome.best else None,
-                            bool(opts["as_json"])) if live.confirm and not outcome.interrupted else None
+                            progress_mode(opts)) if live.confirm and not outcome.interrupted else None
     exported = _export(spec, outcome, opts) if opts["export_dir"] and outcome.best else []
     errors = server_errors(spec)
+    effects = _effects(spec, outcome, progress_mode(opts))
     if opts["as_json"]:
-        click.echo(json.dumps({**_outcome_json(spec, outcome, exported), "confirm": confirm_json(spec, confirmed),
-                               "server_errors": errors}, indent=2))
+        click.echo(json.dumps({**_outcome_json(spec, outcome, exported), "effects": effects_json(effects or []),
+                               "confirm": confirm_json(spec, confirmed), "server_errors": errors}, indent=2))
     else:
-        _print_outcome(spec, outcome, exported)
+        out = output_console()
+        _print_outcome(spec, outcome, out)
         print_live(spec, live, confirmed, errors)
+        if effects is not None:
+            print_effects(spec, outcome, effects, out)
+        _print_files_and_next(spec, outcome, opts, exported, out)
     if outcome.interrupted:
         click.echo(f"interrupted: rerun the same command to resume study {spec.study!r}", err=True)
         raise SystemExit(130)
@@ -151,8 +160,17 @@ def _export_engine(opts: dict[str, object], hardware: str) -> str | None:
     return engine
 
 
-def _print_outcome(spec: TuneSpec, outcome: TuneOutcome, exported: list) -> None:
-    console = Console()
+def _effects(spec: TuneSpec, outcome: TuneOutcome, mode: str) -> list[KnobEffect] | None:
+    """Each knob the winner moved, put back alone (simulated studies only: live, each costs a goodput search)."""
+    if outcome.interrupted or outcome.best is None or outcome.default is None or outcome.best.value is None or \
+            spec.backend != "sim" or outcome.best.number == outcome.default.number:
+        return None
+    with make_progress(mode, Console(stderr=True), counted=False) as bar:
+        bar.add_task("why the best wins: putting each knob it moved back to the default", total=None)
+        return knob_effects(spec, outcome.best.config, outcome.best.value, outcome.default.config)
+
+
+def _print_outcome(spec: TuneSpec, outcome: TuneOutcome, console: Console) -> None:
     console.print(f"[bold]{outcome.study}[/]: {outcome.trials} finished trials; {spec.model} on "
                   f"{spec.devices} x {spec.hardware}, {spec.scenario}" + (f", SLO {spec.slo}" if spec.slo else ""))
     shown = [(label, t) for label, t in (("best", outcome.best), ("default", outcome.default)) if t is not None]
@@ -183,13 +201,7 @@ def _print_outcome(spec: TuneSpec, outcome: TuneOutcome, exported: list) -> None
     if outcome.ratio is not None:
         console.print(f"best / default: [bold]{outcome.ratio:.2f}x[/] {_objective_column(spec.objective)} on the "
                       f"same traffic{_win_text(outcome)}")
-    if outcome.best_run_id is not None and outcome.default_run_id is not None:
-        console.print(f"stored runs: best {outcome.best_run_id}, default {outcome.default_run_id} "
-                      f"(pipedeck compare {outcome.best_run_id} {outcome.default_run_id} --out compare.html)")
-    elif outcome.best_run_id is not None:  # the default did not finish (a live server that failed it)
-        console.print(f"stored run: best {outcome.best_run_id} (pipedeck show {outcome.best_run_id})")
-    for path in exported:
-        console.print(f"exported {path}")
+
 
 
 def _win_text(outcome: TuneOutcome) -> str:
@@ -254,3 +266,27 @@ def _export(spec: TuneSpec, outcome: TuneOutcome, opts: dict[str, object]) -> li
         best = best_from_store(store, spec.study)
     return write_and_warn(best, str(_export_engine(opts, spec.hardware)), str(opts["export_dir"]),
                           opts["engine_version"])
+
+
+def _print_files_and_next(spec: TuneSpec, outcome: TuneOutcome, opts: dict[str, object], exported: list,
+                          console: Console) -> None:
+    """Where the study, its runs and any exported files went, and the commands that use them."""
+    runs = ", ".join(f"{label} {run}" for label, run in (("best", outcome.best_run_id),
+                                                           ("default", outcome.default_run_id)) if run is not None)
+    console.print(f"run store: {opts['db']}" + (f" (runs {runs})" if runs else ""))
+    console.print(f"study: {display_storage(spec.storage)}")
+    for path in exported:
+        console.print(f"exported {path}")
+    if outcome.best is None:
+        return
+    study = shlex.quote(spec.study)
+    db = "" if str(opts["db"]) == str(default_db_path()) else f" --db {shlex.quote(str(opts['db']))}"
+    steps = []
+    if not exported:
+        steps.append(f"pipedeck export --study {study} --format {spec.engine} --out deploy{db}")
+    if outcome.best_run_id is not None and outcome.default_run_id is not None:
+        steps.append(f"pipedeck compare {outcome.best_run_id} {outcome.default_run_id} --out compare.html{db}")
+    steps.append(f"pipedeck report --study {study} --out study.html{db}")
+    console.print("next:")
+    for step in steps:
+        console.print(f"  {step}", highlight=False, markup=False, soft_wrap=True)

@@ -58,7 +58,7 @@ def test_lists_every_study_with_its_name_whole_and_the_recommended_best(capsys, 
     assert lines[2].endswith("runs.optuna.jsonl")
     assert lines[3] == "ttft-study"
     assert "best -" in lines[4], "a study with no completed trial has no best"
-    assert lines[4].endswith("postgresql://db.example:5432/studies"), "the password is not printed"
+    assert lines[4].endswith("postgresql://tuner@db.example:5432/studies"), "the password is not printed"
 
 
 def test_json_has_every_field_with_zoned_times(capsys, db):

@@ -1,0 +1,47 @@
+"""The tune result's 'why': each knob the winner moved, with what putting it back alone costs."""
+
+from __future__ import annotations
+
+from rich.console import Console
+from rich.markup import escape
+
+from ..backends.tokens import format_tokens
+from ..tuner.explain import KnobEffect
+from ..tuner.objective import TuneSpec
+from ..tuner.study import TuneOutcome
+
+TOKEN_KNOBS = ("chunk", "min-chunk", "kv-capacity", "controller-min-chunk")
+
+
+def knob_text(knob: str, value: object) -> str:
+    """A knob's value as the command line writes it: 7k, 16x1, 31,30, on/off."""
+    if knob == "parallelism" and isinstance(value, tuple):
+        return "x".join(map(str, value))
+    if isinstance(value, (tuple, list)):
+        return ",".join(map(str, value))
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    if knob in TOKEN_KNOBS and isinstance(value, int):
+        return format_tokens(value)
+    if isinstance(value, float):
+        return f"{value:.3g}"
+    return str(value)
+
+
+def print_effects(spec: TuneSpec, outcome: TuneOutcome, effects: list[KnobEffect], console: Console) -> None:
+    """Why the best wins, largest effect first; effects inside the search's precision are called so."""
+    objective = {"goodput": "goodput", "ttft": "mean TTFT", "throughput": "throughput"}[spec.objective]
+    if not effects:
+        console.print(f"why: trial {outcome.best.number} is the default config; nothing was moved")
+        return
+    console.print(f"why trial {outcome.best.number} wins: each knob it moved, put back alone to the "
+                  f"{spec.engine} default on the same traffic:")
+    for e in effects:
+        moved = f"{e.knob} {knob_text(e.knob, e.winner)} (default {knob_text(e.knob, e.baseline)})"
+        if e.gain is None:
+            console.print(f"  {escape(moved)}: not measured, {escape(e.note)}")
+            continue
+        size = f"{e.gain:+.0%} {objective}" if abs(e.gain) >= 0.1 else f"{e.gain:+.1%} {objective}" + (f", {e.note}" if e.note else "")
+        if abs(e.gain) < spec.precision:
+            size += f"; within the search's {spec.precision:.0%} precision, so it did not matter"
+        console.print(f"  {escape(moved)}: {escape(size)}")

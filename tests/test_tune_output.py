@@ -1,0 +1,119 @@
+"""What `tune` hands a person or a pipe: progress lines, why the winner wins, where things went, what next."""
+
+from __future__ import annotations
+
+import json
+
+import optuna
+import pytest
+from pipedeck.backends.config import ServingConfig
+from pipedeck.console.cli import cli
+from pipedeck.console.errors import run_cli
+from pipedeck.console.output import PIPE_WIDTH, display_storage, output_console
+from pipedeck.console.progress import PlainProgress
+from pipedeck.tuner.explain import knob_effects
+from pipedeck.tuner.objective import Evaluator, TuneSpec, space_context
+from pipedeck.tuner.space import default_params, suggest_config
+from rich.console import Console
+
+SMALL = ["--model", "qwen2.5-14b", "--hardware", "a100-40g-pcie", "--devices", "4",
+         "--scenario", "azure-conv", "--requests", "60", "--slo", "ttft=2s,tpot=200ms"]
+
+
+def small_spec(tmp_path) -> TuneSpec:
+    return TuneSpec(study="t", storage=str(tmp_path / "j.jsonl"), scenario="azure-conv", model="qwen2.5-14b",
+                    hardware="a100-40g-pcie", devices=4, slo="ttft=2s,tpot=200ms", requests=60)
+
+
+def baseline_config(spec: TuneSpec) -> dict[str, object]:
+    ctx = space_context(spec)
+    draft = suggest_config(optuna.trial.FixedTrial(default_params(ctx, {})), ctx, {})
+    return ServingConfig(**draft).resolve().to_dict()
+
+
+def test_each_moved_knob_is_put_back_alone_and_measured(tmp_path):
+    spec = small_spec(tmp_path)
+    baseline = baseline_config(spec)
+    winner = ServingConfig.from_dict({**baseline, "chunk": 512, "max_running": 32}).resolve().to_dict()
+    evaluator = Evaluator(spec)
+    value = evaluator.measure(ServingConfig.from_dict(winner).resolve()).value
+    only_chunk_moved = evaluator.measure(ServingConfig.from_dict({**winner, "max_running": baseline["max_running"]})
+                                         .resolve()).value
+    effects = knob_effects(spec, winner, value, baseline)
+    assert sorted(e.knob for e in effects) == ["chunk", "max-running"], "only the knobs the winner moved"
+    by_knob = {e.knob: e for e in effects}
+    assert (by_knob["chunk"].winner, by_knob["chunk"].baseline) == (512, baseline["chunk"])
+    # putting max-running back leaves the winner with only its chunk moved: the same config measured directly
+    assert by_knob["max-running"].reverted == only_chunk_moved
+    assert by_knob["max-running"].gain == pytest.approx(value / only_chunk_moved - 1)
+    assert [abs(e.gain) for e in effects] == sorted((abs(e.gain) for e in effects), reverse=True)
+
+
+def test_a_pipeline_depth_goes_back_with_its_layer_split(tmp_path):
+    spec = small_spec(tmp_path)
+    baseline = baseline_config(spec)
+    assert (baseline["tp"], baseline["pp"]) == (4, 1)
+    winner = ServingConfig.from_dict({**baseline, "tp": 2, "pp": 2, "layer_split": None, "mode": "cpp"}) \
+        .resolve().to_dict()
+    value = Evaluator(spec).measure(ServingConfig.from_dict(winner).resolve()).value
+    effects = {e.knob: e for e in knob_effects(spec, winner, value, baseline)}
+    assert effects["parallelism"].winner == (2, 2) and effects["parallelism"].note == "with layer-split"
+    assert effects["parallelism"].reverted is not None
+
+
+def test_piped_tune_prints_progress_lines_the_reason_the_files_and_the_next_commands(tmp_path, capsys):
+    db = tmp_path / "r.duckdb"
+    status = run_cli(cli, ["tune", *SMALL, "--trials", "4", "--repeats", "1", "--db", str(db)])
+    out, err = capsys.readouterr()
+    assert status == 0, err
+    steps = [line for line in err.splitlines() if "] best " in line or "] no config" in line]
+    assert [line.split("]")[0].split("[")[1] for line in steps][-1] == "4/4", err
+    assert len(steps) >= 4, "one line per finished trial when stderr is not a terminal"
+    lines = out.splitlines()
+    assert f"run store: {db} (runs best " in out
+    assert f"study: {tmp_path / 'r.optuna.jsonl'}" in lines
+    nexts = lines[lines.index("next:") + 1:]
+    assert nexts[0].startswith("  pipedeck export --study ") and "--format vllm --out deploy --db " in nexts[0]
+    assert nexts[-1].startswith("  pipedeck report --study ")
+    # piped, nothing is folded: each sentence on one line, the table at its natural width with one line per row
+    assert any(line.startswith("best / default: ") and line.endswith("on the same traffic") for line in lines)
+    assert len({len(line) for line in lines if line[:1] in "┏┃┡│└"}) == 1
+
+
+def test_tune_json_carries_the_effects(tmp_path, capsys):
+    status = run_cli(cli, ["tune", *SMALL, "--trials", "4", "--repeats", "1", "--db", str(tmp_path / "r.duckdb"),
+                           "--json"])
+    captured = capsys.readouterr()
+    assert status == 0, captured.err
+    out = json.loads(captured.out)
+    assert captured.err == "", "--json alone shows no progress"
+    if out["best"]["trial"] == out["default"]["trial"]:
+        assert out["effects"] == []
+    for effect in out["effects"]:
+        assert effect["winner"] != effect["baseline"]
+        if effect["gain"] is not None:
+            assert effect["gain"] == pytest.approx(out["best"]["value"] / effect["reverted"] - 1)
+
+
+def test_plain_progress_prints_a_line_per_step_and_rate_limits_the_rest():
+    console = Console(record=True, width=200)
+    progress = PlainProgress(console)
+    task = progress.add_task("starting", total=3)
+    progress.update(task, description="best 1.0 req/s")  # no step, just after the last line: held back
+    progress.update(task, completed=1, description="best 1.0 req/s")
+    progress.update(task, advance=1)
+    text = console.export_text().splitlines()
+    assert [line.split("s ", 1)[1] for line in text] == ["[1/3] best 1.0 req/s", "[2/3] best 1.0 req/s"]
+
+
+def test_a_pipe_gets_unbroken_lines_and_a_terminal_its_width(monkeypatch):
+    monkeypatch.delenv("COLUMNS", raising=False)
+    assert output_console().width == PIPE_WIDTH  # pytest's stdout is not a terminal
+    monkeypatch.setenv("COLUMNS", "90")
+    assert output_console().width == 90
+
+
+def test_storage_urls_are_shown_without_their_password():
+    assert display_storage("postgresql://tuner:s3cret@db:5432/studies") == "postgresql://tuner@db:5432/studies"
+    assert display_storage("/data/pipedeck.optuna.jsonl") == "/data/pipedeck.optuna.jsonl"
+    assert display_storage("sqlite:///study.db") == "sqlite:///study.db"
