@@ -6,7 +6,9 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from rich.style import Style
 from textual.app import App
+from textual.geometry import Region
 from textual.pilot import Pilot
 from textual.widget import Widget
 
@@ -19,6 +21,7 @@ from pipedeck.store import RunStore
 
 QWEN = ServingConfig(model="qwen2.5-14b", hardware="a100-40g-pcie", tp=2, pp=2)
 SIZE = (100, 30)
+SMALL = (80, 24)  # the smallest terminal the console is made for
 POLL_S = 0.2  # between checks: each pause repaints the screen, which takes the GIL from the workers
 
 
@@ -42,6 +45,24 @@ def store_runs(db: Path) -> list[int]:
     with RunStore.open(db) as store:
         return [store.save_run(SimBackend().run(scenario, QWEN.replace(mode=mode), num_requests=8))
                 for mode in ("cpp", "vpp")]
+
+
+def cell_styles(app: App, region: Region) -> list[Style]:
+    """The style of every cell the screen shows inside `region`."""
+    styles = []
+    for strip in app.screen._compositor.render_strips()[region.y:region.bottom]:
+        for segment in strip.crop(region.x, region.right):
+            styles += [segment.style or Style()] * len(segment.text)
+    return styles
+
+
+def contrast(first: tuple[int, int, int], second: tuple[int, int, int]) -> float:
+    """The WCAG 2 contrast ratio of two sRGB colours (1 to 21)."""
+    def luminance(rgb: tuple[int, int, int]) -> float:
+        linear = [c / 255 / 12.92 if c <= 10 else ((c / 255 + 0.055) / 1.055) ** 2.4 for c in rgb]
+        return 0.2126 * linear[0] + 0.7152 * linear[1] + 0.0722 * linear[2]
+    lighter, darker = sorted((luminance(first), luminance(second)), reverse=True)
+    return (lighter + 0.05) / (darker + 0.05)
 
 
 def notifications(app: App) -> list[tuple[str, str]]:
