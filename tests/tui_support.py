@@ -47,6 +47,16 @@ def store_runs(db: Path) -> list[int]:
                 for mode in ("cpp", "vpp")]
 
 
+def screen_lines(app: App) -> list[str]:
+    """The screen as the terminal shows it, one string per row, notifications and dialogs included."""
+    return [strip.text for strip in app.screen._compositor.render_strips()]
+
+
+def text_in(app: App, region: Region) -> str:
+    """What the screen shows inside `region`, its rows joined by newlines."""
+    return "\n".join(line[region.x:region.right] for line in screen_lines(app)[region.y:region.bottom])
+
+
 def cell_styles(app: App, region: Region) -> list[Style]:
     """The style of every cell the screen shows inside `region`."""
     styles = []

@@ -20,14 +20,14 @@ from ...backends.live.launcher import Server, start_server
 from ...backends.registry import BACKENDS, backend_entry, make_backend
 from ...backends.result import RunResult
 from ...scenarios import Scenario, catalog, load_scenario
-from ...store import StoreError
+from ...store import ConfigRow, RunRow, StoreError
 from ...tuner.slo import SLO, SLOError, parse_slo
 from ...tuner.study import open_store
 from .livestats import PERCENTILES, LiveStats
 from .messages import RunFailed, RunFinished, RunProgress, RunStarted, RunStopped, StoreListed
 from .pacing import PacedObserver
 from .sources import FORM, describe, load_source, source_options
-from .view import DEFAULT_SLO, View, one_line, shown_path, typed_number
+from .view import DEFAULT_SLO, View, offer, one_line, shown_path, typed_number
 from .widgets import PipelineStrip
 
 SPEEDS = (("0.5x", "0.5"), ("1x", "1"), ("2x", "2"), ("5x", "5"), ("10x", "10"), ("max", "max"))
@@ -124,14 +124,16 @@ class LiveScreen(View):
         self.window = WINDOWS_S.index(5.0)
         self.worker: Worker[None] | None = None
         self.running = ""  # what the status line says while a run goes
+        self.named: list[ConfigRow] = []  # the store's named configs and runs, as last listed
+        self.stored: list[RunRow] = []
 
     def body(self) -> ComposeResult:
         with Grid(id="live-controls", classes="controls"):
             yield Label("backend")
             yield Select([(f"{e.name}: {e.title}", e.name) for e in BACKENDS.values()], value="sim",
                          allow_blank=False, compact=True, id="backend")
-            yield Label("rate")
-            yield Input(placeholder="scenario's (req/s)", compact=True, id="rate")
+            yield Label("speed")
+            yield Select(SPEEDS, value="1", allow_blank=False, compact=True, id="speed")
             yield Label("scenario")
             yield Select([(name, name) for name in catalog()], value=LIVE_SCENARIO, allow_blank=False,
                          compact=True, id="scenario")
@@ -139,9 +141,9 @@ class LiveScreen(View):
             yield Input(placeholder="scenario's", compact=True, id="requests")
             yield Label("or file")
             yield Input(placeholder=".toml, .csv or .jsonl scenario", compact=True, id="scenario-file")
-            yield Label("speed")
-            yield Select(SPEEDS, value="1", allow_blank=False, compact=True, id="speed")
-            yield Label("config")
+            yield Label("rate")
+            yield Input(placeholder="scenario's (req/s)", compact=True, id="rate")
+            yield Label("config")  # the whole row: a config's label is long, and it must show what Config handed over
             yield Select([(f"form: {describe(self.session.config)}", FORM)], value=FORM, allow_blank=False,
                          compact=True, id="config")
             yield Label("SLO")
@@ -188,15 +190,16 @@ class LiveScreen(View):
         yield SystemCommand("Stop run", "Cancel the running run (nothing is stored)", self.action_stop)
 
     def use_form(self) -> None:
-        """Pick the Config form's config for the next run (its label is refreshed when the view resumes)."""
-        self.query_one("#config", Select).value = FORM
+        """Pick the Config form's config for the next run, its label showing that config at once."""
+        self._offer_sources(FORM)
 
     def on_store_listed(self, message: StoreListed) -> None:
-        select = self.query_one("#config", Select)
-        chosen = select.value
-        options = source_options(self.session.config, message.configs, message.runs)
-        select.set_options(options)
-        select.value = chosen if any(value == chosen for _, value in options) else FORM
+        self.named, self.stored = message.configs, message.runs
+        self._offer_sources(str(self.query_one("#config", Select).value))
+
+    def _offer_sources(self, chosen: str) -> None:
+        """Offer the form's config (as it is now), the named configs and the newest runs; keep `chosen` if offered."""
+        offer(self.query_one("#config", Select), source_options(self.session.config, self.named, self.stored), chosen)
 
     # -- starting and stopping ------------------------------------------------------
 

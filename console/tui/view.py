@@ -107,6 +107,17 @@ def choose(select: Select, choices: Sequence[str], value: str) -> None:
     select.value = value
 
 
+def offer(select: Select, options: Sequence[tuple[str, str]], value: str) -> None:
+    """Replace a picker's choices and pick `value` (the first choice when it is gone), showing its label as it is now.
+
+    A Select redraws its label only when its value changes, so a choice whose label changed under the same
+    value (the Config form's config, edited) would keep showing the old label.
+    """
+    select.set_options(options)
+    select.value = value if any(v == value for _, v in options) else options[0][1]
+    select.mutate_reactive(Select.value)
+
+
 def one_line(err: BaseException) -> str:
     """An exception as one line: its message's first line, or its type when it has none."""
     text = str(err).strip()
