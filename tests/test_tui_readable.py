@@ -3,16 +3,105 @@
 from __future__ import annotations
 
 import asyncio
+import re
 
 from textual.app import App
 from textual.containers import VerticalScroll
 from textual.widget import Widget
-from textual.widgets import Button, DataTable, Input, Select
+from textual.widgets import Button, DataTable, Input, Select, Static
 
-from pipedeck.console.tui import PipedeckApp
-from tests.tui_support import QWEN, SMALL, cell_styles, contrast
+from pipedeck.console.tui import PipedeckApp, tune as tune_view
+from pipedeck.console.tui.live import seconds
+from pipedeck.backends.registry import BACKENDS, BackendEntry
+from tests.tui_support import (
+    QWEN,
+    SMALL,
+    ScriptedBackend,
+    cell_styles,
+    contrast,
+    fake_study,
+    fill,
+    screen_lines,
+    store_runs,
+    text_in,
+    wait_for,
+)
 
 FOCUS_CONTRAST = 3.0  # WCAG 2.2's least contrast between a focus indicator's focused and unfocused states
+TITLE = re.compile(r"╭─ [^╮]*? ─")  # a panel's title in its top border: a long study name may end in an ellipsis
+
+
+def cut_text(app: App) -> list[str]:
+    """Rows of the screen with an ellipsis outside a panel's title: something was cut to fit."""
+    return [line for line in screen_lines(app) if "…" in TITLE.sub("", line)]
+
+
+def scripted(monkeypatch) -> None:  # noqa: ANN001 - pytest's monkeypatch
+    monkeypatch.setitem(BACKENDS, "scripted", BackendEntry("scripted", "fixed replay for tests",
+                                                           ScriptedBackend.capabilities, ScriptedBackend))
+
+
+def test_every_view_shows_its_figures_whole_at_80x24(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    scripted(monkeypatch)
+    monkeypatch.setattr(tune_view, "run_study", fake_study)
+    db = tmp_path / "c.duckdb"
+    store_runs(db)
+
+    async def scenario() -> None:
+        app = PipedeckApp(db, QWEN)
+        async with app.run_test(size=SMALL) as pilot:
+            live = app.screen
+            fill(live, {"backend": "scripted", "scenario": "short-4k", "requests": "4", "speed": "max",
+                        "slo": "ttft=2s,tpot@p95=100ms"})
+            await pilot.press("s")
+            await wait_for(pilot, lambda: live.worker is None and live.stats is not None)
+            await pilot.pause()
+            latency = text_in(app, live.query_one("#latency-panel").region)
+            for metric in ("ttft", "tpot"):
+                assert all(seconds(value) in latency for value in live.stats.latency(metric)), latency
+            assert "SLO TTFT P90 ≤ 2 s: FAIL" in latency  # the scripted run's P90 TTFT is 3.93 s
+            tpot_p95 = seconds(live.stats.percentile("tpot", 95.0))  # no column: its value is on its line
+            assert f"SLO TPOT P95 ≤ 100 ms: {tpot_p95} FAIL" in latency
+            assert "form: qwen2.5-14b a100-40g-pcie tp2 pp2 cpp 8k" in text_in(app, live.query_one("#config").region)
+            assert cut_text(app) == [] and "s Start  x Stop  [ Zoom in  ] Zoom out" in screen_lines(app)[-1]
+
+            await pilot.press("2")
+            tune = app.screen
+            fill(tune, {"model": "qwen2.5-14b", "hardware": "a100-40g-pcie", "devices": "4", "trials": "4"})
+            await pilot.press("s")
+            await wait_for(pilot, lambda: tune.phase == "idle" and len(tune.trials) == 4)
+            await pilot.press("e")
+            await wait_for(pilot, lambda: "wrote" in str(tune.query_one("#export-status", Static).content))
+            await pilot.pause()
+            table = text_in(app, tune.query_one("#trials-table").region)
+            for row in (r"0 +done +7\.18 +2×2 +8k +cpp", r"1 +done +10\.7 +2×2 +24k +cpp",
+                        r"2 +pruned +- +2×2 +40k +cpp"):
+                assert re.search(row, table), table
+            export = text_in(app, tune.query_one("#export-status").region)
+            assert all(name in export.replace("\n", " ") for name in ("serve.sh", "pipedeck-best.json")), export
+            assert cut_text(app) == []
+
+            await pilot.press("3")
+            runs = app.screen
+            await wait_for(pilot, lambda: runs.query_one("#runs-table", DataTable).row_count == 3)
+            shown = text_in(app, runs.query_one("#runs-table").region)
+            for row in runs.runs:
+                assert f"{row.ttft_p90_s:.4g}" in shown and f"{row.tpot_p90_s:.4g}" in shown, shown
+                assert f"{row.bubble_ratio:.1%}" in shown
+            assert cut_text(app) == []
+            await pilot.press("space", "down", "space", "c")
+            await wait_for(pilot, lambda: app.screen is not runs)
+            await pilot.pause()
+            compare = app.screen
+            shown = text_in(app, compare.query_one(DataTable).region)
+            assert all(cell.text in shown for column in compare.cells for cell in column[:12]), shown
+            assert cut_text(app) == []
+            await pilot.press("escape", "4")
+            await pilot.pause()
+            assert cut_text(app) == []
+
+    asyncio.run(scenario())
 
 
 def look(app: App, widget: Widget) -> tuple[int, int, int]:
@@ -51,3 +140,4 @@ def test_the_focused_control_stands_out_in_every_view(tmp_path):
                 kind for widget_type in checked for kind in widget_type.__mro__}
 
     asyncio.run(scenario())
+

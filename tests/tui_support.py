@@ -18,6 +18,7 @@ from pipedeck.backends.result import RankTime, RequestRecord, RunResult, Span
 from pipedeck.backends.sim import SimBackend
 from pipedeck.scenarios import Scenario, load_scenario
 from pipedeck.store import RunStore
+from pipedeck.tuner.study import Progress, TrialSummary, TuneOutcome
 
 QWEN = ServingConfig(model="qwen2.5-14b", hardware="a100-40g-pcie", tp=2, pp=2)
 SIZE = (100, 30)
@@ -122,3 +123,24 @@ class ScriptedBackend:
             if observer.should_stop():
                 raise RunCancelled()
         return result
+
+
+FAKE_TRIALS = ((0, "COMPLETE", 0, 7.18), (1, "COMPLETE", 24576, 10.7), (2, "PRUNED", 40960, None),
+               (3, "COMPLETE", 16384, 8.02))  # number, state, chunk (0: the config's), goodput
+
+
+def fake_study(spec, db, jobs=1, on_progress=None, stop_requested=None) -> TuneOutcome:  # noqa: ANN001
+    """Stands in for run_study: stores four fixed trials of QWEN (chunks and goodputs above) and reports them."""
+    resolved = QWEN.resolve()
+    trials = [(n, state, resolved.replace(chunk=chunk) if chunk else resolved, value)
+              for n, state, chunk, value in FAKE_TRIALS]
+    with RunStore.open(db) as store:
+        store.save_study(spec.study, scenario=spec.scenario, objective=spec.objective, slo={},
+                         settings=spec.settings(), storage=spec.storage)
+        for number, state, config, value in trials:
+            metrics = {"goodput_rps": value, "attainment": 0.9, "ttft_p90_s": 1.8, "tpot_p90_s": 0.12} if value else {}
+            store.save_trial(spec.study, number, state=state, params={"chunk": config.chunk},
+                             config=config.to_dict(), metrics=metrics, objective=value, duration_s=1.0)
+    on_progress(Progress(4, spec.trials, 10.7, 1, 0))
+    summary = {n: TrialSummary(n, c.to_dict(), {}, v) for n, _, c, v in trials}
+    return TuneOutcome(spec.study, "maximize", 4, summary[1], summary[0], None, None, False)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
+from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 from textual import on, work
@@ -38,7 +39,7 @@ PROGRESS_ROWS = (("running", "running"), ("waiting", "waiting"), ("throughput", 
                  ("kv", "KV cache"))
 ATTACH = "attach"  # the server picker's value for "a server already running at the endpoint"
 SERVE_LOG = "pipedeck-serve.log"  # a server the console launches logs here, beside the run store
-STRIP_KEY = "digit: virtual stage · colour: request · grey: decode · ─ transfer · blank: bubble"
+STRIP_KEY = "digit: stage · colour: request · grey: decode · ─ transfer · blank: bubble"  # fits 80 columns
 NO_TIMELINE = "no per-rank timeline: a live server shows progress and latency only"
 
 
@@ -63,33 +64,43 @@ class LiveJob:
 
 
 def seconds(value: float) -> str:
-    """A latency with a unit that keeps three digits: 1.23 s, 45.6 ms."""
-    return f"{value:.3g} s" if value >= 1 else f"{value * 1e3:.3g} ms"
+    """A latency with a unit that keeps three digits: 45.6 ms, 1.23 s, 123 s (1,234 s, never 1.23e+03 s)."""
+    if value < 1:
+        return f"{value * 1e3:.3g} ms"
+    return f"{value:.3g} s" if value < 1000 else f"{value:,.0f} s"
 
 
-def latency_table(stats: LiveStats | None, slo: SLO | None) -> Table:
-    """TTFT and TPOT P50/P90/P99 so far against the SLO: the limit's percentile green when met, red when not."""
-    table = Table(box=None, padding=(0, 1), expand=True)
-    table.add_column("", min_width=4, no_wrap=True)
-    for header in ("P50", "P90", "P99", "SLO"):
-        table.add_column(header, justify="right", no_wrap=True)
+def latency_table(stats: LiveStats | None, slo: SLO | None) -> Group:
+    """TTFT and TPOT P50/P90/P99 so far, then a line per SLO limit saying whether it holds.
+
+    The limit's percentile is green when met and red when not. The verdicts sit under the table, not in a
+    column beside it, so that every figure fits in half of an 80-column terminal.
+    """
+    table = Table(box=None, padding=(0, 0, 0, 2), pad_edge=False, expand=False)
+    table.add_column("", no_wrap=True)
+    for pct in PERCENTILES:
+        table.add_column(f"P{pct:g}", justify="right", no_wrap=True)
+    lines: list[Text] = []
     limits = {limit.metric: limit for limit in slo.limits} if slo else {}
     for metric in ("ttft", "tpot"):
         values = stats.latency(metric) if stats else None
         cells = [Text(seconds(v)) for v in values] if values else [Text("-") for _ in PERCENTILES]
         limit = limits.get(metric)
-        verdict = Text("-" if limit is None else f"P{limit.percentile:g} ≤ {seconds(limit.limit_s)}")
-        if limit is not None and stats is not None and values:
-            actual = stats.percentile(metric, limit.percentile)
-            met = actual <= limit.limit_s
-            style = "bold green" if met else "bold red"
-            verdict = Text(f"{'≤' if met else '>'} {seconds(limit.limit_s)} {'pass' if met else 'FAIL'}", style=style)
-            if limit.percentile in PERCENTILES:
-                cells[PERCENTILES.index(limit.percentile)].stylize(style)
-            else:
-                verdict = Text(f"P{limit.percentile:g} {seconds(actual)} ", style=style) + verdict
-        table.add_row(metric.upper(), *cells, verdict)
-    return table
+        if limit is not None:
+            line = Text(f"SLO {metric.upper()} P{limit.percentile:g} ≤ {seconds(limit.limit_s)}")
+            if stats is not None and values:
+                actual = stats.percentile(metric, limit.percentile)
+                met = actual <= limit.limit_s
+                style = "bold green" if met else "bold red"
+                if limit.percentile in PERCENTILES:
+                    cells[PERCENTILES.index(limit.percentile)].stylize(style)
+                    line.append(": ")
+                else:  # a percentile the table has no column for: its value, here
+                    line.append(": ").append(f"{seconds(actual)} ", style=style)
+                line.append("pass" if met else "FAIL", style=style)
+            lines.append(line)
+        table.add_row(metric.upper(), *cells)
+    return Group(table, *(lines or [Text("no SLO: type one in the SLO field", style="dim")]))
 
 
 def known(value: float | None, show: Callable[[float], str]) -> str:
