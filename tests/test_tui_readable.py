@@ -9,6 +9,7 @@ from textual.app import App
 from textual.containers import VerticalScroll
 from textual.widget import Widget
 from textual.widgets import Button, DataTable, Input, Select, Static
+from textual.widgets._toast import Toast
 
 from pipedeck.console.tui import PipedeckApp, tune as tune_view
 from pipedeck.console.tui.live import seconds
@@ -21,6 +22,7 @@ from tests.tui_support import (
     contrast,
     fake_study,
     fill,
+    notifications,
     screen_lines,
     store_runs,
     text_in,
@@ -141,3 +143,36 @@ def test_the_focused_control_stands_out_in_every_view(tmp_path):
 
     asyncio.run(scenario())
 
+
+def test_notifications_do_not_cover_the_results(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(tune_view, "run_study", fake_study)
+
+    async def scenario() -> None:
+        app = PipedeckApp(tmp_path / "c.duckdb", QWEN.replace(kv_capacity=1000))  # no 4k prompt fits
+        async with app.run_test(size=SMALL, notifications=True) as pilot:
+            live = app.screen
+            fill(live, {"scenario": "short-4k", "requests": "4", "speed": "max"})
+            await pilot.press("s")
+            await wait_for(pilot, lambda: live.worker is None and notifications(app))
+            await pilot.pause()
+            toasts = [toast.region for toast in live.query(Toast)]
+            assert toasts and all(not toast.overlaps(live.query_one(selector).region) for toast in toasts
+                                  for selector in ("#progress", "#latency-panel", "#strip", "#live-status"))
+
+            await pilot.press("2")
+            tune = app.screen
+            fill(tune, {"model": "qwen2.5-14b", "hardware": "a100-40g-pcie", "devices": "4", "trials": "4"})
+            await pilot.press("e")  # no study yet: refused, in a notification
+            await wait_for(pilot, lambda: any("no study" in message for _, message in notifications(app)))
+            await pilot.press("s")
+            await wait_for(pilot, lambda: tune.phase == "idle" and tune.trials)
+            await pilot.press("e")
+            await wait_for(pilot, lambda: "wrote" in str(tune.query_one("#export-status", Static).content))
+            await pilot.pause()
+            assert {severity for severity, _ in notifications(app)} == {"error"}  # the results are in the view
+            toasts = [toast.region for toast in tune.query(Toast)]
+            assert toasts and all(not toast.overlaps(tune.query_one(selector).region) for toast in toasts
+                                  for selector in ("#export-status", "#trials-table", "#best", "#chart"))
+
+    asyncio.run(scenario())

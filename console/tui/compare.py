@@ -62,4 +62,4 @@ class CompareScreen(ModalScreen[None]):
 
     def action_open(self) -> None:
         """Open the HTML report in a graphical browser, or say there is none."""
-        self.notify(open_report(self.report), timeout=6, markup=False)
+        self.query_one("#compare-report", Static).update(Text(open_report(self.report)))

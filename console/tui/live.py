@@ -317,7 +317,6 @@ class LiveScreen(View):
             self.stats.finish(message.result)
             self._show()
         self._ended(f"stored run {message.run_id}: {finished(message.result, self._clock())}")
-        self.notify(f"stored run {message.run_id}", timeout=4)
 
     def on_run_stopped(self, message: RunStopped) -> None:
         self._ended(f"cancelled at {message.at_s:.4g} s {self._clock()}; nothing stored")

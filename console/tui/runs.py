@@ -110,7 +110,7 @@ class RunsScreen(View):
         if self.report is None:
             self.error("no report yet: compare two or more runs first")
             return
-        self.notify(open_report(self.report), timeout=6, markup=False)
+        self._status(open_report(self.report))
 
     def action_filter(self) -> None:
         """Type a filter."""
@@ -169,8 +169,8 @@ class RunsScreen(View):
         self.app.push_screen(CompareScreen(message.names, message.rows, message.cells, message.path))
 
     def on_work_failed(self, message: WorkFailed) -> None:
+        """Say it in the status line too; View's handler (called after this one) shows the error."""
         self._status(f"failed: {message.error}")
-        self.error(message.error)
 
     # -- drawing --------------------------------------------------------------------------------
 

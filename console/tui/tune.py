@@ -343,7 +343,6 @@ class TuneScreen(View):
         runs = "" if outcome.best_run_id is None else \
             f"; stored runs best {outcome.best_run_id}, default {outcome.default_run_id}"
         self._status(f"finished: {outcome.trials} trials{runs}")
-        self.notify(f"study {outcome.study} finished", timeout=4, markup=False)
 
     def on_tune_failed(self, message: TuneFailed) -> None:
         self.spec = None
@@ -355,7 +354,10 @@ class TuneScreen(View):
         folder = shown_path(message.paths[0].parent)
         self.query_one("#export-status", Static).update(
             Text(f"wrote {folder}/: {', '.join(p.name for p in message.paths)}"))
-        self.notify(f"exported {len(message.paths)} files", timeout=4)
+
+    def on_work_failed(self, message: WorkFailed) -> None:
+        """Only an export fails so here; View's handler (called after this one) shows why."""
+        self.query_one("#export-status", Static).update(Text("not exported: see the message", style="bold red"))
 
     # -- drawing ------------------------------------------------------------------------------
 

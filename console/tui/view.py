@@ -82,7 +82,12 @@ class View(Screen[None]):
         self.set_focus(None)
 
     def error(self, message: str) -> None:
-        """Show an error as a notification (never markup: messages quote paths and brackets)."""
+        """Show an error as a notification in place of any other (never markup: messages quote paths and brackets).
+
+        One at a time: notifications sit over the settings at the top right, and a stack of them would reach down
+        over the view's results.
+        """
+        self.app.clear_notifications()
         self.notify(message, severity="error", timeout=8, markup=False)
 
     @work(thread=True, exclusive=True, group="store-list")
