@@ -12,6 +12,7 @@ from textual import on, work
 from textual.app import ComposeResult, SystemCommand
 from textual.binding import Binding
 from textual.containers import Grid, Horizontal, Vertical
+from textual.widget import Widget
 from textual.widgets import Button, Input, Label, Select, Sparkline, Static
 from textual.worker import Worker, get_current_worker
 
@@ -41,6 +42,7 @@ ATTACH = "attach"  # the server picker's value for "a server already running at 
 SERVE_LOG = "pipedeck-serve.log"  # a server the console launches logs here, beside the run store
 STRIP_KEY = "digit: stage · colour: request · grey: decode · ─ transfer · blank: bubble"  # fits 80 columns
 NO_TIMELINE = "no per-rank timeline: a live server shows progress and latency only"
+JOB_CONTROLS = ("backend", "speed", "scenario", "requests", "scenario-file", "rate", "config", "server", "target")
 
 
 @dataclass(frozen=True)
@@ -134,7 +136,7 @@ class LiveScreen(View):
         self.slo: SLO | None = parse_slo(DEFAULT_SLO)
         self.window = WINDOWS_S.index(5.0)
         self.worker: Worker[None] | None = None
-        self.running = ""  # what the status line says while a run goes
+        self.running = ""  # what the status line says while a run goes (the locked controls show its config)
         self.named: list[ConfigRow] = []  # the store's named configs and runs, as last listed
         self.stored: list[RunRow] = []
 
@@ -224,8 +226,7 @@ class LiveScreen(View):
             self.error(one_line(err))
             return
         self.stats = None
-        self.query_one("#start", Button).disabled = True
-        self.query_one("#stop", Button).disabled = False
+        self._lock(True)
         self._status(f"starting {job.scenario.name}...")
         self.worker = self._run(job)
 
@@ -275,7 +276,7 @@ class LiveScreen(View):
                     server = start_server(config, job.server, job.target, log, cancelled=cancelled.is_set)
                 options["endpoint"] = server.url if server else job.target
             ranks = config.pp if backend_entry(job.backend).capabilities.timeline else 0  # strip rows
-            self.post_message(RunStarted(job.scenario.name, describe(config), ranks, job.total))
+            self.post_message(RunStarted(job.scenario.name, ranks, job.total))
             result = make_backend(job.backend, **options).run(job.scenario, config, rate=job.rate, seed=job.seed,
                                                               num_requests=job.requests, observer=observer,
                                                               timeline=True)
@@ -302,7 +303,7 @@ class LiveScreen(View):
 
     def on_run_started(self, message: RunStarted) -> None:
         self.stats = LiveStats(message.ranks, message.total)
-        self.running = f"running {message.scenario} on {message.config}"
+        self.running = f"running {message.scenario}"
         self._status(self.running)
 
     def on_run_progress(self, message: RunProgress) -> None:
@@ -327,10 +328,27 @@ class LiveScreen(View):
 
     def _ended(self, status: str) -> None:
         self.worker = None
-        self.query_one("#start", Button).disabled = False
-        self.query_one("#stop", Button).disabled = True
+        self._lock(False)
         self._status(status)
         self.list_store()
+
+    def _lock(self, running: bool) -> None:
+        """While a run goes, its controls keep showing what it runs (the SLO stays editable) and Stop is offered.
+
+        Focus on a control that goes off moves to the button that comes on, not on to the next control: that
+        could be a text field, which would swallow the next key (x, s, 2 ...).
+        """
+        controls = [self.query_one(f"#{name}", Widget) for name in JOB_CONTROLS]
+        start, stop = self.query_one("#start", Button), self.query_one("#stop", Button)
+        on, off = (stop, start) if running else (start, stop)
+        on.disabled = False
+        if self.focused in (*controls, off):
+            on.focus()
+        off.disabled = True
+        for control in controls:
+            control.disabled = running
+        if not running:
+            self._backend_chosen()  # the speed picker stays off for a backend that keeps its own time
 
     @on(Button.Pressed, "#start")
     def _start_pressed(self) -> None:
