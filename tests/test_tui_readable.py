@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import re
 
+from rich.style import Style
 from textual.app import App
 from textual.containers import VerticalScroll
 from textual.widget import Widget
@@ -18,7 +19,7 @@ from tests.tui_support import (
     QWEN,
     SMALL,
     ScriptedBackend,
-    cell_styles,
+    cells,
     contrast,
     fake_study,
     fill,
@@ -30,6 +31,7 @@ from tests.tui_support import (
 )
 
 FOCUS_CONTRAST = 3.0  # WCAG 2.2's least contrast between a focus indicator's focused and unfocused states
+TEXT_CONTRAST = 4.5  # WCAG 2's least contrast of text against its background (AA)
 TITLE = re.compile(r"╭─ [^╮]*? ─")  # a panel's title in its top border: a long study name may end in an ellipsis
 
 
@@ -106,15 +108,21 @@ def test_every_view_shows_its_figures_whole_at_80x24(tmp_path, monkeypatch):
     asyncio.run(scenario())
 
 
-def look(app: App, widget: Widget) -> tuple[int, int, int]:
+def shown(style: Style) -> tuple[tuple[int, int, int], tuple[int, int, int]] | None:
+    """A cell's text and background colours as the terminal shows them (reverse swaps the two); None if unset."""
+    text, background = (style.bgcolor, style.color) if style.reverse else (style.color, style.bgcolor)
+    return None if text is None or background is None else (text.get_truecolor(), background.get_truecolor())
+
+
+def look(app: App, widget: Widget) -> tuple[tuple[int, int, int], float]:
     """The colour that marks a control's focus: its border's (its corner's) if it has one, else its most common
-    background."""
-    styles = cell_styles(app, widget.region)
+    background; and the least contrast of its letters and digits against their background."""
+    drawn = [(char, shown(style)) for char, style in cells(app, widget.region)]
+    readable = min((contrast(*colours) for char, colours in drawn if char.isalnum() and colours), default=21.0)
     if widget.styles.border_top[0] not in ("", "none", "hidden", "blank"):
-        return styles[0].color.get_truecolor()
-    shown = [s.color if s.reverse else s.bgcolor for s in styles]  # reverse: the terminal swaps the two
-    backgrounds = [colour.get_truecolor() for colour in shown if colour is not None]
-    return max(set(backgrounds), key=backgrounds.count)
+        return drawn[0][1][0], readable
+    backgrounds = [colours[1] for _, colours in drawn if colours]
+    return max(set(backgrounds), key=backgrounds.count), readable
 
 
 def test_the_focused_control_stands_out_in_every_view(tmp_path):
@@ -131,12 +139,14 @@ def test_the_focused_control_stands_out_in_every_view(tmp_path):
                 for widget in kinds.values():
                     widget.focus()
                     await pilot.pause()
-                    focused = look(app, widget)
+                    focused, readable = look(app, widget)
                     screen.set_focus(None)
                     await pilot.pause()
-                    plain = look(app, widget)
+                    plain, was_readable = look(app, widget)
                     ratio = contrast(focused, plain)
                     assert ratio >= FOCUS_CONTRAST, f"{key}: {widget!r} focused {focused}, not {plain}: {ratio:.2f}"
+                    # and its text stays readable: WCAG's 4.5, or (Textual's own button colours) no worse than before
+                    assert readable >= min(TEXT_CONTRAST, was_readable), f"{key}: {widget!r}: text {readable:.2f}"
                     checked.add(type(widget))
             assert {Input, Select, Button, DataTable, VerticalScroll} <= {
                 kind for widget_type in checked for kind in widget_type.__mro__}

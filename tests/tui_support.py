@@ -58,13 +58,13 @@ def text_in(app: App, region: Region) -> str:
     return "\n".join(line[region.x:region.right] for line in screen_lines(app)[region.y:region.bottom])
 
 
-def cell_styles(app: App, region: Region) -> list[Style]:
-    """The style of every cell the screen shows inside `region`."""
-    styles = []
+def cells(app: App, region: Region) -> list[tuple[str, Style]]:
+    """Every cell the screen shows inside `region`: its character and its style."""
+    shown = []
     for strip in app.screen._compositor.render_strips()[region.y:region.bottom]:
         for segment in strip.crop(region.x, region.right):
-            styles += [segment.style or Style()] * len(segment.text)
-    return styles
+            shown += [(char, segment.style or Style()) for char in segment.text]
+    return shown
 
 
 def contrast(first: tuple[int, int, int], second: tuple[int, int, int]) -> float:
