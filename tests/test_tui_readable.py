@@ -10,7 +10,6 @@ from textual.app import App
 from textual.containers import VerticalScroll
 from textual.widget import Widget
 from textual.widgets import Button, DataTable, Input, Select, Static
-from textual.widgets._toast import Toast
 
 from pipedeck.console.tui import PipedeckApp, tune as tune_view
 from pipedeck.console.tui.live import seconds
@@ -166,7 +165,7 @@ def test_notifications_do_not_cover_the_results(tmp_path, monkeypatch):
             await pilot.press("s")
             await wait_for(pilot, lambda: live.worker is None and notifications(app))
             await pilot.pause()
-            toasts = [toast.region for toast in live.query(Toast)]
+            toasts = [toast.region for toast in live.query("Toast")]
             assert toasts and all(not toast.overlaps(live.query_one(selector).region) for toast in toasts
                                   for selector in ("#progress", "#latency-panel", "#strip", "#live-status"))
 
@@ -181,7 +180,7 @@ def test_notifications_do_not_cover_the_results(tmp_path, monkeypatch):
             await wait_for(pilot, lambda: "wrote" in str(tune.query_one("#export-status", Static).content))
             await pilot.pause()
             assert {severity for severity, _ in notifications(app)} == {"error"}  # the results are in the view
-            toasts = [toast.region for toast in tune.query(Toast)]
+            toasts = [toast.region for toast in tune.query("Toast")]
             assert toasts and all(not toast.overlaps(tune.query_one(selector).region) for toast in toasts
                                   for selector in ("#export-status", "#trials-table", "#best", "#chart"))
 
