@@ -17,7 +17,7 @@ def console(**opts: object) -> None:
     RunStore.open(path, lock_timeout_s=WRITE_LOCK_WAIT_S).close()  # a bad --db fails here, before the screen opens
     from .tui import PipedeckApp  # Textual loads only for this command
 
-    # Optuna's log handler would write under the screen, and a study cancelled on quitting logs its abandoned
-    # trial while the process ends; the views report what goes wrong themselves.
+    # Optuna's log handler writes to stderr, the terminal the console draws on; the views report what goes wrong
+    # themselves. (Quitting during a study prints nothing even with it: see tests/test_tui_tune.py.)
     optuna.logging.disable_default_handler()
     PipedeckApp(path).run()

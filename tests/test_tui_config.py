@@ -11,7 +11,7 @@ from pipedeck.backends.config import ServingConfig
 from pipedeck.console.tui import PipedeckApp
 from pipedeck.console.tui.config import ConfigScreen
 from pipedeck.store import RunStore
-from tests.tui_support import QWEN, SIZE, fill, wait_for
+from tests.tui_support import QWEN, SIZE, fill, text_in, wait_for
 
 
 async def open_config(pilot) -> ConfigScreen:  # noqa: ANN001 - a Pilot
@@ -68,7 +68,7 @@ def test_knobs_bring_their_choices_and_help_to_the_form(tmp_path):
     asyncio.run(scenario())
 
 
-def test_a_saved_config_runs_in_live_and_tunes_with_its_shape(tmp_path):
+def test_a_saved_config_runs_in_live_with_its_label_and_tunes_with_its_shape(tmp_path):
     db = tmp_path / "c.duckdb"
 
     async def scenario() -> None:
@@ -80,8 +80,23 @@ def test_a_saved_config_runs_in_live_and_tunes_with_its_shape(tmp_path):
             await pilot.press("ctrl+s")
             await wait_for(pilot, lambda: RunStore.open(db).get_config("qwen-vpp")["mode"] == "vpp"
                            if _has_config(db) else False)
+            await pilot.press("1")
+            live = app.screen
+            picker = live.query_one("#config", Select)
+            await wait_for(pilot, lambda: any(value == "named:qwen-vpp" for _, value in picker._options))
+            picker.value = "named:qwen-vpp"  # Live had another config picked; the form's label is an old one
+            await pilot.press("4")
+            fill(form, {"f-chunk": "16k"})
+            await pilot.pause()
             await pilot.press("ctrl+r")
-            assert app.current_mode == "live" and app.screen.query_one("#config", Select).value == "form"
+            assert app.current_mode == "live" and picker.value == "form"
+            shown = "form: qwen2.5-14b a100-40g-pcie tp2 pp2 vpp 16k"
+            assert text_in(app, picker.region).startswith(shown)  # at once, before the store is read again
+            await wait_for(pilot, lambda: not live.workers)  # and still once it has been
+            await pilot.pause()
+            assert picker.value == "form" and text_in(app, picker.region).startswith(shown)
+            await pilot.press("4", "ctrl+r")  # the same config again: its value does not change, its label stays
+            assert text_in(app, picker.region).startswith(shown)
             await pilot.press("4", "ctrl+t")
             assert app.current_mode == "tune"
             assert app.screen.query_one("#fix", Input).value == "tp=2 pp=2"

@@ -53,9 +53,11 @@ def test_cancelling_a_paced_run_stores_nothing(tmp_path):
             fill(live, {**SHORT, "speed": "1"})
             await pilot.press("s")
             await wait_for(pilot, lambda: live.stats is not None and live.stats.now >= 1.0)
+            # the run's controls show what it runs until it ends (the SLO stays editable); keys still work
+            assert live.query_one("#config").disabled and not live.query_one("#slo").disabled
             await pilot.press("x")
             await wait_for(pilot, lambda: live.worker is None)
-            assert live.stats.done < 8
+            assert live.stats.done < 8 and not live.query_one("#config").disabled
             assert "nothing stored" in str(live.query_one("#live-status", Static).content)
 
     asyncio.run(scenario())

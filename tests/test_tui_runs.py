@@ -38,13 +38,16 @@ def test_two_stored_runs_compare_with_deltas_and_a_report(tmp_path, monkeypatch)
             await wait_for(pilot, lambda: isinstance(app.screen, CompareScreen) and app.screen.query(DataTable))
             compare = app.screen
             rows = compare.query_one(DataTable)
-            assert rows.row_count >= 18 and [str(c.label) for c in rows.columns.values()][1:] == \
-                [f"run {vpp} · vpp · split 12,12,12,12", f"run {cpp} · cpp · split 24,24"]  # what differs
-            assert not compare.query("#compare-notes")  # same scenario, model, hardware and rate: nothing to warn
+            # columns are headed by their run; above the table, what differs between them (no warning: the same
+            # scenario, model, hardware and rate)
+            assert rows.row_count >= 18 and [str(c.label) for c in rows.columns.values()][1:] == [f"run {vpp}",
+                                                                                              f"run {cpp}"]
+            notes = str(compare.query_one("#compare-notes", Static).render())
+            assert notes.splitlines() == [f"run {vpp} · vpp · split 12,12,12,12", f"run {cpp} · cpp · split 24,24"]
             throughput = next(compare.cells[1][i] for i, label in enumerate(compare.rows) if "throughput" in label)
             assert "%)" in throughput.text  # a delta against the first run
             await pilot.press("o")
-            assert any("no graphical browser" in msg for _, msg in notifications(app))
+            assert "no graphical browser" in str(compare.query_one("#compare-report", Static).content)
             await pilot.press("escape")
             assert app.screen is runs
 

@@ -15,8 +15,7 @@ import pytest
 from pipedeck.console.tui import PipedeckApp, tune as tune_view
 from pipedeck.backends.registry import BACKENDS, BackendEntry
 from pipedeck.store import RunStore
-from pipedeck.tuner.study import Progress, TrialSummary, TuneOutcome
-from tests.tui_support import QWEN, SIZE, ScriptedBackend, fill, scripted_result, wait_for
+from tests.tui_support import QWEN, SIZE, ScriptedBackend, fake_study, fill, scripted_result, wait_for
 
 FROZEN = datetime(2025, 3, 14, 9, 26, 53)
 DB = Path("snap.duckdb")  # relative: the views show it as typed, the same on every machine
@@ -54,24 +53,7 @@ def test_live_view(snap_compare):
 
 
 def test_tune_view(snap_compare, monkeypatch):
-    resolved = QWEN.resolve()
-    trials = [(0, "COMPLETE", resolved, 7.18), (1, "COMPLETE", resolved.replace(chunk=24576), 10.7),
-              (2, "PRUNED", resolved.replace(chunk=40960), None), (3, "COMPLETE", resolved.replace(chunk=16384), 8.02)]
-
-    def study(spec, db, jobs=1, on_progress=None, stop_requested=None):  # noqa: ANN001 - run_study's signature
-        with RunStore.open(db) as store:
-            store.save_study(spec.study, scenario=spec.scenario, objective=spec.objective, slo={},
-                             settings=spec.settings(), storage=spec.storage)
-            for number, state, config, value in trials:
-                metrics = {"goodput_rps": value, "attainment": 0.9, "ttft_p90_s": 1.8, "tpot_p90_s": 0.12} \
-                    if value else {}
-                store.save_trial(spec.study, number, state=state, params={"chunk": config.chunk},
-                                 config=config.to_dict(), metrics=metrics, objective=value, duration_s=1.0)
-        on_progress(Progress(4, spec.trials, 10.7, 1, 0))
-        summary = {n: TrialSummary(n, c.to_dict(), {}, v) for n, _, c, v in trials}
-        return TuneOutcome(spec.study, "maximize", 4, summary[1], summary[0], None, None, False)
-
-    monkeypatch.setattr(tune_view, "run_study", study)
+    monkeypatch.setattr(tune_view, "run_study", fake_study)
 
     async def run_before(pilot) -> None:  # noqa: ANN001 - a Pilot
         await pilot.press("2")

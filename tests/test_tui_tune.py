@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import logging
+import sys
+import threading
 
 from textual.widgets import DataTable, Static
 
@@ -10,6 +14,7 @@ from pipedeck.console.tui import PipedeckApp
 from pipedeck.console.tui.tune import TuneScreen, trial_cells
 from pipedeck.store import RunStore, TrialRow
 from pipedeck.backends.launch import ENGINES
+from pipedeck.tuner.study import run_study
 from tests.tui_support import SIZE, fill, notifications, wait_for
 
 SMALL_STUDY = {"scenario": "azure-conv", "requests": "60", "model": "qwen2.5-14b", "hardware": "a100-40g-pcie",
@@ -30,9 +35,9 @@ def test_trial_rows_show_the_shape_in_columns_and_other_knobs_by_their_fix_names
     ran = TrialRow("st", 3, "COMPLETE", params, {"tp": 2, "pp": 2, "mode": "dcpp", "chunk": 4096,
                                                 "layer_split": [25, 23]}, {}, 12.5, 1.0, None, None)
     unrun = TrialRow("st", 4, "PRUNED", params, None, {}, None, 0.1, None, None)  # its config could not run
-    assert trial_cells(ran, "goodput") == ("3", "done", "12.5 req/s", "dcpp", "2×2", "4k", "25,23",
-                                           "smooth-factor=0.512 delay-scheduling=off")
-    assert trial_cells(unrun, "goodput")[1:] == ("pruned", "-", "dcpp", "2×2", "4k", "25,23",
+    assert trial_cells(ran, "goodput") == ("3", "done", "12.5", "2×2", "4k", "dcpp", "25,23",
+                                           "smooth-factor=0.512 delay-scheduling=off")  # req/s heads the column
+    assert trial_cells(unrun, "goodput")[1:] == ("pruned", "-", "2×2", "4k", "dcpp", "25,23",
                                                 "smooth-factor=0.512 delay-scheduling=off")
 
 
@@ -117,3 +122,38 @@ def test_a_bad_setting_is_refused_and_its_field_marked(tmp_path):
             assert tune.query_one("#scenario").has_class("-invalid") and tune.phase == "idle"
 
     asyncio.run(scenario())
+
+
+def test_quitting_during_a_study_stops_it_quietly_and_it_resumes(tmp_path, capfd):
+    db = tmp_path / "c.duckdb"
+    optuna_log, level = logging.StreamHandler(sys.stderr), logging.getLogger("optuna").level
+    logging.getLogger("optuna").addHandler(optuna_log)  # Optuna's log as a terminal shows it (the console drops it)
+    logging.getLogger("optuna").setLevel(logging.INFO)
+    spec = None
+
+    async def scenario() -> None:
+        nonlocal spec
+        app = PipedeckApp(db)
+        async with app.run_test(size=SIZE) as pilot:
+            tune = await open_tune(pilot)
+            fill(tune, {"trials": "500"})
+            await pilot.press("s")
+            await wait_for(pilot, lambda: tune.finished >= 1, timeout=60)  # and the next trial under way
+            spec = tune.spec
+            await pilot.press("ctrl+q")
+
+    try:
+        asyncio.run(scenario())  # returns once the study's thread has finished, as `pipedeck console` exits
+    finally:
+        logging.getLogger("optuna").removeHandler(optuna_log)
+        logging.getLogger("optuna").setLevel(level)
+    assert not [t.name for t in threading.enumerate() if "_worker" in t.name]  # no study.optimize left running
+    err = capfd.readouterr().err
+    assert "Traceback" not in err and "failed" not in err, err
+    with RunStore.open(db, read_only=True) as store:
+        before = store.trials(spec.study)
+    assert before and not [t for t in before if t.state == "RUNNING"]
+    outcome = run_study(dataclasses.replace(spec, trials=len(before) + 1), db)  # resumes: one more trial
+    with RunStore.open(db, read_only=True) as store:
+        numbers = [t.number for t in store.trials(spec.study)]
+    assert not outcome.interrupted and outcome.trials >= len(before) + 1 and len(numbers) == len(set(numbers))

@@ -6,7 +6,9 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from rich.style import Style
 from textual.app import App
+from textual.geometry import Region
 from textual.pilot import Pilot
 from textual.widget import Widget
 
@@ -16,9 +18,11 @@ from pipedeck.backends.result import RankTime, RequestRecord, RunResult, Span
 from pipedeck.backends.sim import SimBackend
 from pipedeck.scenarios import Scenario, load_scenario
 from pipedeck.store import RunStore
+from pipedeck.tuner.study import Progress, TrialSummary, TuneOutcome
 
 QWEN = ServingConfig(model="qwen2.5-14b", hardware="a100-40g-pcie", tp=2, pp=2)
 SIZE = (100, 30)
+SMALL = (80, 24)  # the smallest terminal the console is made for
 POLL_S = 0.2  # between checks: each pause repaints the screen, which takes the GIL from the workers
 
 
@@ -42,6 +46,34 @@ def store_runs(db: Path) -> list[int]:
     with RunStore.open(db) as store:
         return [store.save_run(SimBackend().run(scenario, QWEN.replace(mode=mode), num_requests=8))
                 for mode in ("cpp", "vpp")]
+
+
+def screen_lines(app: App) -> list[str]:
+    """The screen as the terminal shows it, one string per row, notifications and dialogs included."""
+    return [strip.text for strip in app.screen._compositor.render_strips()]
+
+
+def text_in(app: App, region: Region) -> str:
+    """What the screen shows inside `region`, its rows joined by newlines."""
+    return "\n".join(line[region.x:region.right] for line in screen_lines(app)[region.y:region.bottom])
+
+
+def cells(app: App, region: Region) -> list[tuple[str, Style]]:
+    """Every cell the screen shows inside `region`: its character and its style."""
+    shown = []
+    for strip in app.screen._compositor.render_strips()[region.y:region.bottom]:
+        for segment in strip.crop(region.x, region.right):
+            shown += [(char, segment.style or Style()) for char in segment.text]
+    return shown
+
+
+def contrast(first: tuple[int, int, int], second: tuple[int, int, int]) -> float:
+    """The WCAG 2 contrast ratio of two sRGB colours (1 to 21)."""
+    def luminance(rgb: tuple[int, int, int]) -> float:
+        linear = [c / 255 / 12.92 if c <= 10 else ((c / 255 + 0.055) / 1.055) ** 2.4 for c in rgb]
+        return 0.2126 * linear[0] + 0.7152 * linear[1] + 0.0722 * linear[2]
+    lighter, darker = sorted((luminance(first), luminance(second)), reverse=True)
+    return (lighter + 0.05) / (darker + 0.05)
 
 
 def notifications(app: App) -> list[tuple[str, str]]:
@@ -91,3 +123,24 @@ class ScriptedBackend:
             if observer.should_stop():
                 raise RunCancelled()
         return result
+
+
+FAKE_TRIALS = ((0, "COMPLETE", 0, 7.18), (1, "COMPLETE", 24576, 10.7), (2, "PRUNED", 40960, None),
+               (3, "COMPLETE", 16384, 8.02))  # number, state, chunk (0: the config's), goodput
+
+
+def fake_study(spec, db, jobs=1, on_progress=None, stop_requested=None) -> TuneOutcome:  # noqa: ANN001
+    """Stands in for run_study: stores four fixed trials of QWEN (chunks and goodputs above) and reports them."""
+    resolved = QWEN.resolve()
+    trials = [(n, state, resolved.replace(chunk=chunk) if chunk else resolved, value)
+              for n, state, chunk, value in FAKE_TRIALS]
+    with RunStore.open(db) as store:
+        store.save_study(spec.study, scenario=spec.scenario, objective=spec.objective, slo={},
+                         settings=spec.settings(), storage=spec.storage)
+        for number, state, config, value in trials:
+            metrics = {"goodput_rps": value, "attainment": 0.9, "ttft_p90_s": 1.8, "tpot_p90_s": 0.12} if value else {}
+            store.save_trial(spec.study, number, state=state, params={"chunk": config.chunk},
+                             config=config.to_dict(), metrics=metrics, objective=value, duration_s=1.0)
+    on_progress(Progress(4, spec.trials, 10.7, 1, 0))
+    summary = {n: TrialSummary(n, c.to_dict(), {}, v) for n, _, c, v in trials}
+    return TuneOutcome(spec.study, "maximize", 4, summary[1], summary[0], None, None, False)

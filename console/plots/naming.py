@@ -64,6 +64,9 @@ def differing(results: Sequence[RunResult]) -> list[tuple[str, list[str | None]]
     return found
 
 
+LEGEND_SEPARATOR = " · "  # between a run's name and each setting that sets it apart
+
+
 def legend_names(ids: Sequence[int], results: Sequence[RunResult], labels: Sequence[str | None]) -> list[str]:
     """`run <id> [<backend>] [<label>] · <setting> · ...`: each run with the settings that differ among them.
 
@@ -77,7 +80,7 @@ def legend_names(ids: Sequence[int], results: Sequence[RunResult], labels: Seque
         mine = [values[index] or f"no {name}" for name, values in parts]
         if len(mine) > MAX_PARTS:
             mine = [*mine[:MAX_PARTS], f"+{len(mine) - MAX_PARTS} more"]
-        names.append(" · ".join([base, *mine]))
+        names.append(LEGEND_SEPARATOR.join([base, *mine]))
     return names
 
 

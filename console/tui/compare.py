@@ -12,6 +12,7 @@ from textual.containers import Vertical
 from textual.screen import ModalScreen
 from textual.widgets import DataTable, Footer, Static
 
+from ..plots.naming import LEGEND_SEPARATOR
 from ..plots.table import PLAIN, Cell
 from .view import shown_path
 
@@ -49,10 +50,12 @@ class CompareScreen(ModalScreen[None]):
         self.warnings, self.notes = warnings or [], notes or []
 
     def compose(self) -> ComposeResult:
+        # a column is headed by its run alone; what tells the runs apart goes above the table, where it wraps
+        legends = [Text(name, style="dim") for name in self.names if LEGEND_SEPARATOR in name]
         with Vertical(id="compare-panel", classes="panel"):
-            if self.warnings or self.notes:
+            if self.warnings or self.notes or legends:
                 yield Static(Text("\n").join([*(Text(f"warning: {w}", style="bold yellow") for w in self.warnings),
-                                               *(Text(n) for n in self.notes)]), id="compare-notes")
+                                               *(Text(n) for n in self.notes), *legends]), id="compare-notes")
             yield DataTable(id="compare-table", cursor_type="row", zebra_stripes=True)
             yield Static(Text(f"report: {shown_path(self.report)}   o opens it in a browser, esc closes"),
                          id="compare-report")
@@ -62,11 +65,11 @@ class CompareScreen(ModalScreen[None]):
         self.query_one("#compare-panel").border_title = ("comparison (deltas against the first run of the same "
                                                          "scenario and rate; green is better)")
         table = self.query_one(DataTable)
-        table.add_columns("metric", *self.names)
+        table.add_columns("metric", *(name.split(LEGEND_SEPARATOR)[0] for name in self.names))
         for index, label in enumerate(self.rows):
             table.add_row(label, *(Text(column[index].text, style="" if column[index].colour == PLAIN
                                         else column[index].colour) for column in self.cells))
 
     def action_open(self) -> None:
         """Open the HTML report in a graphical browser, or say there is none."""
-        self.notify(open_report(self.report), timeout=6, markup=False)
+        self.query_one("#compare-report", Static).update(Text(open_report(self.report)))

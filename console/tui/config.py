@@ -71,7 +71,7 @@ class ConfigScreen(View):
             yield Button("Tune", id="tune", variant="primary", compact=True)
             yield Input(placeholder="name", compact=True, id="config-name")
             yield Button("Save", id="save", compact=True)
-            yield Select([], prompt="load a named config or a run", compact=True, id="load")
+            yield Select([], prompt="load config or run", compact=True, id="load")
 
     def on_mount(self) -> None:
         self.query_one("#form").border_title = "serving config (fields of other modes hidden)"

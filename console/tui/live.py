@@ -5,12 +5,14 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
+from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 from textual import on, work
 from textual.app import ComposeResult, SystemCommand
 from textual.binding import Binding
 from textual.containers import Grid, Horizontal, Vertical
+from textual.widget import Widget
 from textual.widgets import Button, Input, Label, Select, Sparkline, Static
 from textual.worker import Worker, get_current_worker
 
@@ -20,14 +22,14 @@ from ...backends.live.launcher import Server, start_server
 from ...backends.registry import BACKENDS, backend_entry, make_backend
 from ...backends.result import RunResult
 from ...scenarios import Scenario, catalog, load_scenario
-from ...store import StoreError
+from ...store import ConfigRow, RunRow, StoreError
 from ...tuner.slo import SLO, SLOError, parse_slo
 from ...tuner.study import open_store
 from .livestats import PERCENTILES, LiveStats
 from .messages import RunFailed, RunFinished, RunProgress, RunStarted, RunStopped, StoreListed
 from .pacing import PacedObserver
 from .sources import FORM, describe, load_source, source_options
-from .view import DEFAULT_SLO, View, one_line, shown_path, typed_number
+from .view import DEFAULT_SLO, View, offer, one_line, shown_path, typed_number
 from .widgets import PipelineStrip
 
 SPEEDS = (("0.5x", "0.5"), ("1x", "1"), ("2x", "2"), ("5x", "5"), ("10x", "10"), ("max", "max"))
@@ -38,8 +40,9 @@ PROGRESS_ROWS = (("running", "running"), ("waiting", "waiting"), ("throughput", 
                  ("kv", "KV cache"))
 ATTACH = "attach"  # the server picker's value for "a server already running at the endpoint"
 SERVE_LOG = "pipedeck-serve.log"  # a server the console launches logs here, beside the run store
-STRIP_KEY = "digit: virtual stage · colour: request · grey: decode · ─ transfer · blank: bubble"
+STRIP_KEY = "digit: stage · colour: request · grey: decode · ─ transfer · blank: bubble"  # fits 80 columns
 NO_TIMELINE = "no per-rank timeline: a live server shows progress and latency only"
+JOB_CONTROLS = ("backend", "speed", "scenario", "requests", "scenario-file", "rate", "config", "server", "target")
 
 
 @dataclass(frozen=True)
@@ -63,36 +66,46 @@ class LiveJob:
 
 
 def seconds(value: float) -> str:
-    """A latency with a unit that keeps three digits: 1.23 s, 45.6 ms."""
-    return f"{value:.3g} s" if value >= 1 else f"{value * 1e3:.3g} ms"
+    """A latency with a unit that keeps three digits: 45.6 ms, 1.23 s, 123 s (1,234 s, never 1.23e+03 s)."""
+    if value < 1:
+        return f"{value * 1e3:.3g} ms"
+    return f"{value:.3g} s" if value < 1000 else f"{value:,.0f} s"
 
 
-def latency_table(stats: LiveStats | None, slo: SLO | None) -> Table:
-    """TTFT and TPOT P50/P90/P99 so far against the SLO: the limit's percentile green when met, red when not."""
-    table = Table(box=None, padding=(0, 1), expand=True)
-    table.add_column("", min_width=4, no_wrap=True)
-    for header in ("P50", "P90", "P99", "SLO"):
-        table.add_column(header, justify="right", no_wrap=True)
+def latency_table(stats: LiveStats | None, slo: SLO | None) -> Group:
+    """TTFT and TPOT P50/P90/P99 so far, then a line per SLO limit saying whether it holds.
+
+    The limit's percentile is green when met and red when not. The verdicts sit under the table, not in a
+    column beside it, so that every figure fits in half of an 80-column terminal.
+    """
+    table = Table(box=None, padding=(0, 0, 0, 2), pad_edge=False, expand=False)
+    table.add_column("", no_wrap=True)
+    for pct in PERCENTILES:
+        table.add_column(f"P{pct:g}", justify="right", no_wrap=True)
+    lines: list[Text] = []
     limits = {limit.metric: limit for limit in slo.limits} if slo else {}
     for metric in ("ttft", "tpot"):
         values = stats.latency(metric) if stats else None
         absent = "n/a" if stats is not None and stats.done and not values else "-"  # finished, none decoded: no TPOT
         cells = [Text(seconds(v)) for v in values] if values else [Text(absent) for _ in PERCENTILES]
         limit = limits.get(metric)
-        verdict = Text("-" if limit is None else f"P{limit.percentile:g} ≤ {seconds(limit.limit_s)}")
-        if limit is not None and absent == "n/a":
-            verdict = Text("n/a (one-token outputs)", style="dim")
-        if limit is not None and stats is not None and values:
-            actual = stats.percentile(metric, limit.percentile)
-            met = actual <= limit.limit_s
-            style = "bold green" if met else "bold red"
-            verdict = Text(f"{'≤' if met else '>'} {seconds(limit.limit_s)} {'pass' if met else 'FAIL'}", style=style)
-            if limit.percentile in PERCENTILES:
-                cells[PERCENTILES.index(limit.percentile)].stylize(style)
-            else:
-                verdict = Text(f"P{limit.percentile:g} {seconds(actual)} ", style=style) + verdict
-        table.add_row(metric.upper(), *cells, verdict)
-    return table
+        if limit is not None:
+            line = Text(f"SLO {metric.upper()} P{limit.percentile:g} ≤ {seconds(limit.limit_s)}")
+            if absent == "n/a":
+                line.append(": n/a (one-token outputs)", style="dim")
+            elif stats is not None and values:
+                actual = stats.percentile(metric, limit.percentile)
+                met = actual <= limit.limit_s
+                style = "bold green" if met else "bold red"
+                if limit.percentile in PERCENTILES:
+                    cells[PERCENTILES.index(limit.percentile)].stylize(style)
+                    line.append(": ")
+                else:  # a percentile the table has no column for: its value, here
+                    line.append(": ").append(f"{seconds(actual)} ", style=style)
+                line.append("pass" if met else "FAIL", style=style)
+            lines.append(line)
+        table.add_row(metric.upper(), *cells)
+    return Group(table, *(lines or [Text("no SLO: type one in the SLO field", style="dim")]))
 
 
 def known(value: float | None, show: Callable[[float], str]) -> str:
@@ -126,15 +139,17 @@ class LiveScreen(View):
         self.slo: SLO | None = parse_slo(DEFAULT_SLO)
         self.window = WINDOWS_S.index(5.0)
         self.worker: Worker[None] | None = None
-        self.running = ""  # what the status line says while a run goes
+        self.running = ""  # what the status line says while a run goes (the locked controls show its config)
+        self.named: list[ConfigRow] = []  # the store's named configs and runs, as last listed
+        self.stored: list[RunRow] = []
 
     def body(self) -> ComposeResult:
         with Grid(id="live-controls", classes="controls"):
             yield Label("backend")
             yield Select([(f"{e.name}: {e.title}", e.name) for e in BACKENDS.values()], value="sim",
                          allow_blank=False, compact=True, id="backend")
-            yield Label("rate")
-            yield Input(placeholder="scenario's (req/s)", compact=True, id="rate")
+            yield Label("speed")
+            yield Select(SPEEDS, value="1", allow_blank=False, compact=True, id="speed")
             yield Label("scenario")
             yield Select([(name, name) for name in catalog()], value=LIVE_SCENARIO, allow_blank=False,
                          compact=True, id="scenario")
@@ -142,9 +157,9 @@ class LiveScreen(View):
             yield Input(placeholder="scenario's", compact=True, id="requests")
             yield Label("or file")
             yield Input(placeholder=".toml, .csv or .jsonl scenario", compact=True, id="scenario-file")
-            yield Label("speed")
-            yield Select(SPEEDS, value="1", allow_blank=False, compact=True, id="speed")
-            yield Label("config")
+            yield Label("rate")
+            yield Input(placeholder="scenario's (req/s)", compact=True, id="rate")
+            yield Label("config")  # the whole row: a config's label is long, and it must show what Config handed over
             yield Select([(f"form: {describe(self.session.config)}", FORM)], value=FORM, allow_blank=False,
                          compact=True, id="config")
             yield Label("SLO")
@@ -191,15 +206,16 @@ class LiveScreen(View):
         yield SystemCommand("Stop run", "Cancel the running run (nothing is stored)", self.action_stop)
 
     def use_form(self) -> None:
-        """Pick the Config form's config for the next run (its label is refreshed when the view resumes)."""
-        self.query_one("#config", Select).value = FORM
+        """Pick the Config form's config for the next run, its label showing that config at once."""
+        self._offer_sources(FORM)
 
     def on_store_listed(self, message: StoreListed) -> None:
-        select = self.query_one("#config", Select)
-        chosen = select.value
-        options = source_options(self.session.config, message.configs, message.runs)
-        select.set_options(options)
-        select.value = chosen if any(value == chosen for _, value in options) else FORM
+        self.named, self.stored = message.configs, message.runs
+        self._offer_sources(str(self.query_one("#config", Select).value))
+
+    def _offer_sources(self, chosen: str) -> None:
+        """Offer the form's config (as it is now), the named configs and the newest runs; keep `chosen` if offered."""
+        offer(self.query_one("#config", Select), source_options(self.session.config, self.named, self.stored), chosen)
 
     # -- starting and stopping ------------------------------------------------------
 
@@ -213,8 +229,7 @@ class LiveScreen(View):
             self.error(one_line(err))
             return
         self.stats = None
-        self.query_one("#start", Button).disabled = True
-        self.query_one("#stop", Button).disabled = False
+        self._lock(True)
         self._status(f"starting {job.scenario.name}...")
         self.worker = self._run(job)
 
@@ -264,7 +279,7 @@ class LiveScreen(View):
                     server = start_server(config, job.server, job.target, log, cancelled=cancelled.is_set)
                 options["endpoint"] = server.url if server else job.target
             ranks = config.pp if backend_entry(job.backend).capabilities.timeline else 0  # strip rows
-            self.post_message(RunStarted(job.scenario.name, describe(config), ranks, job.total))
+            self.post_message(RunStarted(job.scenario.name, ranks, job.total))
             result = make_backend(job.backend, **options).run(job.scenario, config, rate=job.rate, seed=job.seed,
                                                               num_requests=job.requests, observer=observer,
                                                               timeline=True)
@@ -291,7 +306,7 @@ class LiveScreen(View):
 
     def on_run_started(self, message: RunStarted) -> None:
         self.stats = LiveStats(message.ranks, message.total)
-        self.running = f"running {message.scenario} on {message.config}"
+        self.running = f"running {message.scenario}"
         self._status(self.running)
 
     def on_run_progress(self, message: RunProgress) -> None:
@@ -306,7 +321,6 @@ class LiveScreen(View):
             self.stats.finish(message.result)
             self._show()
         self._ended(f"stored run {message.run_id}: {finished(message.result, self._clock())}")
-        self.notify(f"stored run {message.run_id}", timeout=4)
 
     def on_run_stopped(self, message: RunStopped) -> None:
         self._ended(f"cancelled at {message.at_s:.4g} s {self._clock()}; nothing stored")
@@ -317,10 +331,27 @@ class LiveScreen(View):
 
     def _ended(self, status: str) -> None:
         self.worker = None
-        self.query_one("#start", Button).disabled = False
-        self.query_one("#stop", Button).disabled = True
+        self._lock(False)
         self._status(status)
         self.list_store()
+
+    def _lock(self, running: bool) -> None:
+        """While a run goes, its controls keep showing what it runs (the SLO stays editable) and Stop is offered.
+
+        Focus on a control that goes off moves to the button that comes on, not on to the next control: that
+        could be a text field, which would swallow the next key (x, s, 2 ...).
+        """
+        controls = [self.query_one(f"#{name}", Widget) for name in JOB_CONTROLS]
+        start, stop = self.query_one("#start", Button), self.query_one("#stop", Button)
+        on, off = (stop, start) if running else (start, stop)
+        on.disabled = False
+        if self.focused in (*controls, off):
+            on.focus()
+        off.disabled = True
+        for control in controls:
+            control.disabled = running
+        if not running:
+            self._backend_chosen()  # the speed picker stays off for a backend that keeps its own time
 
     @on(Button.Pressed, "#start")
     def _start_pressed(self) -> None:

@@ -20,7 +20,6 @@ class RunStarted(Message):
     """A Live run's config resolved and its backend started."""
 
     scenario: str
-    config: str  # the config on one line
     ranks: int
     total: int  # requests in the workload
 

@@ -21,8 +21,10 @@ from .compare import CompareScreen, open_report
 from .messages import Compared, StoreListed, WorkFailed
 from .view import View, one_line, shown_path
 
-RUN_COLUMNS = ("", "id", "created", "scenario", "model", "config", "TTFT p90", "TPOT p90", "bubble", "label")
-STUDY_COLUMNS = ("study", "scenario", "objective", "trials", "complete", "created")
+# Figures before free text, so that at 80 columns they are in view and the table scrolls sideways for names.
+RUN_COLUMNS = ("", "id", "scenario", "config", "TTFT p90", "TPOT p90", "bubble", "model", "created", "label")
+RUN_ORDER = (0, 2, 4, 5, 6, 7, 3, 1, 8)  # row_cells (`pipedeck runs` order) -> RUN_COLUMNS after the mark
+STUDY_COLUMNS = ("trials", "complete", "objective", "scenario", "created", "study")
 
 
 def matches(words: list[str], cells: Iterable[str]) -> bool:
@@ -32,9 +34,9 @@ def matches(words: list[str], cells: Iterable[str]) -> bool:
 
 
 def study_cells(study: StudyRow) -> tuple[str, ...]:
-    """A study as text cells: name, scenario, objective, trials, completed trials, created."""
-    return (study.name, study.scenario or "", study.objective or "", str(study.trials), str(study.completed),
-            local_time(study.created_at))
+    """A study as text cells: trials, completed trials, objective, scenario, created, name."""
+    return (str(study.trials), str(study.completed), study.objective or "", study.scenario or "",
+            local_time(study.created_at), study.name)
 
 
 class RunsScreen(View):
@@ -56,14 +58,14 @@ class RunsScreen(View):
     def body(self) -> ComposeResult:
         with Horizontal(classes="actions", id="runs-top"):
             yield Label("filter")
-            yield Input(placeholder="words in id, scenario, model, mode, label or study", compact=True, id="filter")
+            yield Input(placeholder="words a run or study must contain", compact=True, id="filter")
             yield Static("", id="runs-count")
         yield DataTable(id="runs-table", cursor_type="row", zebra_stripes=True, classes="panel")
         yield DataTable(id="studies-table", cursor_type="row", zebra_stripes=True, classes="panel")
         with Horizontal(classes="actions"):
             yield Button("Compare", id="compare", variant="primary", compact=True)
             yield Button("Open report", id="open", compact=True)
-            yield Static("select two or more runs (space or click), then Compare (c)", id="report")
+            yield Static("select 2+ runs (space or click), then Compare (c)", id="report")
 
     def on_mount(self) -> None:
         runs, studies = self.query_one("#runs-table", DataTable), self.query_one("#studies-table", DataTable)
@@ -107,7 +109,7 @@ class RunsScreen(View):
         if self.report is None:
             self.error("no report yet: compare two or more runs first")
             return
-        self.notify(open_report(self.report), timeout=6, markup=False)
+        self._status(open_report(self.report))
 
     def action_filter(self) -> None:
         """Type a filter."""
@@ -169,8 +171,8 @@ class RunsScreen(View):
                                            message.warnings, message.notes))
 
     def on_work_failed(self, message: WorkFailed) -> None:
+        """Say it in the status line too; View's handler (called after this one) shows the error."""
         self._status(f"failed: {message.error}")
-        self.error(message.error)
 
     # -- drawing --------------------------------------------------------------------------------
 
@@ -191,7 +193,7 @@ class RunsScreen(View):
             cells = row_cells(row)
             if matches(words, (*cells, row.study or "")):
                 mark = f"✓{self.selected.index(row.id) + 1}" if row.id in self.selected else ""
-                runs.add_row(mark, *cells, key=str(row.id))
+                runs.add_row(mark, *(cells[i] for i in RUN_ORDER), key=str(row.id))
                 shown += 1
         runs.move_cursor(row=min(cursor, max(0, shown - 1)))
         studies = self.query_one("#studies-table", DataTable)

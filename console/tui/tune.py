@@ -43,19 +43,27 @@ from .widgets import TrialChart
 SHOWN_PARAMS = ("tp", "pp", "mode", "chunk", "layer-split")  # trial parameters (--fix names) with their own columns
 STATES = {"COMPLETE": "done", "PRUNED": "pruned", "FAIL": "failed", "RUNNING": "running", "WAITING": "queued"}
 ALIASES = {"num_requests": "requests"}
+TRIAL_COLUMNS = ("#", "state", "{unit}", "tp×pp", "chunk", "mode", "layer split", "knobs")
+
+
+def objective_unit(objective: str) -> str:
+    """The unit the trials table's objective column heads: req/s, s mean TTFT, tok/s."""
+    return value_text(objective, 0.0).partition(" ")[2]
 
 
 def trial_cells(trial: TrialRow, objective: str) -> tuple[str, ...]:
-    """A trial as table cells: number, state, objective, mode, tp x pp, chunk, layer split, other parameters."""
-    value = "-" if trial.objective is None or trial.state != "COMPLETE" else value_text(objective, trial.objective)
+    """A trial as table cells, figures first: number, state, objective (its unit in the header), tp x pp, chunk,
+    mode, layer split, and its other parameters by their --fix names."""
+    value = "-" if trial.objective is None or trial.state != "COMPLETE" else \
+        value_text(objective, trial.objective).partition(" ")[0]
     other = " ".join(f"{k}={_setting(v)}" for k, v in trial.params.items() if k not in SHOWN_PARAMS)
     # a trial whose config could not run has only its parameters
     known = {**{k.replace("-", "_"): v for k, v in trial.params.items()}, **(trial.config or {})}
     split = known.get("layer_split")
-    return (str(trial.number), STATES.get(trial.state, trial.state.lower()), value, str(known.get("mode", "-")),
+    return (str(trial.number), STATES.get(trial.state, trial.state.lower()), value,
             f"{known['tp']}×{known['pp']}" if "tp" in known and "pp" in known else "-",
-            format_tokens(int(known["chunk"])) if "chunk" in known else "-",
-            ",".join(map(str, split)) if isinstance(split, list) else str(split or "-"), other)
+            format_tokens(int(known["chunk"])) if "chunk" in known else "-", str(known.get("mode", "-")),
+            ",".join(map(str, split)) if isinstance(split, list) else str(split or "-"), other or "-")
 
 
 def _setting(value: object) -> str:
@@ -73,22 +81,24 @@ def engine_for(mode: str, preferred: str) -> str:
 
 
 def best_text(trial: TrialRow | None, objective: str, ratio: float | None) -> Text:
-    """The best trial so far, its config and latencies, and (when known) how it compares with the default."""
+    """The best trial so far, how it compares with the default (when known), its config and latencies, then its
+    other knobs: the most telling first, since a short panel shows the rest by scrolling."""
     if trial is None or trial.objective is None:
         return Text("no completed trial yet", style="dim")
     config, metrics = trial.config or {}, trial.metrics or {}
     text = Text.assemble((f"trial {trial.number}: ", "bold"), (value_text(objective, trial.objective), "bold green"))
+    if ratio is not None:
+        text.append(f"\n{ratio:.2f}x the default config", style="bold")
     split = ",".join(map(str, config.get("layer_split") or ()))
     text.append(f"\n{config.get('mode')} {config.get('tp')}×{config.get('pp')} chunk "
                 f"{format_tokens(int(config.get('chunk', 0)))}\nsplit {split}")
-    if config:
-        text.append("\n" + ", ".join(knob_settings(config)), style="dim")
     for key, label, fmt in (("attainment", "attainment", "{:.1%}"), ("ttft_p90_s", "TTFT P90", "{:.3g} s"),
                             ("tpot_p90_s", "TPOT P90", "{:.3g} s")):
         if key in metrics:
             text.append(f"\n{label} {'n/a' if metrics[key] is None else fmt.format(metrics[key])}")
-    if ratio is not None:
-        text.append(f"\n{ratio:.2f}x the default config", style="bold")
+    knobs = knob_settings(config) if config else []
+    if knobs:
+        text.append("\n" + " ".join(knobs), style="dim")  # spaces, not commas: it wraps between knobs
     return text
 
 
@@ -155,8 +165,7 @@ class TuneScreen(View):
             yield Static("", id="export-status")
 
     def on_mount(self) -> None:
-        table = self.query_one(DataTable)
-        table.add_columns("#", "state", "objective", "mode", "tp×pp", "chunk", "layer split", "other")
+        self._trial_columns()
         self.query_one("#trials-table").border_title = "trials"
         self.query_one("#best").border_title = "best so far"
         self.query_one("#chart").border_title = "objective by trial"
@@ -191,8 +200,8 @@ class TuneScreen(View):
                 self._invalid(err)
                 return
             self.trials, self.best = {}, None
-            self.query_one(DataTable).clear()
             self._launch(spec, resume=True)
+            self._trial_columns()
 
     def action_pause(self) -> None:
         """Stop starting trials; the trial in progress is abandoned and retried when the study resumes."""
@@ -334,7 +343,6 @@ class TuneScreen(View):
         runs = "" if outcome.best_run_id is None else \
             f"; stored runs best {outcome.best_run_id}, default {outcome.default_run_id}"
         self._status(f"finished: {outcome.trials} trials{runs}")
-        self.notify(f"study {outcome.study} finished", timeout=4, markup=False)
 
     def on_tune_failed(self, message: TuneFailed) -> None:
         self.spec = None
@@ -346,7 +354,10 @@ class TuneScreen(View):
         folder = shown_path(message.paths[0].parent)
         self.query_one("#export-status", Static).update(
             Text(f"wrote {folder}/: {', '.join(p.name for p in message.paths)}"))
-        self.notify(f"exported {len(message.paths)} files", timeout=4)
+
+    def on_work_failed(self, message: WorkFailed) -> None:
+        """Only an export fails so here; View's handler (called after this one) shows why."""
+        self.query_one("#export-status", Static).update(Text("not exported: see the message", style="bold red"))
 
     # -- drawing ------------------------------------------------------------------------------
 
@@ -364,6 +375,12 @@ class TuneScreen(View):
         points = [(n, t.objective if t.state == "COMPLETE" else None) for n, t in sorted(self.trials.items())]
         self.query_one(TrialChart).show(points, self.best)
 
+    def _trial_columns(self) -> None:
+        """Empty the trials table and head its columns, the objective's with its unit."""
+        table = self.query_one(DataTable)
+        table.clear(columns=True)
+        table.add_columns(*(name.format(unit=objective_unit(self._objective)) for name in TRIAL_COLUMNS))
+
     def _set_phase(self, phase: str) -> None:
         self.phase = phase
         start = self.query_one("#start", Button)
@@ -376,4 +393,5 @@ class TuneScreen(View):
 
     def _status(self, text: str) -> None:
         self.query_one("#tune-status", Static).update(Text(text))
+
 

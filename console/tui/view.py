@@ -82,7 +82,12 @@ class View(Screen[None]):
         self.set_focus(None)
 
     def error(self, message: str) -> None:
-        """Show an error as a notification (never markup: messages quote paths and brackets)."""
+        """Show an error as a notification in place of any other (never markup: messages quote paths and brackets).
+
+        One at a time: notifications sit over the settings at the top right, and a stack of them would reach down
+        over the view's results.
+        """
+        self.app.clear_notifications()
         self.notify(message, severity="error", timeout=8, markup=False)
 
     @work(thread=True, exclusive=True, group="store-list")
@@ -105,6 +110,17 @@ def choose(select: Select, choices: Sequence[str], value: str) -> None:
     if value not in choices:
         select.set_options([(choice, choice) for choice in (*choices, value)])
     select.value = value
+
+
+def offer(select: Select, options: Sequence[tuple[str, str]], value: str) -> None:
+    """Replace a picker's choices and pick `value` (the first choice when it is gone), showing its label as it is now.
+
+    A Select redraws its label only when its value changes, so a choice whose label changed under the same
+    value (the Config form's config, edited) would keep showing the old label.
+    """
+    select.set_options(options)
+    select.value = value if any(v == value for _, v in options) else options[0][1]
+    select.mutate_reactive(Select.value)
 
 
 def one_line(err: BaseException) -> str:
