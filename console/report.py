@@ -11,7 +11,7 @@ from ..store import RunStore, StudyRow, TrialRow
 from ..tuner.confidence import interval_text
 from ..tuner.objective import OBJECTIVES
 from ..tuner.verdict import Verdict, stored_verdict
-from ..tuner.study import open_storage
+from ..tuner.storage import open_storage
 from .options import check_writable
 from .plots import (
     Section,

@@ -16,7 +16,9 @@ from ..backends.tokens import format_tokens
 from ..store import RunStore, default_db_path
 from ..tuner.objective import OBJECTIVES, TuneSpec
 from ..tuner.space import knob_settings
-from ..tuner.study import SAMPLERS, TuneOutcome, open_store, run_study
+from ..tuner.study import TuneOutcome, open_store, run_study
+from ..tuner.storage import GRACE_BEATS, HEARTBEAT_S, shown
+from ..tuner.workers import SAMPLERS
 from .confirm import (LivePlan, confirm_json, interrupted_by_signals, live_plan, print_live, run_confirm,
                       server_errors, server_options)
 from .export import export_best
@@ -44,7 +46,12 @@ from .tunespec import DEFAULT_REPEATS, DEFAULT_SCENARIO, TuneInputError, TuneInp
               help="Backend every trial runs on (live: a server launched per trial, see --launch).")
 @server_options
 @click.option("--study", default=None, help="Study name; running again resumes it (default: from the settings).")
-@click.option("--storage", default=None, help="Optuna storage: a journal file (default beside --db) or an RDB URL.")
+@click.option("--storage", default=None,
+              help="Optuna storage: a journal file (default beside --db), sqlite:///FILE, or postgresql://USER@HOST/DB "
+                   "shared by workers on several hosts.")
+@click.option("--heartbeat", type=int, default=HEARTBEAT_S, show_default=True,
+              help="On a database storage: seconds between a running trial's heartbeats; a trial whose worker "
+                   f"misses {GRACE_BEATS} is failed and retried by another worker.")
 @click.option("--sampler", type=click.Choice(SAMPLERS), default="tpe", show_default=True)
 @click.option("--db", default=None, help="Run store file (default: pipedeck.duckdb or $PIPEDECK_DB).")
 @click.option("--export", "export_dir", default=None, help="Also write the best config's deployable files here.")
@@ -94,7 +101,7 @@ def _spec_from_options(opts: dict[str, object], live: LivePlan) -> tuple[TuneSpe
         sampler=str(opts["sampler"]), seed=int(opts["seed"]), rate=opts["rate"], requests=opts["num_requests"],
         engine=_export_engine(opts, str(opts["hardware"])) or live.engine, backend=str(opts["backend"]),
         backend_options=live.trial_options,
-        repeats=_repeats(opts))
+        repeats=_repeats(opts), heartbeat_s=int(opts["heartbeat"]))
     try:
         spec = build_spec(inputs, str(opts["db"]))
     except TuneInputError as err:
@@ -208,7 +215,7 @@ def _trial_json(trial, ci: dict[str, object] | None = None) -> dict[str, object]
 
 def _outcome_json(spec: TuneSpec, outcome: TuneOutcome, exported: list) -> dict[str, object]:
     return {"study": outcome.study, "trials": outcome.trials, "objective": spec.objective, "slo": spec.slo,
-            "scenario": spec.scenario, "devices": spec.devices, "storage": spec.storage,
+            "scenario": spec.scenario, "devices": spec.devices, "storage": shown(spec.storage),
             "baseline_engine": spec.engine, "precision": spec.precision,
             "best": _trial_json(outcome.best, outcome.best_ci), "default": _trial_json(outcome.default, outcome.default_ci),
             "ties": [_trial_json(t) for t in outcome.ties], "inert": list(outcome.inert),
