@@ -162,6 +162,16 @@ def test_each_host_keeps_the_whole_study_in_its_own_run_store(shared):
     assert len(best) == 1 and len(set(intervals)) == 1  # one verdict; the interval measured once, shared
 
 
+def test_report_from_a_host_that_ran_no_worker(shared, tmp_path, capsys):
+    page, db = tmp_path / "report.html", tmp_path / "elsewhere.duckdb"
+    assert run_cli(cli, ["report", "--study", "S", "--storage", shared.url, "--db", str(db), "--out", str(page)]) == 0
+    text = page.read_text()
+    assert "Optuna storage: postgresql://pipedeck:***@127.0.0.1" in text and "tuning-secret" not in text
+    with RunStore.open(db, read_only=True) as store:
+        assert {t.number for t in store.trials("S")} == {t.number for t in shared.study.trials
+                                                         if t.state in (*FINISHED, TrialState.FAIL)}
+
+
 @pytest.mark.parametrize("database, password, message", [
     ("shared", "wrong", 'password authentication failed for user "pipedeck"'),
     ("nope", None, 'database "nope" does not exist'),

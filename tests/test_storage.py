@@ -5,6 +5,7 @@ Runs without PostgreSQL (tests/test_postgres.py has the real server's tests).
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import sys
@@ -16,6 +17,7 @@ from optuna.trial import TrialState
 
 from pipedeck.console.cli import cli
 from pipedeck.console.errors import run_cli
+from pipedeck.store import RunStore
 from pipedeck.tuner.objective import TuneSpec
 from pipedeck.tuner.space import parse_fixes
 from pipedeck.tuner.storage import open_storage
@@ -122,3 +124,21 @@ def test_workers_proposing_one_config_at_once_measure_it_once(tmp_path):
     assert repeats and all(t.user_attrs["duplicate_of"] == measured[0].number for t in repeats)
     assert all(t.value == measured[0].value for t in repeats if t.state == TrialState.COMPLETE)
     assert len({t.user_attrs["worker"]["number"] for t in study.trials}) == 3  # three seed streams
+
+
+def test_report_from_a_run_store_without_the_study_reads_its_storage(tmp_path, capsys):
+    db, elsewhere = tmp_path / "runs.duckdb", tmp_path / "elsewhere.duckdb"
+    assert run_cli(cli, ["tune", *SMALL, "--repeats", "1", "--study", "s", "--db", str(db), "--json"]) == 0
+    trials = json.loads(capsys.readouterr().out)["trials"]
+    page = tmp_path / "report.html"
+    journal = str(tmp_path / "runs.optuna.jsonl")
+    assert run_cli(cli, ["report", "--study", "s", "--db", str(elsewhere), "--out", str(page)]) == 2
+    assert run_cli(cli, ["report", "--study", "s", "--storage", journal, "--db", str(elsewhere),
+                         "--out", str(page)]) == 0
+    assert f"Optuna storage: {journal}" in page.read_text()
+    with RunStore.open(elsewhere, read_only=True) as store:
+        assert sum(t.state in ("COMPLETE", "PRUNED") for t in store.trials("s")) >= trials
+    capsys.readouterr()
+    assert run_cli(cli, ["report", "--study", "other", "--storage", journal, "--db", str(elsewhere),
+                         "--out", str(page)]) == 2
+    assert capsys.readouterr().err.strip() == f"pipedeck: error: study: no study 'other' in {journal}"

@@ -30,7 +30,7 @@ from .confidence import interval, separated
 from .objective import FINISHED, OBJECTIVE_LABELS, Evaluator, TuneSpec, search_precision, space_context
 from .slo import parse_slo
 from .space import default_params, foreign_params
-from .storage import locked, shown
+from .storage import locked, open_storage, shown
 from .verdict import Finished, decide
 from .workers import POLL_S, counted, storage_of, worker
 
@@ -184,6 +184,28 @@ class StoreSync:
                              metrics={**t.user_attrs.get("metrics", {}), **(extra_metrics or {})},
                              objective=t.value if t.state == TrialState.COMPLETE else None, duration_s=duration)
         self.synced.add(t.number)
+
+
+def pull_study(storage: str, name: str, db: str | Path) -> optuna.Study:
+    """Copy study `name` (its settings and every finished or failed trial) from its storage into this host's store.
+
+    For a host that shares the storage but ran none of the study's workers,
+    or to bring its copy up to date with the trials other hosts finished.
+    The storage must exist (storage.check_storage): opening a journal file
+    that does not would create it.
+    """
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    try:
+        study = optuna.load_study(study_name=name, storage=open_storage(storage))
+    except KeyError:
+        raise ConfigError(f"study: no study {name!r} in {shown(storage)}") from None
+    settings = study.user_attrs.get("pipedeck")
+    if settings is None:
+        raise ConfigError(f"study: {name!r} in {shown(storage)} was not made by pipedeck tune")
+    with open_store(db) as store:
+        save_study(store, name, settings, storage)
+    StoreSync(db, study)()
+    return study
 
 
 def run_study(spec: TuneSpec, db: str | Path, jobs: int = 1,
