@@ -25,6 +25,8 @@ from pipedeck.console.errors import run_cli
 from pipedeck.store import RunStore
 from pipedeck.tuner.storage import open_storage
 
+psycopg = pytest.importorskip("psycopg", reason="psycopg 3 is not installed (pip install 'pipedeck[postgres]')")
+
 SMALL = ["--model", "qwen2.5-14b", "--hardware", "a100-40g-pcie", "--devices", "4",
          "--scenario", "azure-conv", "--requests", "60", "--slo", "ttft=2s,tpot=200ms"]
 TRIALS, WORKERS, VICTIM = 9, 4, 1  # three survive the victim
@@ -66,6 +68,16 @@ def wait_until(condition, timeout_s: float, what: str) -> None:
         time.sleep(0.05)
 
 
+def study_created(url: str) -> bool:
+    """Whether study S and its settings are in the database, looked up without creating Optuna's tables."""
+    with psycopg.connect(url) as con:
+        try:
+            return con.execute("SELECT 1 FROM study_user_attributes a JOIN studies s USING (study_id) "
+                               "WHERE s.study_name = 'S' AND a.key = 'pipedeck'").fetchone() is not None
+        except psycopg.errors.UndefinedTable:
+            return False
+
+
 def measuring(study: optuna.Study, pid: int) -> list[FrozenTrial]:
     """The trials worker `pid` is measuring (their config sampled and claimed)."""
     return [t for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
@@ -90,9 +102,8 @@ def shared(postgres, tmp_path_factory) -> Shared:
         wait_until(lambda: all((folder / f"ready-{i}").exists() for i in workers), 120, "the workers to start")
         (folder / "go").touch()
         victim = workers[VICTIM]
+        wait_until(lambda: study_created(url), 60, "the workers to create the study")  # they alone make the tables
         optuna.logging.set_verbosity(optuna.logging.WARNING)
-        wait_until(lambda: "S" in {s.study_name for s in optuna.get_all_study_summaries(open_storage(url))}, 60,
-                   "the study")
         study = optuna.load_study(study_name="S", storage=open_storage(url))
         wait_until(lambda: counted(study) and measuring(study, victim.pid), 120,
                    "the victim to measure a trial after the first one finished")
