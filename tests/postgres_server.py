@@ -2,7 +2,7 @@
 
 PostgreSQL refuses to run as root: as root the server runs as the `postgres`
 user and its folder belongs to that user. Run this file to start one by hand
-(it prints the URL and waits for Ctrl-C).
+(it prints the URL and stops the server on Ctrl-C or SIGTERM).
 """
 
 from __future__ import annotations
@@ -93,12 +93,14 @@ class PostgresServer:
 
 
 if __name__ == "__main__":
+    import signal
+    import sys
+
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))  # stop the server on kill as on Ctrl-C
     server = PostgresServer()
     try:
         server.start()
         print(server.url("postgres"), flush=True)
-        import signal
-
         signal.pause()
     except KeyboardInterrupt:
         pass
