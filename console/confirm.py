@@ -32,7 +32,7 @@ from ..store import default_db_path
 from ..tuner.confirm import DEFAULT_TOP, ConfirmRow, confirm_study, ranks
 from ..tuner.objective import TuneSpec, space_context
 from ..tuner.space import default_params, knob_settings, suggest_config
-from ..tuner.study import open_storage
+from ..tuner.storage import open_storage
 from .output import output_console
 from .progress import make_progress
 from .tunespec import value_text

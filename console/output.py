@@ -17,13 +17,3 @@ def output_console(stderr: bool = False) -> Console:
     if stream.isatty() or os.environ.get("COLUMNS"):
         return Console(stderr=stderr)
     return Console(stderr=stderr, width=PIPE_WIDTH, soft_wrap=True)
-
-
-def display_storage(storage: str) -> str:
-    """An Optuna storage as it may be shown: a journal path as is, an RDB URL without its password."""
-    if "://" not in storage:
-        return storage
-    scheme, rest = storage.split("://", 1)
-    credentials, at, host = rest.rpartition("@")
-    user = credentials.split(":", 1)[0]
-    return f"{scheme}://{user}@{host}" if at else storage

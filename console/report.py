@@ -11,8 +11,9 @@ from ..store import RunStore, StudyRow, TrialRow
 from ..tuner.confidence import interval_text
 from ..tuner.objective import OBJECTIVES
 from ..tuner.verdict import Verdict, stored_verdict
-from ..tuner.study import open_storage
-from .options import check_writable
+from ..tuner.storage import open_storage, shown
+from ..tuner.study import pull_study
+from .options import check_existing_storage, check_writable
 from .plots import (
     Section,
     best_vs_default,
@@ -30,15 +31,22 @@ from .runs import READ_LOCK_WAIT_S, db_option, db_path, local_time
 @click.command()
 @click.option("--study", "name", required=True, help="The study's name (see `pipedeck tune`).")
 @click.option("--out", required=True, type=click.Path(dir_okay=False), help="The HTML file to write.")
+@click.option("--storage", default=None,
+              help="The study's Optuna storage (as tune's --storage): its trials, from every host, are copied into "
+                   "this host's run store first.")
 @db_option
 def report(name: str, **opts: object) -> None:
     """Report a tuning study: history, parameter importances, chunk against objective, best against default."""
     out = Path(str(opts["out"]))
     check_writable(str(out), "--out")
+    pulled = None
+    if opts["storage"]:
+        check_existing_storage(str(opts["storage"]))
+        pulled = pull_study(str(opts["storage"]), name, db_path(opts))
     with RunStore.open(db_path(opts), read_only=True, lock_timeout_s=READ_LOCK_WAIT_S) as store:
         row = store.get_study(name)
         trials = store.trials(name)
-    study, storage_note = load_optuna(row)
+    study, storage_note = (pulled, f"Optuna storage: {shown(str(opts['storage']))}") if pulled else load_optuna(row)
     out.write_text(page(f"pipedeck report: study {name}", _meta(row, trials, storage_note),
                         report_sections(row, trials, stored_verdict(row, trials), study)), encoding="utf-8")
     click.echo(f"wrote {out}")
@@ -56,10 +64,12 @@ def load_optuna(row: StudyRow) -> tuple[optuna.Study | None, str]:
         return None, f"Optuna storage {storage or '(none)'} is gone: the history is built from the run store"
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     try:
-        return optuna.load_study(study_name=row.name, storage=open_storage(storage)), f"Optuna storage: {storage}"
+        study = optuna.load_study(study_name=row.name, storage=open_storage(storage))
+        return study, f"Optuna storage: {shown(storage)}"
     except Exception as err:  # noqa: BLE001 - any storage failure falls back to the run store's copy of the trials
         reason = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-        return None, f"Optuna storage {storage} could not be read ({reason}): the history is built from the run store"
+        return None, (f"Optuna storage {shown(storage)} could not be read ({reason}): the history is built from the "
+                      "run store")
 
 
 def _meta(row: StudyRow, trials: list[TrialRow], storage_note: str) -> list[str]:

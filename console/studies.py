@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from pathlib import Path
 
 import click
 import optuna
@@ -13,9 +12,9 @@ from optuna.trial import TrialState
 
 from ..store import RunStore, StudyRow
 from ..tuner.objective import OBJECTIVES
-from ..tuner.study import open_storage
+from ..tuner.storage import open_storage, shown
 from ..tuner.verdict import stored_verdict
-from .output import display_storage
+from .options import check_existing_storage
 from .runs import READ_LOCK_WAIT_S, db_option, db_path
 from .tunespec import value_text
 
@@ -40,15 +39,14 @@ class StudyLine:
 @click.command()
 @db_option
 @click.option("--storage", default=None,
-              help="List the studies in this Optuna storage (an RDB URL or journal file) instead of the run store.")
+              help="List the studies in this Optuna storage (a journal file or a database URL) instead of the run store.")
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON list instead of a table.")
 def studies(**opts: object) -> None:
     """List tuning studies: name, storage, trials, best result and when, oldest first."""
     if opts["storage"]:
-        source = str(opts["storage"])
-        if "://" not in source and not Path(source).is_file():  # listing never creates a journal
-            raise click.BadParameter(f"no journal file {source}", param_hint="--storage")
-        lines = optuna_lines(source)
+        check_existing_storage(str(opts["storage"]))  # listing never creates a journal
+        source = shown(str(opts["storage"]))
+        lines = optuna_lines(str(opts["storage"]))
     else:
         path = db_path(opts)
         source = str(path)
@@ -85,7 +83,7 @@ def optuna_lines(url: str) -> list[StudyLine]:
         finished = [t for t in trials if t.state in (TrialState.COMPLETE, TrialState.PRUNED)]
         best = _best(study)
         done = [t.datetime_complete for t in finished if t.datetime_complete is not None]
-        lines.append(StudyLine(name=summary.study_name, storage=url,
+        lines.append(StudyLine(name=summary.study_name, storage=shown(url),
                                objective=summary.user_attrs.get("pipedeck", {}).get("objective"),
                                finished=len(finished), trials=len(trials),
                                best_trial=best.number if best else None, best_value=best.value if best else None,
@@ -120,7 +118,7 @@ def print_studies(lines: list[StudyLine], source: str) -> None:
     for line in lines:
         click.echo(line.name)
         click.echo(f"    {_trials_cell(line)} trials · best {_best_cell(line)} · updated {_when(line)} · "
-                   f"{display_storage(line.storage)}")
+                   f"{shown(line.storage)}")
 
 
 def _trials_cell(line: StudyLine) -> str:

@@ -19,13 +19,15 @@ from ..tuner.explain import KnobEffect, effects_json, knob_effects
 from ..tuner.export import best_from_store
 from ..tuner.objective import OBJECTIVES, TuneSpec
 from ..tuner.space import knob_settings, parse_fixes
-from ..tuner.study import SAMPLERS, TuneOutcome, open_store, run_study
+from ..tuner.study import TuneOutcome, open_store, run_study
+from ..tuner.storage import GRACE_BEATS, HEARTBEAT_S, shown
+from ..tuner.workers import SAMPLERS
 from .confirm import (LivePlan, confirm_json, interrupted_by_signals, live_plan, print_live, run_confirm,
                       server_errors, server_options)
 from .effects import print_effects
 from .export import write_and_warn
 from .options import workload_options
-from .output import display_storage, output_console
+from .output import output_console
 from .progress import make_progress, progress_mode, progress_option
 from .tunespec import DEFAULT_REPEATS, DEFAULT_SCENARIO, TuneInputError, TuneInputs, build_spec, default_engine, value_text
 
@@ -50,7 +52,12 @@ from .tunespec import DEFAULT_REPEATS, DEFAULT_SCENARIO, TuneInputError, TuneInp
               help="Backend every trial runs on (live: a server launched per trial, see --launch).")
 @server_options
 @click.option("--study", default=None, help="Study name; running again resumes it (default: from the settings).")
-@click.option("--storage", default=None, help="Optuna storage: a journal file (default beside --db) or an RDB URL.")
+@click.option("--storage", default=None,
+              help="Optuna storage: a journal file (default beside --db), sqlite:///FILE, or postgresql://USER@HOST/DB "
+                   "shared by workers on several hosts.")
+@click.option("--heartbeat", type=int, default=HEARTBEAT_S, show_default=True,
+              help="On a database storage: seconds between a running trial's heartbeats; a trial whose worker "
+                   f"misses {GRACE_BEATS} is failed and retried by another worker.")
 @click.option("--sampler", type=click.Choice(SAMPLERS), default="tpe", show_default=True)
 @click.option("--db", default=None, help="Run store file (default: pipedeck.duckdb or $PIPEDECK_DB).")
 @click.option("--export", "export_dir", default=None, help="Also write the best config's deployable files here.")
@@ -106,7 +113,7 @@ def _spec_from_options(opts: dict[str, object], live: LivePlan) -> tuple[TuneSpe
         sampler=str(opts["sampler"]), seed=int(opts["seed"]), rate=opts["rate"], requests=opts["num_requests"],
         engine=_export_engine(opts, str(opts["hardware"])) or live.engine, backend=str(opts["backend"]),
         backend_options=live.trial_options,
-        repeats=_repeats(opts))
+        repeats=_repeats(opts), heartbeat_s=int(opts["heartbeat"]))
     try:
         spec = build_spec(inputs, str(opts["db"]))
     except TuneInputError as err:
@@ -252,7 +259,7 @@ def _trial_json(trial, ci: dict[str, object] | None = None) -> dict[str, object]
 
 def _outcome_json(spec: TuneSpec, outcome: TuneOutcome, exported: list) -> dict[str, object]:
     return {"study": outcome.study, "trials": outcome.trials, "objective": spec.objective, "slo": spec.slo,
-            "scenario": spec.scenario, "devices": spec.devices, "storage": spec.storage,
+            "scenario": spec.scenario, "devices": spec.devices, "storage": shown(spec.storage),
             "baseline_engine": spec.engine, "precision": spec.precision,
             "best": _trial_json(outcome.best, outcome.best_ci), "default": _trial_json(outcome.default, outcome.default_ci),
             "ties": [_trial_json(t) for t in outcome.ties], "inert": list(outcome.inert),
@@ -274,7 +281,7 @@ def _print_files_and_next(spec: TuneSpec, outcome: TuneOutcome, opts: dict[str, 
     runs = ", ".join(f"{label} {run}" for label, run in (("best", outcome.best_run_id),
                                                            ("default", outcome.default_run_id)) if run is not None)
     console.print(f"run store: {opts['db']}" + (f" (runs {runs})" if runs else ""))
-    console.print(f"study: {display_storage(spec.storage)}")
+    console.print(f"study: {shown(spec.storage)}")
     for path in exported:
         console.print(f"exported {path}")
     if outcome.best is None:

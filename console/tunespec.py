@@ -21,7 +21,8 @@ from ..scenarios import PipedeckError, load_scenario
 from ..tuner.objective import TuneSpec, space_context
 from ..tuner.slo import parse_slo
 from ..tuner.space import default_params, parse_fixes, suggest_config
-from ..tuner.study import default_storage, make_sampler
+from ..tuner.storage import HEARTBEAT_S, check_storage, default_storage
+from ..tuner.workers import make_sampler
 
 DEFAULT_SCENARIO = "azure-conv"
 DEFAULT_TRIALS = 50
@@ -58,6 +59,7 @@ class TuneInputs:
     backend: str = "sim"  # the registered backend trials run on
     backend_options: dict[str, object] = field(default_factory=dict)  # its make_backend options (a live launch)
     repeats: int = 1  # seeds the best and the default are measured on, for their intervals
+    heartbeat_s: int = HEARTBEAT_S  # on a database storage: seconds between a running trial's heartbeats
 
 
 def default_devices(model: str, hardware: str) -> int:
@@ -100,6 +102,8 @@ def build_spec(inputs: TuneInputs, db: str | Path) -> TuneSpec:
         raise TuneInputError("repeats", f"must be a positive integer, got {inputs.repeats}")
     if inputs.repeats > 1 and objective != "goodput":
         raise TuneInputError("repeats", "intervals are measured for the goodput objective; use --repeats 1")
+    if inputs.heartbeat_s < 1:
+        raise TuneInputError("heartbeat", f"must be a positive whole number of seconds, got {inputs.heartbeat_s}")
     if inputs.timeout is not None and not inputs.timeout > 0:
         raise TuneInputError("timeout", f"must be a positive number of seconds, got {inputs.timeout}")
     fixed = parse_fixes(list(inputs.fixes))
@@ -128,10 +132,16 @@ def build_spec(inputs: TuneInputs, db: str | Path) -> TuneSpec:
                     sampler=inputs.sampler, trials=trials,
                     deadline=None if inputs.timeout is None else time.time() + inputs.timeout, modes=modes,
                     backend=inputs.backend, backend_options=dict(inputs.backend_options),
-                    engine=inputs.engine or default_engine(inputs.hardware), repeats=inputs.repeats)
+                    engine=inputs.engine or default_engine(inputs.hardware), repeats=inputs.repeats,
+                    heartbeat_s=inputs.heartbeat_s)
     ctx = space_context(spec)
     default = suggest_config(optuna.trial.FixedTrial(default_params(ctx, fixed)), ctx, fixed)
     ServingConfig(**default).resolve()  # the pins must leave at least the engine default runnable
+    if inputs.storage:  # last: a database is reached (its tables made) only for an otherwise valid tune
+        try:
+            check_storage(inputs.storage)
+        except ConfigError as err:
+            raise TuneInputError("storage", str(err).removeprefix("storage: ")) from None
     return spec
 
 

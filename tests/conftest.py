@@ -1,4 +1,5 @@
-"""Shared test setup: no test writes the default run store (./pipedeck.duckdb) by accident; a mock live server."""
+"""Shared test setup: no test writes the default run store (./pipedeck.duckdb) by accident; a mock live server;
+a throwaway PostgreSQL server."""
 
 from __future__ import annotations
 
@@ -9,6 +10,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
+from tests.postgres_server import PostgresServer, unavailable
 
 
 @pytest.fixture(autouse=True)
@@ -60,3 +63,16 @@ def model(tmp_path, monkeypatch) -> Path:
     path = tmp_path / "tiny.gguf"
     path.write_bytes(b"GGUF")
     return path
+
+
+@pytest.fixture(scope="session")
+def postgres() -> Iterator[PostgresServer]:
+    """A throwaway PostgreSQL server for the session (skipped, with the reason, where none can start)."""
+    reason = unavailable()
+    if reason is not None:
+        pytest.skip(reason)
+    server = PostgresServer()
+    try:
+        yield server.start()
+    finally:
+        server.stop()

@@ -10,7 +10,7 @@ import pytest
 from pipedeck.console.cli import cli
 from pipedeck.console.errors import run_cli
 from pipedeck.store import RunStore
-from pipedeck.tuner.study import open_storage
+from pipedeck.tuner.storage import open_storage
 
 NAME = "azure-conv-deepseek-v3.1-ascend-910c-16-goodput-ttft=2s,tpot=200ms"  # 66 characters, as tune names it
 SLO = {"ttft": {"limit_s": 2.0}, "tpot": {"limit_s": 0.2}}
@@ -58,7 +58,7 @@ def test_lists_every_study_with_its_name_whole_and_the_recommended_best(capsys, 
     assert lines[2].endswith("runs.optuna.jsonl")
     assert lines[3] == "ttft-study"
     assert "best -" in lines[4], "a study with no completed trial has no best"
-    assert lines[4].endswith("postgresql://tuner@db.example:5432/studies"), "the password is not printed"
+    assert lines[4].endswith("postgresql://tuner:***@db.example:5432/studies"), "the password is not printed"
 
 
 def test_json_has_every_field_with_zoned_times(capsys, db):

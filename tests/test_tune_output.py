@@ -9,7 +9,7 @@ import pytest
 from pipedeck.backends.config import ServingConfig
 from pipedeck.console.cli import cli
 from pipedeck.console.errors import run_cli
-from pipedeck.console.output import PIPE_WIDTH, display_storage, output_console
+from pipedeck.console.output import PIPE_WIDTH, output_console
 from pipedeck.console.progress import PlainProgress
 from pipedeck.tuner.explain import knob_effects
 from pipedeck.tuner.objective import Evaluator, TuneSpec, space_context
@@ -111,9 +111,3 @@ def test_a_pipe_gets_unbroken_lines_and_a_terminal_its_width(monkeypatch):
     assert output_console().width == PIPE_WIDTH  # pytest's stdout is not a terminal
     monkeypatch.setenv("COLUMNS", "90")
     assert output_console().width == 90
-
-
-def test_storage_urls_are_shown_without_their_password():
-    assert display_storage("postgresql://tuner:s3cret@db:5432/studies") == "postgresql://tuner@db:5432/studies"
-    assert display_storage("/data/pipedeck.optuna.jsonl") == "/data/pipedeck.optuna.jsonl"
-    assert display_storage("sqlite:///study.db") == "sqlite:///study.db"

@@ -25,7 +25,8 @@ from optuna.trial import FrozenTrial, TrialState
 from ..backends.config import ServingConfig
 from ..backends.errors import ServerError
 from .objective import Evaluator, TuneSpec
-from .study import open_storage, open_store
+from .storage import open_storage
+from .study import open_store
 
 CONFIRM_LABEL = "confirm"  # the stored runs' label
 DEFAULT_TOP = 3

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import time
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -15,8 +17,10 @@ from ..backends.registry import backend_entry, make_backend
 from ..backends.result import RunResult
 from ..scenarios import Scenario, load_scenario
 from .goodput import MIN_RATE, find_goodput, workload_ceiling
+from .recovery import recover_abandoned, watched
 from .slo import SLO, parse_slo
 from .space import SpaceContext, searched_flags, suggest_config
+from .storage import HEARTBEAT_S, has_heartbeat
 
 OBJECTIVES = {"goodput": "maximize", "ttft": "minimize", "throughput": "maximize"}
 OBJECTIVE_LABELS = {"goodput": "goodput (req/s)", "ttft": "mean TTFT (s)", "throughput": "throughput (tok/s)"}
@@ -25,6 +29,7 @@ FINISHED = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED)
 LIVE_PRECISION = 0.05  # goodput bracket for live servers: their goodput moves more than 2% between repeats
 LIVE_RUN_LIMIT_S = 600.0  # a live goodput search tries no rate at which the workload takes longer to arrive
 SERVER_SETTINGS = ("launch", "model_path")  # backend options that change what is measured (see settings())
+WAIT_S = 0.5  # how often a worker waiting on other workers' trials (on any host) looks again
 
 
 class TuneInterrupted(Exception):
@@ -59,6 +64,7 @@ class TuneSpec:
     engine: str = "vllm"  # whose default config is the baseline trial
     repeats: int = 1  # seeds each finalist's goodput is measured on, for its interval
     backend_options: dict[str, object] = field(default_factory=dict)  # make_backend's keyword options
+    heartbeat_s: int = HEARTBEAT_S  # on a database storage: seconds between a running trial's heartbeats
 
     @property
     def direction(self) -> str:
@@ -179,12 +185,33 @@ def _latency_metrics(result: RunResult) -> dict[str, float]:
             "throughput_tok_s": s["throughput_tok_s"], "bubble_ratio": s["bubble_ratio"]}
 
 
+def _same(config: dict[str, object]) -> str:
+    return json.dumps(config, sort_keys=True)  # a stored config's tuples come back as lists
+
+
 def finished_with(study: optuna.Study, config: dict[str, object]) -> optuna.trial.FrozenTrial | None:
     """The first finished trial that measured `config` (repeats excluded), if any."""
-    key = json.dumps(config, sort_keys=True)  # a stored config's tuples come back as lists
+    key = _same(config)
     return next((t for t in study.get_trials(deepcopy=False, states=FINISHED)
-                 if "duplicate_of" not in t.user_attrs and json.dumps(t.user_attrs.get("config"), sort_keys=True) == key),
-                None)
+                 if "duplicate_of" not in t.user_attrs and _same(t.user_attrs.get("config")) == key), None)
+
+
+def claim_config(trial: optuna.Trial, config: dict[str, object], heartbeat: bool) -> optuna.trial.FrozenTrial | None:
+    """Record `trial`'s config and return the trial that measured or is measuring it, if another one does.
+
+    Take the study's lock around it: then no two trials, on any host, both
+    find the config unclaimed. A trial that finds one is a repeat
+    (`duplicate_of`) and is answered from it, never measured.
+    """
+    key = _same(config)
+    earlier = finished_with(trial.study, config) or next(
+        (t for t in trial.study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,))
+         if t.number != trial.number and "duplicate_of" not in t.user_attrs and "config" in t.user_attrs
+         and _same(t.user_attrs["config"]) == key and watched(t, heartbeat)), None)
+    trial.set_user_attr("config", config)
+    if earlier is not None:
+        trial.set_user_attr("duplicate_of", earlier.number)
+    return earlier
 
 
 def best_value(study: optuna.Study) -> float | None:
@@ -198,10 +225,13 @@ def best_value(study: optuna.Study) -> float | None:
 class Objective:
     """Optuna objective: define-by-run config, measured by an Evaluator."""
 
-    def __init__(self, spec: TuneSpec, stop: StopFlag | None = None):
+    def __init__(self, spec: TuneSpec, stop: StopFlag | None = None, lock: AbstractContextManager | None = None):
         self.spec = spec
         self.evaluator = Evaluator(spec, stop)
         self.ctx = space_context(spec)
+        self.stop = stop
+        self.lock = lock or nullcontext()  # the study's lock: config claims and recovery of dead workers' trials
+        self.heartbeat = has_heartbeat(spec.storage)
 
     def __call__(self, trial: optuna.Trial) -> float:
         draft = suggest_config(trial, self.ctx, self.spec.fixed)
@@ -213,14 +243,10 @@ class Objective:
         except ConfigError as err:  # a sampled combination the cluster cannot run
             trial.set_user_attr("infeasible", str(err))
             raise optuna.TrialPruned(str(err)) from None
-        trial.set_user_attr("config", config.to_dict())
-        earlier = finished_with(trial.study, trial.user_attrs["config"])
-        if earlier is not None:  # never measure a finished config twice: answer with its result
-            trial.set_user_attr("duplicate_of", earlier.number)
-            trial.set_user_attr("metrics", earlier.user_attrs.get("metrics", {}))
-            if earlier.state != optuna.trial.TrialState.COMPLETE:
-                raise optuna.TrialPruned(f"the same config as trial {earlier.number}, which was pruned")
-            return earlier.value
+        with self.lock:
+            earlier = claim_config(trial, config.to_dict(), self.heartbeat)
+        if earlier is not None:  # never measure a config twice: answer with its result
+            return self._answer(trial, earlier)
         prunable = self.spec.objective == "goodput" and "role" not in trial.user_attrs
         try:
             measured = self.evaluator.measure(config, best_value(trial.study) if prunable else None)
@@ -237,3 +263,20 @@ class Objective:
             trial.report(measured.upper or 0.0, 0)
             raise optuna.TrialPruned(f"fails the SLO at {measured.upper:.4g} req/s, below the best so far")
         return measured.value
+
+    def _answer(self, trial: optuna.Trial, earlier: optuna.trial.FrozenTrial) -> float:
+        """A repeat's value: that of the trial with the same config, once it has finished."""
+        while earlier.state == optuna.trial.TrialState.RUNNING:  # measured elsewhere right now: wait for it
+            if self.stop is not None and self.stop.is_set():
+                trial.set_user_attr("interrupted", True)
+                raise TuneInterrupted()
+            time.sleep(WAIT_S)
+            with self.lock:  # its worker may have died: fail its trial (and queue it again) if so
+                recover_abandoned(trial.study, self.heartbeat)
+            earlier = next(t for t in trial.study.get_trials(deepcopy=False) if t.number == earlier.number)
+        trial.set_user_attr("metrics", earlier.user_attrs.get("metrics", {}))
+        if earlier.state == optuna.trial.TrialState.FAIL:
+            raise optuna.TrialPruned(f"the same config as trial {earlier.number}, which failed; its retry measures it")
+        if earlier.state != optuna.trial.TrialState.COMPLETE:
+            raise optuna.TrialPruned(f"the same config as trial {earlier.number}, which was pruned")
+        return earlier.value

@@ -1,20 +1,18 @@
 """Run an Optuna study over serving configs: create or resume, workers, progress, store sync.
 
-Optuna's storage (a journal file next to the run store by default, or any
-RDB URL) holds the study, so a study resumes after Ctrl-C or a killed
-process and several machines can work on one. Only this process writes the
-DuckDB run store: it copies finished trials over as they land, opening the
-file only for each write so other commands can read it meanwhile.
+Optuna's storage (a journal file next to the run store by default, or a
+PostgreSQL database that workers on several hosts share) holds the study, so
+a study resumes after Ctrl-C or a killed process. The DuckDB run store is
+this host's: this process copies the study's finished trials into it as
+they land, opening the file only for each write so other commands can read
+it meanwhile.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import multiprocessing
-import os
 import queue
-import signal
-import socket
 import threading
 import time
 import warnings
@@ -23,61 +21,27 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import optuna
-from optuna.storages import JournalStorage
-from optuna.storages.journal import JournalFileBackend
 from optuna.trial import FrozenTrial, TrialState
 
 from ..backends.config import ServingConfig
 from ..backends.errors import ConfigError
 from ..store import RunStore
 from .confidence import interval, separated
-from .objective import (
-    FINISHED,
-    OBJECTIVE_LABELS,
-    Evaluator,
-    Objective,
-    TuneInterrupted,
-    TuneSpec,
-    search_precision,
-    space_context,
-)
+from .objective import FINISHED, OBJECTIVE_LABELS, Evaluator, TuneSpec, search_precision, space_context
 from .slo import parse_slo
 from .space import default_params, foreign_params
+from .storage import locked, open_storage, shown
 from .verdict import Finished, decide
+from .workers import POLL_S, counted, storage_of, worker
 
-SAMPLERS = ("tpe", "random")
-POLL_S = 0.25
 STORE_WAIT_S = 30.0  # how long a write waits for another process to release the run store
-
-
-def default_storage(db_path: str | Path) -> str:
-    """The journal file beside the run store: pipedeck.duckdb -> pipedeck.optuna.jsonl."""
-    return str(Path(db_path).with_suffix(".optuna.jsonl"))
-
-
-def open_storage(url: str) -> optuna.storages.BaseStorage:
-    """An RDB URL (sqlite:///, postgresql://, mysql://) or a journal file path."""
-    if "://" in url:
-        return optuna.storages.RDBStorage(url)
-    return JournalStorage(JournalFileBackend(url))
-
-
-def make_sampler(name: str, seed: int) -> optuna.samplers.BaseSampler:
-    """TPE (multivariate, grouped for the conditional space) or random sampling."""
-    if name == "tpe":
-        with warnings.catch_warnings():  # multivariate and group are marked experimental
-            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-            return optuna.samplers.TPESampler(multivariate=True, group=True, seed=seed, constant_liar=True)
-    if name == "random":
-        return optuna.samplers.RandomSampler(seed=seed)
-    raise ConfigError(f"sampler: unknown sampler {name!r}; allowed: {', '.join(SAMPLERS)}")
 
 
 @dataclass(frozen=True)
 class Progress:
     """A view of the study while it runs."""
 
-    finished: int
+    finished: int  # as --trials counts them: repeats of another trial's config excluded
     target: int | None
     best_value: float | None
     best_trial: int | None
@@ -128,114 +92,34 @@ class TuneOutcome:
         return self.default.value / self.best.value
 
 
-def _worker(spec: TuneSpec, stop: object, index: int, in_process: bool, errors: object) -> None:
-    """Run trials until the study has enough, the deadline passes, or stop is set; report failures on `errors`."""
-    try:
-        _work(spec, stop, index, in_process)
-    except Exception as err:  # noqa: BLE001 - handed to the parent, which raises it
-        errors.put(err if isinstance(err, ConfigError) else RuntimeError(f"tuner worker {index} failed: {err!r}"))
-
-
-def _work(spec: TuneSpec, stop: object, index: int, in_process: bool) -> None:
-    if not in_process:
-        signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent handles Ctrl-C
-    optuna.logging.set_verbosity(optuna.logging.ERROR)  # no traceback for a trial a stop cut short
-    storage = open_storage(spec.storage)
-    # A resumed study gets a fresh seed stream: the same seed would propose the trials it already ran.
-    started = len(optuna.load_study(study_name=spec.study, storage=storage).get_trials(deepcopy=False))
-    study = optuna.load_study(study_name=spec.study, storage=storage,
-                              sampler=make_sampler(spec.sampler, spec.seed + 1000 * started + index))
-    cap = None if spec.trials is None else started + 3 * spec.trials  # a space smaller than --trials ends
-
-    def stop_when_done(study: optuna.Study, trial: FrozenTrial) -> None:
-        if stop.is_set() or (spec.trials is not None and _finished(study) >= spec.trials) or \
-                (cap is not None and len(study.get_trials(deepcopy=False)) >= cap) or \
-                (spec.deadline is not None and time.time() >= spec.deadline):
-            study.stop()
-
-    pid, host = os.getpid(), socket.gethostname()
-    study.set_user_attr(f"worker/{host}/{pid}", time.time())  # so a resume can tell this worker is gone
-
-    def objective(trial: optuna.Trial) -> float:
-        trial.set_user_attr("worker", {"pid": pid, "host": host})
-        return Objective(spec, stop)(trial)
-
-    if spec.trials is not None and _finished(study) >= spec.trials:
-        return
-    try:
-        study.optimize(objective, callbacks=[stop_when_done],
-                       timeout=None if spec.deadline is None else max(0.0, spec.deadline - time.time()))
-    except TuneInterrupted:
-        pass
-
-
-def _finished(study: optuna.Study) -> int:
-    """Finished trials that measured a config of their own (a repeat of a finished config is not counted)."""
-    return sum("duplicate_of" not in t.user_attrs for t in study.get_trials(deepcopy=False, states=FINISHED))
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-def recover_abandoned(study: optuna.Study) -> int:
-    """Retry trials a killed or interrupted run left behind; returns how many were re-queued.
-
-    A trial left RUNNING by a dead process of this host (or, when it died
-    before naming its worker, with no worker of the study alive) is failed;
-    failed trials that were interrupted or abandoned are queued again with
-    their parameters (once: the retry names its original), so no trial is
-    lost and none is counted twice.
-    """
-    host = socket.gethostname()
-    workers = [key.split("/")[1:] for key in study.user_attrs if key.startswith("worker/")]
-    any_alive = any(h != host or _alive(int(pid)) for h, pid in workers)
-    trials = study.get_trials(deepcopy=False)
-    retried = {t.user_attrs.get("retry_of") for t in trials}
-    requeued = 0
-    for t in trials:
-        worker = t.user_attrs.get("worker")
-        dead = (not any_alive) if worker is None else (worker["host"] == host and not _alive(worker["pid"]))
-        if t.state == TrialState.RUNNING and dead:
-            study.tell(t.number, state=TrialState.FAIL)
-        elif not (t.state == TrialState.FAIL and t.user_attrs.get("interrupted")):
-            continue
-        if t.number not in retried:
-            attrs = {k: v for k, v in t.user_attrs.items() if k == "role"}
-            study.enqueue_trial(t.params, user_attrs={**attrs, "retry_of": t.number}, skip_if_exists=False)
-            requeued += 1
-    return requeued
-
-
 SETTINGS_BEFORE_THEY_EXISTED = {"backend": "sim"}  # what studies created before a setting existed ran with
 
 
 def create_or_resume(spec: TuneSpec) -> tuple[optuna.Study, bool]:
-    """Open the study, creating it (seeded with the engine default) if new; refuse mismatched settings."""
-    storage = open_storage(spec.storage)
+    """Open the study, creating it (seeded with the engine default) if new; refuse mismatched settings.
+
+    Under the study's lock: of workers starting together, on any host, one
+    creates the study and the others find it complete.
+    """
+    storage = storage_of(spec)
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    existing = {s.study_name: s for s in optuna.get_all_study_summaries(storage, include_best_trial=False)}
-    if spec.study in existing:
+    with locked(spec.storage, spec.study):
+        existing = {s.study_name for s in optuna.get_all_study_summaries(storage, include_best_trial=False)}
+        if spec.study not in existing:
+            study = optuna.create_study(study_name=spec.study, storage=storage, direction=spec.direction)
+            name_objective(study, spec)
+            study.enqueue_trial(default_params(space_context(spec), spec.fixed), user_attrs={"role": "default"})
+            study.set_user_attr("pipedeck", spec.settings())
+            return study, True
         study = optuna.load_study(study_name=spec.study, storage=storage)
-        refuse_foreign_params(study)
-        saved = study.user_attrs.get("pipedeck", {})
-        for key, value in spec.settings().items():
-            was = saved.get(key, SETTINGS_BEFORE_THEY_EXISTED.get(key))
-            if was != value:
-                raise ConfigError(f"study: {spec.study!r} was created with {key}={was!r}, not {value!r}; "
-                                  "resume it with the same settings or choose a new --study name")
-        return study, False
-    study = optuna.create_study(study_name=spec.study, storage=storage, direction=spec.direction)
-    name_objective(study, spec)
-    study.set_user_attr("pipedeck", spec.settings())
-    study.enqueue_trial(default_params(space_context(spec), spec.fixed), user_attrs={"role": "default"})
-    return study, True
+    refuse_foreign_params(study)
+    saved = study.user_attrs.get("pipedeck", {})
+    for key, value in spec.settings().items():
+        was = saved.get(key, SETTINGS_BEFORE_THEY_EXISTED.get(key))
+        if was != value:
+            raise ConfigError(f"study: {spec.study!r} was created with {key}={was!r}, not {value!r}; "
+                              "resume it with the same settings or choose a new --study name")
+    return study, False
 
 
 def refuse_foreign_params(study: optuna.Study) -> None:
@@ -302,6 +186,28 @@ class StoreSync:
         self.synced.add(t.number)
 
 
+def pull_study(storage: str, name: str, db: str | Path) -> optuna.Study:
+    """Copy study `name` (its settings and every finished or failed trial) from its storage into this host's store.
+
+    For a host that shares the storage but ran none of the study's workers,
+    or to bring its copy up to date with the trials other hosts finished.
+    The storage must exist (storage.check_storage): opening a journal file
+    that does not would create it.
+    """
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    try:
+        study = optuna.load_study(study_name=name, storage=open_storage(storage))
+    except KeyError:
+        raise ConfigError(f"study: no study {name!r} in {shown(storage)}") from None
+    settings = study.user_attrs.get("pipedeck")
+    if settings is None:
+        raise ConfigError(f"study: {name!r} in {shown(storage)} was not made by pipedeck tune")
+    with open_store(db) as store:
+        save_study(store, name, settings, storage)
+    StoreSync(db, study)()
+    return study
+
+
 def run_study(spec: TuneSpec, db: str | Path, jobs: int = 1,
               on_progress: Callable[[Progress], None] | None = None,
               stop_requested: threading.Event | None = None) -> TuneOutcome:
@@ -311,20 +217,17 @@ def run_study(spec: TuneSpec, db: str | Path, jobs: int = 1,
     the trials in progress are abandoned and retried when the study resumes.
     """
     study, _ = create_or_resume(spec)
-    recover_abandoned(study)
     with open_store(db) as store:
-        store.save_study(spec.study, scenario=spec.scenario, objective=spec.objective,
-                         slo=({} if spec.slo is None else parse_slo(spec.slo).to_dict()),
-                         settings=spec.settings(), storage=spec.storage)
+        save_study(store, spec.study, spec.settings(), spec.storage)
     sync = StoreSync(db, study)
     context = multiprocessing.get_context("spawn")
     if jobs > 1:
         stop, errors = context.Event(), context.Queue()
-        workers = [context.Process(target=_worker, args=(spec, stop, i, False, errors), daemon=True)
+        workers = [context.Process(target=worker, args=(spec, stop, i, False, errors), daemon=True)
                    for i in range(jobs)]
     else:
         stop, errors = threading.Event(), queue.Queue()
-        workers = [threading.Thread(target=_worker, args=(spec, stop, 0, True, errors), daemon=True)]
+        workers = [threading.Thread(target=worker, args=(spec, stop, 0, True, errors), daemon=True)]
     interrupted = False
     try:
         for w in workers:
@@ -351,11 +254,10 @@ def run_study(spec: TuneSpec, db: str | Path, jobs: int = 1,
 
 def _progress(study: optuna.Study, spec: TuneSpec) -> Progress:
     trials = study.get_trials(deepcopy=False)
-    done = [t for t in trials if t.state in FINISHED]
-    complete = [t for t in done if t.state == TrialState.COMPLETE]
+    complete = [t for t in trials if t.state == TrialState.COMPLETE]
     pick = max if spec.direction == "maximize" else min
     best = pick(complete, key=lambda t: t.value) if complete else None
-    return Progress(len(done), spec.trials, best.value if best else None, best.number if best else None,
+    return Progress(counted(trials), spec.trials, best.value if best else None, best.number if best else None,
                     sum(t.state == TrialState.RUNNING for t in trials))
 
 
@@ -393,7 +295,7 @@ def _outcome(spec: TuneSpec, study: optuna.Study, db: str | Path, interrupted: b
                 run_ids[number] = store.save_run(result, study=spec.study, trial=number, label=label)
     link_runs(db, spec.study, {n: run_ids[n] for n in finalists if n in run_ids})
     return TuneOutcome(
-        study=spec.study, direction=spec.direction, trials=_finished(study),
+        study=spec.study, direction=spec.direction, trials=counted(study.get_trials(deepcopy=False)),
         best=summarize(best) if best else None, default=summarize(default) if default else None,
         best_run_id=run_ids.get(best.number) if best else None,
         default_run_id=run_ids.get(default.number) if default else None, interrupted=interrupted,
@@ -413,14 +315,25 @@ def link_runs(db: str | Path, study: str, run_ids: dict[int, int]) -> None:
 
 
 def _interval(spec: TuneSpec, study: optuna.Study, trial: FrozenTrial) -> dict[str, object] | None:
-    """The trial's goodput over `spec.repeats` seeds (its own measurement first), kept in the study to reuse."""
+    """The trial's goodput over `spec.repeats` seeds (its own measurement first), kept in the study to reuse.
+
+    Under the study's lock: of workers ending together, one measures it.
+    """
     if spec.objective != "goodput" or spec.repeats < 2:
         return None
     key = f"goodput_ci/{trial.number}/{spec.repeats}"
-    if key not in study.user_attrs:
-        config = ServingConfig.from_dict(trial.user_attrs["config"]).resolve()
-        seeds = [spec.seed + k for k in range(spec.repeats)]
-        values = [trial.value] + [Evaluator(dataclasses.replace(spec, seed=seed)).measure(config).value or 0.0
-                                  for seed in seeds[1:]]
-        study.set_user_attr(key, interval(values, seeds))
+    with locked(spec.storage, spec.study):
+        if key not in study.user_attrs:
+            config = ServingConfig.from_dict(trial.user_attrs["config"]).resolve()
+            seeds = [spec.seed + k for k in range(spec.repeats)]
+            values = [trial.value] + [Evaluator(dataclasses.replace(spec, seed=seed)).measure(config).value or 0.0
+                                      for seed in seeds[1:]]
+            study.set_user_attr(key, interval(values, seeds))
     return study.user_attrs[key]
+
+
+def save_study(store: RunStore, name: str, settings: dict[str, object], storage: str) -> None:
+    """Record the study in this host's run store, with its storage (a password in it hidden)."""
+    slo = settings.get("slo")
+    store.save_study(name, scenario=str(settings["scenario"]), objective=str(settings["objective"]),
+                     slo={} if not slo else parse_slo(str(slo)).to_dict(), settings=settings, storage=shown(storage))

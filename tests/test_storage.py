@@ -1,0 +1,145 @@
+"""Study storages and the workers that share one: bad --storage values, admission, config claims, recovery.
+
+Runs without PostgreSQL (tests/test_postgres.py has the real server's tests).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import sys
+import threading
+
+import optuna
+import pytest
+from optuna.trial import TrialState
+
+from pipedeck.console.cli import cli
+from pipedeck.console.errors import run_cli
+from pipedeck.store import RunStore
+from pipedeck.tuner.objective import TuneSpec
+from pipedeck.tuner.space import parse_fixes
+from pipedeck.tuner.storage import open_storage
+from pipedeck.tuner.study import run_study
+from pipedeck.tuner.workers import DONE, GO, WAIT, admit, run_one
+from tests.postgres_server import free_port
+
+SMALL = ["--model", "qwen2.5-14b", "--hardware", "a100-40g-pcie", "--devices", "4",
+         "--scenario", "azure-conv", "--requests", "60", "--slo", "ttft=2s,tpot=200ms", "--trials", "2"]
+ALLOWED = "allowed: a journal file path, sqlite:///FILE or postgresql://USER@HOST:PORT/DATABASE"
+
+
+def spec(tmp_path, **changes) -> TuneSpec:
+    values = dict(study="t", storage=str(tmp_path / "journal.jsonl"), scenario="azure-conv", model="qwen2.5-14b",
+                  hardware="a100-40g-pcie", devices=4, objective="goodput", slo="ttft=2s,tpot=200ms",
+                  requests=60, trials=6)
+    values.update(changes)
+    return TuneSpec(**values)
+
+
+def tune_error(tmp_path, capsys, storage: str) -> str:
+    """The one line `tune --storage STORAGE` fails with; it must leave no run store and no journal behind."""
+    folder = tmp_path / "work"
+    folder.mkdir()
+    status = run_cli(cli, ["tune", *SMALL, "--db", str(folder / "pipedeck.duckdb"), "--storage", storage])
+    err = capsys.readouterr().err
+    assert status == 2 and len(err.strip().splitlines()) == 1, err
+    assert list(folder.iterdir()) == []
+    return err.strip()
+
+
+def test_a_storage_that_is_not_one_is_refused_in_one_line(tmp_path, capsys):
+    assert tune_error(tmp_path, capsys, "bogus://x") == \
+        f"pipedeck: error: Invalid value for --storage: 'bogus://x' is not a storage; {ALLOWED}"
+
+
+def test_a_journal_in_a_missing_folder_is_refused_in_one_line(tmp_path, capsys):
+    assert tune_error(tmp_path, capsys, str(tmp_path / "nowhere" / "j.jsonl")).startswith(
+        f"pipedeck: error: Invalid value for --storage: no folder {tmp_path / 'nowhere'}")
+
+
+def test_postgresql_without_its_driver_names_the_extra(tmp_path, capsys, monkeypatch):
+    monkeypatch.setitem(sys.modules, "psycopg", None)  # as if pipedeck were installed without [postgres]
+    assert tune_error(tmp_path, capsys, "postgresql://tuner:secret@127.0.0.1:5432/studies") == (
+        "pipedeck: error: Invalid value for --storage: postgresql:// needs the PostgreSQL driver psycopg 3; "
+        "pip install 'pipedeck[postgres]'")
+
+
+def test_a_database_nobody_answers_is_one_line_without_its_password(tmp_path, capsys):
+    pytest.importorskip("psycopg", reason="psycopg 3 is not installed (pip install 'pipedeck[postgres]')")
+    port = free_port()
+    err = tune_error(tmp_path, capsys, f"postgresql://tuner:secret@127.0.0.1:{port}/studies")
+    assert err.startswith(f"pipedeck: error: Invalid value for --storage: cannot use "
+                          f"postgresql://tuner:***@127.0.0.1:{port}/studies: connection failed")
+    assert "secret" not in err
+
+
+def test_admission_keeps_finished_and_running_trials_within_the_target(tmp_path):
+    target = spec(tmp_path, trials=4)
+    study = optuna.create_study(study_name="t", storage=open_storage(target.storage))
+    stop = threading.Event()
+    for attrs in ({}, {}, {"duplicate_of": 0}):  # a repeat answered from trial 0 is not counted
+        study.add_trial(optuna.create_trial(state=TrialState.COMPLETE, value=1.0, user_attrs=attrs))
+    assert admit(study, target, stop, cap=None) == GO
+    running = [study.ask() for _ in range(2)]
+    for trial in running:
+        trial.set_user_attr("worker", {"host": socket.gethostname(), "pid": os.getpid(), "number": 0})
+    assert admit(study, target, stop, cap=None) == WAIT  # 2 finished + 2 running: one may fail and need a worker
+    study.tell(running[0], 2.0)
+    assert admit(study, target, stop, cap=None) == WAIT
+    study.tell(running[1], state=TrialState.PRUNED)
+    assert admit(study, target, stop, cap=None) == DONE
+    assert admit(study, spec(tmp_path, trials=9), stop, cap=len(study.trials)) == DONE  # a space that ran out
+    stop.set()
+    assert admit(study, spec(tmp_path, trials=9), stop, cap=None) == DONE
+
+
+def test_a_trial_failed_under_its_worker_is_let_go(tmp_path):
+    """A worker stalled past the heartbeat's grace finds its trial failed by another; it goes on, it does not die."""
+    study = optuna.create_study(study_name="t", storage=open_storage(str(tmp_path / "j.jsonl")))
+
+    def failed_elsewhere(trial: optuna.Trial) -> float:
+        study.tell(trial.number, state=TrialState.FAIL)  # what another worker's heartbeat check does
+        return 1.0
+
+    run_one(study, failed_elsewhere)
+    assert [t.state for t in study.trials] == [TrialState.FAIL]
+
+    def broken(trial: optuna.Trial) -> float:
+        raise RuntimeError("a bug in the objective")
+
+    with pytest.raises(RuntimeError, match="a bug in the objective"):  # its own failures still surface
+        run_one(study, broken)
+
+
+def test_workers_proposing_one_config_at_once_measure_it_once(tmp_path):
+    """Every proposal of a pinned space is one config: three processes at once measure it once, the rest repeat."""
+    pinned = parse_fixes(["tp=4", "pp=1", "chunk=2k", "max-running=256", "delay-scheduling=off"])
+    outcome = run_study(spec(tmp_path, trials=2, fixed=pinned), tmp_path / "runs.duckdb", jobs=3)
+    study = optuna.load_study(study_name="t", storage=open_storage(str(tmp_path / "journal.jsonl")))
+    measured = [t for t in study.trials if t.state != TrialState.FAIL and "duplicate_of" not in t.user_attrs]
+    repeats = [t for t in study.trials if "duplicate_of" in t.user_attrs]
+    assert len(measured) == 1 and outcome.trials == 1
+    assert repeats and all(t.user_attrs["duplicate_of"] == measured[0].number for t in repeats)
+    assert all(t.value == measured[0].value for t in repeats if t.state == TrialState.COMPLETE)
+    assert study.user_attrs["workers"] == 3  # three registered workers: three seed streams
+    assert {t.user_attrs["worker"]["number"] for t in study.trials} <= {0, 1, 2}
+
+
+def test_report_from_a_run_store_without_the_study_reads_its_storage(tmp_path, capsys):
+    db, elsewhere = tmp_path / "runs.duckdb", tmp_path / "elsewhere.duckdb"
+    assert run_cli(cli, ["tune", *SMALL, "--repeats", "1", "--study", "s", "--db", str(db), "--json"]) == 0
+    trials = json.loads(capsys.readouterr().out)["trials"]
+    page = tmp_path / "report.html"
+    journal = str(tmp_path / "runs.optuna.jsonl")
+    assert run_cli(cli, ["report", "--study", "s", "--db", str(elsewhere), "--out", str(page)]) == 2
+    assert run_cli(cli, ["report", "--study", "s", "--storage", journal, "--db", str(elsewhere),
+                         "--out", str(page)]) == 0
+    assert f"Optuna storage: {journal}" in page.read_text()
+    with RunStore.open(elsewhere, read_only=True) as store:
+        assert sum(t.state in ("COMPLETE", "PRUNED") for t in store.trials("s")) >= trials
+    capsys.readouterr()
+    assert run_cli(cli, ["report", "--study", "other", "--storage", journal, "--db", str(elsewhere),
+                         "--out", str(page)]) == 2
+    assert capsys.readouterr().err.strip() == f"pipedeck: error: study: no study 'other' in {journal}"

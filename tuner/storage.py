@@ -1,0 +1,213 @@
+"""Optuna storages: open the one `--storage` names, and lock a study on it.
+
+A storage is a journal file (the default, beside the run store), an SQLite
+file (`sqlite:///FILE`) or a PostgreSQL database
+(`postgresql://USER@HOST:PORT/DATABASE`, through psycopg 3), which workers on
+several hosts share. Every pipedeck process working on a study takes the
+study's lock around the steps that must not interleave: creating the schema
+and the study, registering a worker, admitting a trial, claiming a config.
+On PostgreSQL it is an advisory lock, which holds across hosts and is freed
+when its holder dies; on a file it is a file lock beside the file.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import importlib.util
+import warnings
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from types import TracebackType
+from typing import IO
+
+import optuna
+import sqlalchemy
+from optuna.storages import JournalStorage
+from optuna.storages.journal import JournalFileBackend
+from sqlalchemy.pool import NullPool
+
+from ..backends.errors import ConfigError
+
+ALLOWED = "a journal file path, sqlite:///FILE or postgresql://USER@HOST:PORT/DATABASE"
+POSTGRES_SCHEMES = {"postgresql": "postgresql+psycopg", "postgresql+psycopg": "postgresql+psycopg"}
+NO_DRIVER = "postgresql:// needs the PostgreSQL driver psycopg 3; pip install 'pipedeck[postgres]'"
+HEARTBEAT_S = 10  # seconds between a running trial's heartbeats on a database storage
+GRACE_BEATS = 3  # a running trial whose worker missed this many heartbeats is failed (and retried)
+CONNECT_TIMEOUT_S = 10
+# The server probes a lock holder's connection after 30 s of silence, so a lock held by a host that vanished
+# (power, network) is freed within about a minute rather than the system's default two hours.
+LOCK_KEEPALIVE = "-c tcp_keepalives_idle=30 -c tcp_keepalives_interval=10 -c tcp_keepalives_count=3"
+LOCK_SUFFIX = ".pipedeck-lock"  # beside a journal or SQLite file (Optuna's own journal lock is FILE.lock)
+
+
+def default_storage(db_path: str | Path) -> str:
+    """The journal file beside the run store: pipedeck.duckdb -> pipedeck.optuna.jsonl."""
+    return str(Path(db_path).with_suffix(".optuna.jsonl"))
+
+
+def storage_kind(url: str) -> str:
+    """'journal', 'sqlite' or 'postgresql'; ConfigError for anything else."""
+    if "://" not in url:
+        return "journal"
+    scheme = url.partition("://")[0]
+    if scheme == "sqlite":
+        return "sqlite"
+    if scheme in POSTGRES_SCHEMES:
+        return "postgresql"
+    raise ConfigError(f"storage: {shown(url)!r} is not a storage; allowed: {ALLOWED}")
+
+
+def shown(url: str) -> str:
+    """The URL as it may be printed or stored: a password in it becomes ***."""
+    if "://" not in url:
+        return url
+    try:
+        return sqlalchemy.engine.make_url(url).render_as_string(hide_password=True)
+    except sqlalchemy.exc.ArgumentError:
+        return url.partition("://")[0] + "://..."
+
+
+def file_of(url: str) -> Path:
+    """The file a journal or SQLite storage keeps the study in."""
+    if storage_kind(url) == "journal":
+        return Path(url)
+    database = sqlalchemy.engine.make_url(url).database
+    if not database or database == ":memory:":
+        raise ConfigError(f"storage: {url!r} names no file; allowed: {ALLOWED}")
+    return Path(database)
+
+
+def has_heartbeat(url: str) -> bool:
+    """Whether running trials on this storage beat a heartbeat (databases do; journal files cannot)."""
+    return storage_kind(url) != "journal"
+
+
+def _engine_url(url: str) -> str:
+    """The SQLAlchemy URL: postgresql:// always means psycopg 3 (SQLAlchemy 2.0 would pick psycopg2)."""
+    scheme, _, rest = url.partition("://")
+    return f"{POSTGRES_SCHEMES.get(scheme, scheme)}://{rest}"
+
+
+def _engine_kwargs(url: str) -> dict[str, object]:
+    return {"connect_args": {"connect_timeout": CONNECT_TIMEOUT_S}} if storage_kind(url) == "postgresql" else {}
+
+
+def check_storage(url: str, existing: bool = False) -> None:
+    """Fail with one line unless `url` is a storage pipedeck can open (an `existing` one): a database is reached."""
+    if storage_kind(url) == "postgresql":
+        open_storage(url)
+        return
+    path = file_of(url)
+    if existing and not path.is_file():
+        raise ConfigError(f"storage: no file {path}")
+    if not path.parent.is_dir():
+        raise ConfigError(f"storage: no folder {path.parent} for {url}; allowed: {ALLOWED}")
+
+
+def open_storage(url: str, heartbeat_s: int = HEARTBEAT_S,
+                 on_stale: Callable[[optuna.Study, optuna.trial.FrozenTrial], None] | None = None
+                 ) -> optuna.storages.BaseStorage:
+    """The storage `url` names; on a database, running trials beat every `heartbeat_s` seconds.
+
+    A trial whose worker stopped beating for GRACE_BEATS heartbeats (killed,
+    on any host) is failed by the next worker that looks, and `on_stale` hears
+    of it. Journal files have no heartbeat (see recovery.recover_abandoned).
+    """
+    kind = storage_kind(url)
+    if kind == "journal":
+        return JournalStorage(JournalFileBackend(url))
+    if kind == "postgresql" and importlib.util.find_spec("psycopg") is None:
+        raise ConfigError(f"storage: {NO_DRIVER}")
+    try:
+        with warnings.catch_warnings(), locked(url, ""):  # Optuna's schema creation races without the lock
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)  # heartbeat_interval
+            return optuna.storages.RDBStorage(_engine_url(url), engine_kwargs=_engine_kwargs(url),
+                                              heartbeat_interval=heartbeat_s, grace_period=GRACE_BEATS * heartbeat_s,
+                                              heartbeat_stale_trial_callback=on_stale)
+    except ImportError:
+        raise ConfigError(f"storage: {NO_DRIVER}") from None
+    except sqlalchemy.exc.DBAPIError as err:
+        raise unreachable(url, err) from None
+
+
+def unreachable(url: str, err: sqlalchemy.exc.DBAPIError) -> ConfigError:
+    """One line: the database (password hidden) and the driver's first line."""
+    reason = str(err.orig).strip().splitlines()[0] if str(err.orig).strip() else type(err.orig).__name__
+    return ConfigError(f"storage: cannot use {shown(url)}: {reason}")
+
+
+class StudyLock:
+    """An exclusive lock on one study of a storage (name "" for the storage itself), shared by every holder.
+
+    Holders are processes or threads, on any host for PostgreSQL. Not
+    re-entrant: take it around short steps, never inside itself. A
+    PostgreSQL lock keeps its own connection until `close()`.
+    """
+
+    def __init__(self, url: str, name: str):
+        self.url, self.name = url, name
+        self.kind = storage_kind(url)
+        self.held = False
+        self._connection: sqlalchemy.Connection | None = None
+        self._file: IO[str] | None = None
+
+    def acquire(self) -> None:
+        if self.kind == "postgresql":
+            self._database().execute(sqlalchemy.text("SELECT pg_advisory_lock(:key)"), {"key": self._key()})
+        else:
+            self._file = open(f"{file_of(self.url)}{LOCK_SUFFIX}", "a")  # noqa: SIM115 - closed by release()
+            fcntl.flock(self._file, fcntl.LOCK_EX)
+        self.held = True
+
+    def release(self) -> None:
+        if not self.held:
+            return
+        self.held = False
+        if self.kind == "postgresql":
+            self._database().execute(sqlalchemy.text("SELECT pg_advisory_unlock(:key)"), {"key": self._key()})
+        else:
+            self._file.close()  # closing the file frees its lock
+            self._file = None
+
+    def close(self) -> None:
+        self.release()
+        if self._connection is not None:
+            self._connection.close()
+            self._connection = None
+
+    def __enter__(self) -> StudyLock:
+        self.acquire()
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, err: BaseException | None, tb: TracebackType | None) -> None:
+        self.release()
+
+    def _key(self) -> int:
+        """A signed 64-bit advisory-lock key for this study (or the storage)."""
+        digest = hashlib.blake2b(f"pipedeck-study:{self.name}".encode(), digest_size=8).digest()
+        return int.from_bytes(digest, "big", signed=True)
+
+    def _database(self) -> sqlalchemy.Connection:
+        if self._connection is None:
+            connect = {"connect_timeout": CONNECT_TIMEOUT_S, "options": LOCK_KEEPALIVE}
+            engine = sqlalchemy.create_engine(_engine_url(self.url), poolclass=NullPool, connect_args=connect)
+            try:
+                self._connection = engine.connect().execution_options(isolation_level="AUTOCOMMIT")
+            except ImportError:
+                raise ConfigError(f"storage: {NO_DRIVER}") from None
+            except sqlalchemy.exc.DBAPIError as err:
+                raise unreachable(self.url, err) from None
+        return self._connection
+
+
+@contextmanager
+def locked(url: str, name: str) -> Iterator[None]:
+    """Hold the lock on study `name` (the storage's for "") once: a step that runs once, not a worker's loop."""
+    lock = StudyLock(url, name)
+    try:
+        with lock:
+            yield
+    finally:
+        lock.close()
