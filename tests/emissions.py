@@ -1,8 +1,9 @@
 """What an engine actually emitted, seen from outside: every token and every micro-batch it formed.
 
-`trace(engine)` wraps the scheduler's `token_out` (the engine calls it once
-per token a micro-batch emits as it leaves the last stage) and `form` (once
-per micro-batch). `check_tokens` then holds the engine's request records to
+`trace(engine)` wraps the scheduler's `complete` (the engine calls it once
+per micro-batch leaving the last stage: one token for each of its decodes
+and for each prompt it finished prefilling) and `form` (once per
+micro-batch). `check_tokens` then holds the engine's request records to
 the workload's own specs and to that log, so that nothing is compared with
 the engine's copy of itself.
 """
@@ -12,14 +13,14 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 from typing import NamedTuple
 
-from pipedeck.backends.sim.scheduler import FIRST_TOKEN
+from pipedeck.backends.sim.scheduler import DECODE, FIRST_TOKEN, PREFILL
 
 
 class Token(NamedTuple):
     request: int
     kind: int  # the scheduler's entry kind: FIRST_TOKEN, DECODE or RESUME
     time: float
-    finished: bool  # what token_out answered: the request is done
+    finished: bool  # complete() counted the request finished
 
 
 class Trace:
@@ -32,12 +33,14 @@ def trace(engine) -> Trace:
     """Log every token the engine emits and every prompt token it schedules; returns the (filling) log."""
     log = Trace()
     sched = engine.sched
-    token_out, form = sched.token_out, sched.form
+    complete, form = sched.complete, sched.form
 
-    def logged_token_out(q, kind, slot=0):
-        finished = token_out(q, kind, slot)
-        log.tokens.append(Token(q.id, kind, engine.now, finished))
-        return finished
+    def logged_complete(batch, t):
+        sampled = [(q, DECODE) for q in batch.decoding()] + [(q, k) for q, k in batch.entries if k != PREFILL]
+        finished, ttfts, gaps = complete(batch, t)
+        done = {q.id for q in finished}
+        log.tokens.extend(Token(q.id, kind, t, q.id in done) for q, kind in sampled)
+        return finished, ttfts, gaps
 
     def logged_form(now, slot=0):
         batch = form(now, slot)
@@ -45,7 +48,7 @@ def trace(engine) -> Trace:
             log.prefill_tokens += batch.prefill_tokens
         return batch
 
-    sched.token_out, sched.form = logged_token_out, logged_form
+    sched.complete, sched.form = logged_complete, logged_form
     return log
 
 

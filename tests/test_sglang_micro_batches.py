@@ -8,7 +8,7 @@ import pytest
 
 from pipedeck.backends.config import SGLANG_MIXED_CHUNK, ServingConfig
 from pipedeck.backends.sim.backend import build_engine
-from pipedeck.backends.sim.scheduler import DECODE, SimRequest
+from pipedeck.backends.sim.scheduler import SimRequest
 from pipedeck.scenarios import load_scenario
 from tests.emissions import check_tokens, trace
 
@@ -35,7 +35,7 @@ def decode_heavy(delay: bool, sticky: bool = True, mixed: bool = True, chunk: in
     def recording_form(now: float, slot: int = 0):
         batch = form(now, slot)
         if batch is not None:
-            steps.append((slot, [q.id for q, kind in batch.entries if kind == DECODE]))
+            steps.append((slot, [q.id for q in batch.decoding()]))
         return batch
 
     engine.sched.form = recording_form

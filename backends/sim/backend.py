@@ -21,10 +21,17 @@ def lone_chunk(tokens: int, prefix: int, topk: int) -> BatchShape:
 
 
 class SimBackend:
-    """Discrete-event simulation of a pipeline-parallel serving cluster."""
+    """Discrete-event simulation of a pipeline-parallel serving cluster.
+
+    `exact_decode` queues decoding requests one by one even where they could
+    advance in groups (same results, slower; for checking the grouped path).
+    """
 
     name = "sim"
     capabilities = backend_entry("sim").capabilities
+
+    def __init__(self, exact_decode: bool = False):
+        self.exact_decode = exact_decode
 
     def run(self, scenario: Scenario, config: ServingConfig, rate: float | None = None, seed: int = 0,
             num_requests: int | None = None, observer: RunObserver | None = None,
@@ -32,7 +39,7 @@ class SimBackend:
         """Simulate `scenario` under `config` and return every record."""
         config = config.resolve()
         workload = scenario.workload(seed=seed, rate=rate, num_requests=num_requests)
-        engine = build_engine(config, timeline, observer)
+        engine = build_engine(config, timeline, observer, exact_decode=self.exact_decode)
         requests = [SimRequest(r.id, r.arrival_s, r.prompt_tokens, r.output_tokens) for r in workload.requests]
         makespan = engine.run(requests, workload.concurrency)
         return RunResult(
@@ -45,7 +52,7 @@ class SimBackend:
 
 
 def build_engine(config: ResolvedConfig, timeline: bool = False, observer: RunObserver | None = None,
-                 cost: CostModel | None = None) -> Engine:
+                 cost: CostModel | None = None, exact_decode: bool = False) -> Engine:
     """Wire a resolved config's cost model (or the one given), policies and scheduler into an engine."""
     spec = config.mode_spec
     if cost is None:
@@ -70,5 +77,5 @@ def build_engine(config: ResolvedConfig, timeline: bool = False, observer: RunOb
                            config.base_unit, config.delay_mode) if config.delay_scheduling else None
     scheduler = StepScheduler(cost, spec.chunk_policy(env), config.max_running, config.kv_capacity, in_flight, topk,
                               delay, config.decode_in_budget, config.mixed_batches, config.output_reserve,
-                              spec.pack_prompts, config.sticky_decodes)
+                              spec.pack_prompts, config.sticky_decodes, exact_decode)
     return Engine(cost, scheduler, ranks, spec.sync_transfers, in_flight, spec.entry_first, timeline, observer)

@@ -30,12 +30,12 @@ import itertools
 import math
 
 from ..base import RunCancelled, RunObserver, Snapshot
-from ..policies.chunking import FixedChunk, StepReport
+from ..policies.chunking import StepReport
 from ..result import RankTime, RequestRecord, Span
 from ..errors import ConfigError
 from ..policies.layouts import program_order
 from .costs import CostModel
-from .scheduler import FIRST_TOKEN, PREFILL, Batch, SimRequest, StepScheduler
+from .scheduler import Batch, SimRequest, StepScheduler
 
 DONE, WAKE, ARRIVE, XFER, ADMIT = 0, 1, 2, 3, 4
 FREE, COMPUTE, BLOCKED = 0, 1, 2
@@ -57,7 +57,6 @@ class Engine:
         self.free_slots = list(range(in_flight))
         self.step_overhead = cost.step_overhead_s
         self.request_overhead = cost.request_overhead_s
-        self.learns = type(scheduler.policy).observe is not FixedChunk.observe
         self.timeline, self.observer = timeline, observer
         p = self.pp
         self.state = [FREE] * p
@@ -336,22 +335,12 @@ class Engine:
 
     # -- completion -------------------------------------------------------------
     def _complete(self, t: float, b: Batch) -> None:
-        token_out, slot = self.sched.token_out, b.slot
-        ttfts, gaps = [], []
-        for q, kind in b.entries:
-            if kind == PREFILL:
-                continue
-            if kind == FIRST_TOKEN:
-                q.first_token = t
-                ttfts.append(t - q.arrival)
-            else:  # a decode, or the recompute of a preempted request
-                gaps.append(t - q.last_token)
-            q.last_token = t
-            if token_out(q, kind, slot):
-                self._finish(q, t)
-        if self.learns:
+        finished, ttfts, gaps = self.sched.complete(b, t)
+        for q in finished:
+            self._finish(q, t)
+        if self.sched.learns:
             self.sched.policy.observe(self._report(t, b, ttfts, gaps))
-        self.free_slots.append(slot)
+        self.free_slots.append(b.slot)
         self.free_slots.sort()
         self.in_flight -= 1
         if self.in_flight == 0:
