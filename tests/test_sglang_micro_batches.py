@@ -30,15 +30,7 @@ def decode_heavy(delay: bool, sticky: bool = True, mixed: bool = True, chunk: in
     engine = build_engine(config)
     steps: list[tuple[int, list[int]]] = []
     emitted = trace(engine)
-    form = engine.sched.form
-
-    def recording_form(now: float, slot: int = 0):
-        batch = form(now, slot)
-        if batch is not None:
-            steps.append((slot, [q.id for q in batch.decoding()]))
-        return batch
-
-    engine.sched.form = recording_form
+    emitted.on_formed.append(lambda batch: steps.append((batch.slot, [q.id for q in batch.decoding()])))
     workload = load_scenario("cnn-reversed").workload(seed=0, rate=rate, num_requests=300)
     engine.run([SimRequest(r.id, r.arrival_s, r.prompt_tokens, r.output_tokens) for r in workload.requests], None)
     return engine, steps, emitted, workload

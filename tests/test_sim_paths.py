@@ -15,7 +15,7 @@ import pytest
 
 from pipedeck.backends.config import SGLANG_MIXED_CHUNK, ServingConfig
 from pipedeck.backends.policies.modes import MODES
-from pipedeck.backends.sim import SimBackend
+from pipedeck.backends.sim import SimBackend, compiled
 from pipedeck.backends.sim.digest import run_digest
 from pipedeck.backends.sim.groups import DecodeGroup
 from pipedeck.scenarios import load_scenario
@@ -66,12 +66,13 @@ def test_grouped_decoding_matches_the_exact_loop(name, mode):
 @pytest.mark.parametrize("name", sorted(RARE))
 def test_grouped_decoding_matches_the_exact_loop_on_rare_branches(name, monkeypatch):
     splits = []
-    split = DecodeGroup.split
-    monkeypatch.setattr(DecodeGroup, "split", lambda g, k: splits.append(k) or split(g, k))
+    if not compiled():  # compiled code calls split natively; the pure core shows the case reaches it
+        split = DecodeGroup.split
+        monkeypatch.setattr(DecodeGroup, "split", lambda g, k: splits.append(k) or split(g, k))
     scenario, rate, requests, fields = RARE[name]
     grouped, exact, result = both_paths(scenario, rate, requests, fields)
     assert grouped == exact
-    if name in ("budget ends inside a group", "preemption"):
+    if name in ("budget ends inside a group", "preemption") and not compiled():
         assert splits
     if name == "preemption":
         assert result.preemptions > 0

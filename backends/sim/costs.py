@@ -36,7 +36,7 @@ Per layer and per device (weights and heads sharded over the TP group):
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import NamedTuple, Protocol
 
 from ..memory import kv_bytes_per_token_layer
 from ..profiles.schema import HardwareProfile, ModelProfile
@@ -66,6 +66,17 @@ def capped_pairs(prefix: int, chunk: int, cap: int) -> float:
     if first >= cap:
         return float(cap * chunk)
     return (first + cap) * (cap - first + 1) / 2 + (last - cap) * cap
+
+
+class StageCosts(Protocol):
+    """What the engine asks of a cost model: `CostModel`, or a stand-in with costs of its own (tests)."""
+
+    step_overhead_s: float
+    request_overhead_s: float
+
+    def stage_costs(self, b: BatchShape) -> tuple[list[float], list[float]]: ...
+
+    def transfer_time(self, tokens: int) -> float: ...
 
 
 @dataclass(frozen=True)

@@ -34,7 +34,7 @@ from ..policies.chunking import StepReport
 from ..result import RankTime, RequestRecord, Span
 from ..errors import ConfigError
 from ..policies.layouts import program_order
-from .costs import CostModel
+from .costs import StageCosts
 from .scheduler import Batch, SimRequest, StepScheduler
 
 DONE, WAKE, ARRIVE, XFER, ADMIT = 0, 1, 2, 3, 4
@@ -45,7 +45,7 @@ SNAPSHOT_EVERY_S = 0.5
 class Engine:
     """Runs one workload through one pipeline; build a new one per run."""
 
-    def __init__(self, cost: CostModel, scheduler: StepScheduler, stage_ranks: tuple[int, ...],
+    def __init__(self, cost: StageCosts, scheduler: StepScheduler, stage_ranks: tuple[int, ...],
                  sync: bool, in_flight: int, entry_first: bool,
                  timeline: bool, observer: RunObserver | None):
         self.cost, self.sched = cost, scheduler
@@ -98,7 +98,7 @@ class Engine:
         self.next_arrival = 0
         self.open_loop = concurrency is None
         self.total = len(requests)
-        if self.open_loop:
+        if concurrency is None:
             self._schedule_arrival()
         else:
             for _ in range(min(concurrency, len(requests))):
@@ -229,12 +229,13 @@ class Engine:
 
     def _first_arrived(self, r: int, t: float) -> tuple[int, int] | None:
         """Asynchronous ranks: the smallest-key work that has arrived; else wake when the next lands."""
-        best = None
-        best_key = soonest = math.inf
+        best: tuple[int, int] | None = None
+        best_key = 0
+        soonest = math.inf
         for work, (_, ready_t, _) in self.ready[r].items():
             if ready_t <= t:
                 key = self._key(*work)
-                if key < best_key:
+                if best is None or key < best_key:
                     best, best_key = work, key
             elif ready_t < soonest:
                 soonest = ready_t

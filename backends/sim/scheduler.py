@@ -40,10 +40,11 @@ otherwise they are queued as `DecodeGroup`s that advance a step at a time
 from __future__ import annotations
 
 from collections import deque
+from typing import Protocol
 
 from ..policies.chunking import ChunkPolicy, FixedChunk
 from ..policies.delay import DelayScheduler
-from .costs import BatchShape, CostModel, capped_pairs
+from .costs import BatchShape, StageCosts, capped_pairs
 from .groups import DecodeGroup, merge
 
 PREFILL, FIRST_TOKEN, DECODE, RESUME = 0, 1, 2, 3  # what a step's work on a request yields
@@ -77,6 +78,15 @@ class Batch:
 
     __slots__ = ("id", "slot", "decodes", "groups", "entries", "busy", "comm", "stage", "lead", "chunk", "kind",
                  "tokens", "prefill_tokens", "created", "chunk_prefix", "chunk_sq", "decode_context")
+    # set by the scheduler once the step is formed
+    tokens: int
+    prefill_tokens: int
+    chunk_prefix: int
+    chunk_sq: int
+    decode_context: int
+    lead: int  # the lead prefill request's id, -1 for a decode-only step
+    chunk: int  # its chunk index
+    kind: str  # prefill, decode or mixed
 
     def __init__(self, bid: int, slot: int, decodes: list[SimRequest], groups: list[DecodeGroup],
                  entries: list[tuple[SimRequest, int]], created: float):
@@ -91,6 +101,18 @@ class Batch:
         return self.decodes + [q for g in self.groups for q in g.members]
 
 
+class SchedulerProbe(Protocol):
+    """Watches a scheduler step by step (the tests' logs of what it formed and emitted); called when set."""
+
+    def formed(self, b: Batch) -> None: ...
+
+    def completed(self, b: Batch, t: float, decoded: list[SimRequest], finished: list[SimRequest]) -> None:
+        """b left the last stage at t: each of `decoded` and each request b finished prefilling emitted a token."""
+
+    def evicted(self, q: SimRequest) -> None:
+        """q is about to be preempted."""
+
+
 class StepScheduler:
     """Holds the request queues and builds micro-batches.
 
@@ -101,7 +123,7 @@ class StepScheduler:
     `bulk`, of DecodeGroups. `exact` keeps the one-by-one queues.
     """
 
-    def __init__(self, cost: CostModel, chunk_policy: ChunkPolicy, max_running: int, kv_capacity: int,
+    def __init__(self, cost: StageCosts, chunk_policy: ChunkPolicy, max_running: int, kv_capacity: int,
                  slots: int, topk: int = 0, delay: DelayScheduler | None = None, decode_in_budget: bool = True,
                  mixed_batches: bool = True, output_reserve: float = 1.0, pack_prompts: bool = True,
                  sticky_decodes: bool = False, exact: bool = False):
@@ -127,6 +149,7 @@ class StepScheduler:
         self.admitted = 0
         self.batches = 0
         self.chunks = 0
+        self.probe: SchedulerProbe | None = None
 
     def form(self, now: float, slot: int = 0) -> Batch | None:
         """Build the next micro-batch for a free slot, or None when there is nothing to run."""
@@ -150,7 +173,8 @@ class StepScheduler:
             decodes, dec_pairs, dec_capped = self._take_requests(queue, decode_slots)
             decode_tokens = len(decodes)
         entries: list[tuple[SimRequest, int]] = []
-        prefill = pairs = capped = prefix_sum = chunk_prefix = chunk_sq = 0
+        prefill = prefix_sum = chunk_prefix = chunk_sq = 0
+        pairs = capped = 0.0
         lead = lead_chunk = -1
         topk = self.topk
         sampled = decode_tokens
@@ -217,6 +241,8 @@ class StepScheduler:
         b.kind = "decode" if not prefill else ("prefill" if not decode_tokens else "mixed")
         shape = BatchShape(b.tokens, prefill, pairs, capped, dec_pairs, dec_capped, prefix_sum, sampled, len(entries))
         b.busy, b.comm = self.cost.stage_costs(shape)
+        if self.probe is not None:
+            self.probe.formed(b)
         return b
 
     def _take_requests(self, queue: deque[SimRequest], budget: int) -> tuple[list[SimRequest], int, int]:
@@ -280,6 +306,7 @@ class StepScheduler:
         """
         ready = list(queue)
         decoding = self.running - len(self.prefilling)
+        assert self.delay is not None
         go, later = self.delay.split(ready[:take], decoding, self.backlog_tokens(), now)
         home = slot if self.sticky else 0
         others = [i for i in range(len(self.decoding)) if i != home]
@@ -339,6 +366,8 @@ class StepScheduler:
 
     def _evict(self, victim: SimRequest) -> None:
         """Free a decodable request's KV; it waits first in line to prefill its prompt and output again."""
+        if self.probe is not None:
+            self.probe.evicted(victim)
         self.kv_used -= victim.held
         victim.held = victim.scheduled = 0
         victim.target = victim.prompt + victim.emitted
@@ -373,6 +402,7 @@ class StepScheduler:
         previous token.
         """
         learns, slot = self.learns, b.slot
+        decoded = b.decoding() if self.probe is not None else []
         finished: list[SimRequest] = []
         ttfts: list[float] = []
         gaps: list[float] = []
@@ -419,6 +449,8 @@ class StepScheduler:
         if group is not None and group.members:
             group.last_token = t
             self.groups[pool].append(group)
+        if self.probe is not None:
+            self.probe.completed(b, t, decoded, finished)
         return finished, ttfts, gaps
 
     def _emit(self, q: SimRequest) -> bool:
