@@ -26,8 +26,8 @@ idle (no micro-batch anywhere in the pipeline) and bubble (the rest).
 from __future__ import annotations
 
 import heapq
-import itertools
 import math
+from typing import Final, cast
 
 from ..base import RunCancelled, RunObserver, Snapshot
 from ..policies.chunking import StepReport
@@ -37,9 +37,42 @@ from ..policies.layouts import program_order
 from .costs import StageCosts
 from .scheduler import Batch, SimRequest, StepScheduler
 
-DONE, WAKE, ARRIVE, XFER, ADMIT = 0, 1, 2, 3, 4
-FREE, COMPUTE, BLOCKED = 0, 1, 2
-SNAPSHOT_EVERY_S = 0.5
+# event kinds
+DONE: Final = 0
+WAKE: Final = 1
+ARRIVE: Final = 2
+XFER: Final = 3
+ADMIT: Final = 4
+# rank states
+FREE: Final = 0
+COMPUTE: Final = 1
+BLOCKED: Final = 2
+SNAPSHOT_EVERY_S: Final = 0.5
+INF: Final = math.inf
+heappush: Final = heapq.heappush  # Final: compiled code reads them once, not from the module's globals each call
+heappop: Final = heapq.heappop
+NO_TRANSFER: Final = -1.0  # the xfer_start of work that did not come over a link
+
+
+class Work:
+    """A stage of a micro-batch on its rank: it can run from ready_t (after a transfer begun at xfer_start).
+
+    `key` is its place in the rank's program (`program_order`), unique on the rank.
+    """
+
+    __slots__ = ("batch", "stage", "key", "ready_t", "xfer_start")
+
+    def __init__(self, batch: Batch, stage: int, key: int, ready_t: float, xfer_start: float):
+        self.batch, self.stage, self.key, self.ready_t, self.xfer_start = batch, stage, key, ready_t, xfer_start
+
+
+class Handoff:
+    """A synchronous transfer of a micro-batch's stage input from rank src to rank dst."""
+
+    __slots__ = ("src", "dst", "batch", "stage", "key")
+
+    def __init__(self, src: int, dst: int, batch: Batch, stage: int, key: int):
+        self.src, self.dst, self.batch, self.stage, self.key = src, dst, batch, stage, key
 
 
 class Engine:
@@ -50,7 +83,9 @@ class Engine:
                  timeline: bool, observer: RunObserver | None):
         self.cost, self.sched = cost, scheduler
         self.stage_ranks = stage_ranks
-        self.order = program_order(stage_ranks, entry_first)
+        order = program_order(stage_ranks, entry_first)
+        self.order_a = [a for a, _ in order]
+        self.order_c = [c for _, c in order]
         self.nstages = len(stage_ranks)
         self.pp = max(stage_ranks) + 1
         self.sync = sync
@@ -62,16 +97,16 @@ class Engine:
         self.state = [FREE] * p
         self.idle_since = [0.0] * p
         self.blocked_since = [0.0] * p
-        self.program: list[list[tuple[int, int, int]]] = [[] for _ in range(p)]  # sync: heaps of (key, batch, stage)
-        self.ready: list[dict[tuple[int, int], tuple]] = [{} for _ in range(p)]  # work here or on its way
-        self.incoming: list[dict[tuple[int, int], tuple]] = [{} for _ in range(p)]  # blocked sync senders
-        self.sending: list[tuple | None] = [None] * p  # (to rank, batch, stage) a blocked sender waits to hand over
-        self.wake_at = [math.inf] * p
-        self.link_free: dict[tuple[int, int], float] = {}
+        self.program: list[list[int]] = [[] for _ in range(p)]  # sync: heaps of the keys of the rank's work
+        self.ready: list[dict[int, Work]] = [{} for _ in range(p)]  # work here or on its way, by key
+        self.incoming: list[dict[int, Handoff]] = [{} for _ in range(p)]  # blocked sync senders, by key
+        self.sending: list[Handoff | None] = [None] * p  # the handoff a blocked sender waits to make
+        self.wake_at = [INF] * p
+        self.link_free = [0.0] * (p * p)  # async: when the link r -> r2 is free, at r * pp + r2
         self.compute = [0.0] * p
         self.comm = [0.0] * p
-        self.heap: list[tuple] = []
-        self.seq = itertools.count()
+        self.heap: list[tuple[float, int, int, object, object]] = []  # (time, seq, kind, a, b)
+        self.seq = 0
         self.in_flight = 0
         self.idle_start = 0.0
         self.idle_total = 0.0
@@ -85,7 +120,8 @@ class Engine:
 
     # -- events -------------------------------------------------------------
     def _push(self, t: float, kind: int, a: object, b: object = None) -> None:
-        heapq.heappush(self.heap, (t, next(self.seq), kind, a, b))
+        self.seq += 1
+        heappush(self.heap, (t, self.seq, kind, a, b))
 
     def run(self, requests: list[SimRequest], concurrency: int | None) -> float:
         """Serve every request; returns the makespan."""
@@ -106,22 +142,22 @@ class Engine:
             self._try_schedule(0.0)
         observer = self.observer
         next_snapshot = SNAPSHOT_EVERY_S
-        heap, pop = self.heap, heapq.heappop
-        on_done, dispatch = self._on_done, self._dispatch
+        heap = self.heap
         t = 0.0
         while heap:
-            t, _, kind, a, b = pop(heap)
+            t, _, kind, a, b = heappop(heap)
             self.now = t
             if kind == DONE:
-                on_done(t, a, b)
+                self._on_done(t, cast(int, a), cast(Batch, b))
             elif kind == WAKE:
-                if self.wake_at[a] == t:
-                    self.wake_at[a] = math.inf
-                dispatch(a, t)
+                r = cast(int, a)
+                if self.wake_at[r] == t:
+                    self.wake_at[r] = INF
+                self._dispatch(r, t)
             elif kind == XFER:
-                self._on_transfer(t, a)
+                self._on_transfer(t, cast("list[Handoff]", a))
             elif kind == ADMIT:
-                self.sched.waiting.append(a)
+                self.sched.waiting.append(cast(SimRequest, a))
                 self._try_schedule(t)
             else:
                 self._on_arrival(t)
@@ -175,16 +211,17 @@ class Engine:
             if self.in_flight == 0:
                 self.idle_total += t - self.idle_start
             self.in_flight += 1
-            self.sched_free = max(self.sched_free, t) + self.step_overhead
+            self.sched_free = (t if t > self.sched_free else self.sched_free) + self.step_overhead
             if self.sync:
                 for stage, rank in enumerate(self.stage_ranks):
-                    heapq.heappush(self.program[rank], (self._key(b.id, stage), b.id, stage))
-            self._arrive(self.stage_ranks[0], b, 0, self.sched_free, None)
+                    heappush(self.program[rank], self._key(b.id, stage))
+            self._arrive(self.stage_ranks[0], b, 0, self.sched_free, NO_TRANSFER)
 
     # -- ranks ----------------------------------------------------------------
-    def _arrive(self, r: int, b: Batch, stage: int, ready_t: float, xfer_start: float | None) -> None:
+    def _arrive(self, r: int, b: Batch, stage: int, ready_t: float, xfer_start: float) -> None:
         """Stage `stage` of b can run on rank r from ready_t (after a transfer that started at xfer_start)."""
-        self.ready[r][(b.id, stage)] = (b, ready_t, xfer_start)
+        key = self._key(b.id, stage)
+        self.ready[r][key] = Work(b, stage, key, ready_t, xfer_start)
         self._dispatch(r, self.now)
 
     def _dispatch(self, r: int, t: float) -> None:
@@ -194,10 +231,11 @@ class Engine:
         work = self._next_in_program(r, t) if self.sync else self._first_arrived(r, t)
         if work is None:
             return
-        b, ready_t, xfer_start = self.ready[r].pop(work)
-        stage = work[1]
-        if xfer_start is not None and ready_t > self.idle_since[r]:  # waited on an in-flight transfer
-            wait_from = max(self.idle_since[r], xfer_start)
+        del self.ready[r][work.key]
+        b, stage, ready_t = work.batch, work.stage, work.ready_t
+        if work.xfer_start != NO_TRANSFER and ready_t > self.idle_since[r]:  # waited on an in-flight transfer
+            since, xfer_start = self.idle_since[r], work.xfer_start
+            wait_from = xfer_start if xfer_start > since else since
             self.comm[r] += ready_t - wait_from
             if self.timeline:
                 self._record((r, stage, b.id, b.lead, b.chunk, wait_from, ready_t, "wait"))
@@ -207,52 +245,49 @@ class Engine:
         self.comm[r] += coll
         self.state[r] = COMPUTE
         end = t + busy
-        heapq.heappush(self.heap, (end, next(self.seq), DONE, r, b))
+        self._push(end, DONE, r, b)
         if self.timeline:
             self._record((r, stage, b.id, b.lead, b.chunk, t, end, b.kind))
 
-    def _next_in_program(self, r: int, t: float) -> tuple[int, int] | None:
+    def _next_in_program(self, r: int, t: float) -> Work | None:
         """Synchronous ranks: the head of the program if it is here; receive it if its sender waits."""
-        work = self._next(r)
-        if work is None:
+        key = self._next(r)
+        if key < 0:
             return None
-        item = self.ready[r].get(work)
-        if item is not None:
-            if item[1] > t:  # the host is still preparing it
-                self._wake(r, item[1])
+        work = self.ready[r].get(key)
+        if work is not None:
+            if work.ready_t > t:  # the host is still preparing it
+                self._wake(r, work.ready_t)
                 return None
-            heapq.heappop(self.program[r])
+            heappop(self.program[r])
             return work
-        if work in self.incoming[r]:
-            self._receive(r, t, work)
+        if key in self.incoming[r]:
+            self._receive(r, t, key)
         return None  # still upstream: the rank waits for it (bubble)
 
-    def _first_arrived(self, r: int, t: float) -> tuple[int, int] | None:
+    def _first_arrived(self, r: int, t: float) -> Work | None:
         """Asynchronous ranks: the smallest-key work that has arrived; else wake when the next lands."""
-        best: tuple[int, int] | None = None
-        best_key = 0
-        soonest = math.inf
-        for work, (_, ready_t, _) in self.ready[r].items():
-            if ready_t <= t:
-                key = self._key(*work)
-                if best is None or key < best_key:
-                    best, best_key = work, key
-            elif ready_t < soonest:
-                soonest = ready_t
+        best: Work | None = None
+        soonest = INF
+        for work in self.ready[r].values():
+            if work.ready_t <= t:
+                if best is None or work.key < best.key:
+                    best = work
+            elif work.ready_t < soonest:
+                soonest = work.ready_t
         if best is None:
             self._wake(r, soonest)
         return best
 
     def _key(self, batch: int, stage: int) -> int:
         """The place of a stage of a micro-batch in its rank's program (`program_order`)."""
-        a, c = self.order[stage]
-        return a * batch + c
+        return self.order_a[stage] * batch + self.order_c[stage]
 
     def _wake(self, r: int, when: float) -> None:
         """Dispatch rank r again at `when` (its next work lands then)."""
         if when < self.wake_at[r]:
             self.wake_at[r] = when
-            heapq.heappush(self.heap, (when, next(self.seq), WAKE, r, None))
+            self._push(when, WAKE, r)
 
     def _record(self, span: tuple) -> None:
         self.spans.append(span)
@@ -276,63 +311,77 @@ class Engine:
         if r2 == r:
             self.state[r] = FREE
             self.idle_since[r] = t
-            self._arrive(r, b, nxt, t, None)
+            self._arrive(r, b, nxt, t, NO_TRANSFER)
         elif self.sync:
             self._send(t, r, r2, b, nxt)
         else:
-            start = max(t, self.link_free.get((r, r2), 0.0))
+            link = r * self.pp + r2
+            free = self.link_free[link]
+            start = free if free > t else t
             arrive = start + self.cost.transfer_time(b.tokens)
-            self.link_free[(r, r2)] = arrive
+            self.link_free[link] = arrive
             self._free(r, t)
             self._arrive(r2, b, nxt, arrive, start)
 
     # -- synchronous transfers -----------------------------------------------
-    def _next(self, r: int) -> tuple[int, int] | None:
-        """(batch, stage) of the next work in rank r's program."""
-        return self.program[r][0][1:] if self.program[r] else None
+    def _next(self, r: int) -> int:
+        """The key of the next work in rank r's program, -1 when it has none."""
+        program = self.program[r]
+        return program[0] if program else -1
 
     def _send(self, t: float, r: int, r2: int, b: Batch, stage: int) -> None:
         """Rank r blocks sending b to r2 until r2 posts the matching receive."""
         self.state[r] = BLOCKED
         self.blocked_since[r] = t
+        handoff = Handoff(r, r2, b, stage, self._key(b.id, stage))
         pending = self.sending[r2]
-        if pending is not None and pending[0] == r:  # each blocks sending to the other: one exchange both ways
+        if pending is not None and pending.dst == r:  # each blocks sending to the other: one exchange both ways
             self.sending[r2] = None
-            del self.incoming[r][(pending[1].id, pending[2])]
-            x = max(self.cost.transfer_time(b.tokens), self.cost.transfer_time(pending[1].tokens))
-            self._push(t + x, XFER, ((r, r2, b, stage), (r2, r, pending[1], pending[2])))
-        elif self.state[r2] == FREE and self._next(r2) == (b.id, stage):
+            del self.incoming[r][pending.key]
+            x = max(self.cost.transfer_time(b.tokens), self.cost.transfer_time(pending.batch.tokens))
+            self._push(t + x, XFER, [handoff, pending])
+        elif self.state[r2] == FREE and self._next(r2) == handoff.key:
             self.state[r2] = BLOCKED
             self.blocked_since[r2] = t
-            self._push(t + self.cost.transfer_time(b.tokens), XFER, ((r, r2, b, stage),))
+            self._push(t + self.cost.transfer_time(b.tokens), XFER, [handoff])
         else:
-            self.incoming[r2][(b.id, stage)] = (r, b, stage)
-            self.sending[r] = (r2, b, stage)
+            self.incoming[r2][handoff.key] = handoff
+            self.sending[r] = handoff
 
-    def _receive(self, r: int, t: float, work: tuple[int, int]) -> None:
+    def _receive(self, r: int, t: float, key: int) -> None:
         """Free rank r posts the receive its program has reached; the blocked sender hands over."""
-        src, b, stage = self.incoming[r].pop(work)
-        self.sending[src] = None
+        handoff = self.incoming[r].pop(key)
+        self.sending[handoff.src] = None
         self.state[r] = BLOCKED
         self.blocked_since[r] = t
-        self._push(t + self.cost.transfer_time(b.tokens), XFER, ((src, r, b, stage),))
+        self._push(t + self.cost.transfer_time(handoff.batch.tokens), XFER, [handoff])
 
-    def _on_transfer(self, t: float, transfers: tuple) -> None:
-        """Blocking transfers landed: both sides are free again and the data is ready."""
-        roles: dict[int, tuple[str, int, Batch]] = {}
-        for src, dst, b, stage in transfers:
-            roles[src] = ("exchange" if src in roles else "send", stage - 1, b)
-            roles[dst] = ("exchange" if dst in roles else "recv", stage, b)
-        for r, (kind, stage, b) in roles.items():
-            if self.timeline and t > self.blocked_since[r]:
-                self._record((r, stage, b.id, b.lead, b.chunk, self.blocked_since[r], t, kind))
-            self.comm[r] += t - self.blocked_since[r]
-            self.state[r] = FREE
-            self.idle_since[r] = t
-        for _, dst, b, stage in transfers:
-            self.ready[dst][(b.id, stage)] = (b, t, None)
-        for r in roles:
-            self._dispatch(r, t)
+    def _on_transfer(self, t: float, transfers: list[Handoff]) -> None:
+        """Blocking transfers landed: both sides are free again and the data is ready.
+
+        A lone transfer: the sender's span is a send of the previous stage,
+        the receiver's a recv. An exchange (the second transfer goes back
+        from the first's receiver): both spans are exchanges of the second.
+        """
+        first, last = transfers[0], transfers[-1]
+        if len(transfers) == 1:
+            self._unblock(first.src, t, "send", first.stage - 1, first.batch)
+            self._unblock(first.dst, t, "recv", first.stage, first.batch)
+        else:
+            self._unblock(first.src, t, "exchange", last.stage, last.batch)
+            self._unblock(first.dst, t, "exchange", last.stage - 1, last.batch)
+        for h in transfers:
+            self.ready[h.dst][h.key] = Work(h.batch, h.stage, h.key, t, NO_TRANSFER)
+        self._dispatch(first.src, t)
+        self._dispatch(first.dst, t)
+
+    def _unblock(self, r: int, t: float, kind: str, stage: int, b: Batch) -> None:
+        """Rank r's blocking transfer ended at t: its wait is exposed communication, and it is free."""
+        if self.timeline and t > self.blocked_since[r]:
+            self._record((r, stage, b.id, b.lead, b.chunk, self.blocked_since[r], t, kind))
+        self.comm[r] += t - self.blocked_since[r]
+        self.state[r] = FREE
+        self.idle_since[r] = t
 
     # -- completion -------------------------------------------------------------
     def _complete(self, t: float, b: Batch) -> None:

@@ -40,14 +40,18 @@ otherwise they are queued as `DecodeGroup`s that advance a step at a time
 from __future__ import annotations
 
 from collections import deque
-from typing import Protocol
+from typing import Final, Protocol
 
 from ..policies.chunking import ChunkPolicy, FixedChunk
 from ..policies.delay import DelayScheduler
 from .costs import BatchShape, StageCosts, capped_pairs
 from .groups import DecodeGroup, merge
 
-PREFILL, FIRST_TOKEN, DECODE, RESUME = 0, 1, 2, 3  # what a step's work on a request yields
+# what a step's work on a request yields
+PREFILL: Final = 0
+FIRST_TOKEN: Final = 1
+DECODE: Final = 2
+RESUME: Final = 3
 
 
 class SimRequest:
@@ -155,7 +159,12 @@ class StepScheduler:
         """Build the next micro-batch for a free slot, or None when there is nothing to run."""
         prefill_budget = self.policy.step_budget()
         pool = slot if self.sticky else 0
-        ready = sum(map(len, self.groups[pool])) if self.bulk else len(self.decoding[pool])
+        ready = 0
+        if self.bulk:
+            for g in self.groups[pool]:
+                ready += len(g.members)
+        else:
+            ready = len(self.decoding[pool])
         if not self.mixed_batches and self._prompt_work_ready():
             decode_slots = 0  # a prefill-only step: decodes wait for the next one
         elif self.sticky:
