@@ -75,6 +75,25 @@ class Handoff:
         self.src, self.dst, self.batch, self.stage, self.key = src, dst, batch, stage, key
 
 
+class Rank:
+    """One rank's state, its work and its time so far."""
+
+    __slots__ = ("state", "idle_since", "blocked_since", "wake_at", "compute", "comm", "program", "ready",
+                 "incoming", "sending")
+
+    def __init__(self) -> None:
+        self.state = FREE
+        self.idle_since = 0.0
+        self.blocked_since = 0.0
+        self.wake_at = INF  # when a WAKE event will dispatch it
+        self.compute = 0.0
+        self.comm = 0.0
+        self.program: list[int] = []  # sync: a heap of the keys of its work
+        self.ready: dict[int, Work] = {}  # work here or on its way, by key
+        self.incoming: dict[int, Handoff] = {}  # blocked sync senders, by key
+        self.sending: Handoff | None = None  # the handoff it waits to make, blocked sending
+
+
 class Engine:
     """Runs one workload through one pipeline; build a new one per run."""
 
@@ -94,17 +113,8 @@ class Engine:
         self.request_overhead = cost.request_overhead_s
         self.timeline, self.observer = timeline, observer
         p = self.pp
-        self.state = [FREE] * p
-        self.idle_since = [0.0] * p
-        self.blocked_since = [0.0] * p
-        self.program: list[list[int]] = [[] for _ in range(p)]  # sync: heaps of the keys of the rank's work
-        self.ready: list[dict[int, Work]] = [{} for _ in range(p)]  # work here or on its way, by key
-        self.incoming: list[dict[int, Handoff]] = [{} for _ in range(p)]  # blocked sync senders, by key
-        self.sending: list[Handoff | None] = [None] * p  # the handoff a blocked sender waits to make
-        self.wake_at = [INF] * p
+        self.ranks = [Rank() for _ in range(p)]
         self.link_free = [0.0] * (p * p)  # async: when the link r -> r2 is free, at r * pp + r2
-        self.compute = [0.0] * p
-        self.comm = [0.0] * p
         self.heap: list[tuple[float, int, int, object, object]] = []  # (time, seq, kind, a, b)
         self.seq = 0
         self.in_flight = 0
@@ -151,8 +161,8 @@ class Engine:
                 self._on_done(t, cast(int, a), cast(Batch, b))
             elif kind == WAKE:
                 r = cast(int, a)
-                if self.wake_at[r] == t:
-                    self.wake_at[r] = INF
+                if self.ranks[r].wake_at == t:
+                    self.ranks[r].wake_at = INF
                 self._dispatch(r, t)
             elif kind == XFER:
                 self._on_transfer(t, cast("list[Handoff]", a))
@@ -214,36 +224,37 @@ class Engine:
             self.sched_free = (t if t > self.sched_free else self.sched_free) + self.step_overhead
             if self.sync:
                 for stage, rank in enumerate(self.stage_ranks):
-                    heappush(self.program[rank], self._key(b.id, stage))
+                    heappush(self.ranks[rank].program, self._key(b.id, stage))
             self._arrive(self.stage_ranks[0], b, 0, self.sched_free, NO_TRANSFER)
 
     # -- ranks ----------------------------------------------------------------
     def _arrive(self, r: int, b: Batch, stage: int, ready_t: float, xfer_start: float) -> None:
         """Stage `stage` of b can run on rank r from ready_t (after a transfer that started at xfer_start)."""
         key = self._key(b.id, stage)
-        self.ready[r][key] = Work(b, stage, key, ready_t, xfer_start)
+        self.ranks[r].ready[key] = Work(b, stage, key, ready_t, xfer_start)
         self._dispatch(r, self.now)
 
     def _dispatch(self, r: int, t: float) -> None:
         """If rank r is free, start its next work (or receive it, or wait for it)."""
-        if self.state[r] != FREE:
+        rank = self.ranks[r]
+        if rank.state != FREE:
             return
         work = self._next_in_program(r, t) if self.sync else self._first_arrived(r, t)
         if work is None:
             return
-        del self.ready[r][work.key]
+        del rank.ready[work.key]
         b, stage, ready_t = work.batch, work.stage, work.ready_t
-        if work.xfer_start != NO_TRANSFER and ready_t > self.idle_since[r]:  # waited on an in-flight transfer
-            since, xfer_start = self.idle_since[r], work.xfer_start
+        since, xfer_start = rank.idle_since, work.xfer_start
+        if xfer_start != NO_TRANSFER and ready_t > since:  # waited on an in-flight transfer
             wait_from = xfer_start if xfer_start > since else since
-            self.comm[r] += ready_t - wait_from
+            rank.comm += ready_t - wait_from
             if self.timeline:
                 self._record((r, stage, b.id, b.lead, b.chunk, wait_from, ready_t, "wait"))
         busy = b.busy[stage]
         coll = b.comm[stage]
-        self.compute[r] += busy - coll
-        self.comm[r] += coll
-        self.state[r] = COMPUTE
+        rank.compute += busy - coll
+        rank.comm += coll
+        rank.state = COMPUTE
         end = t + busy
         self._push(end, DONE, r, b)
         if self.timeline:
@@ -254,14 +265,14 @@ class Engine:
         key = self._next(r)
         if key < 0:
             return None
-        work = self.ready[r].get(key)
+        work = self.ranks[r].ready.get(key)
         if work is not None:
             if work.ready_t > t:  # the host is still preparing it
                 self._wake(r, work.ready_t)
                 return None
-            heappop(self.program[r])
+            heappop(self.ranks[r].program)
             return work
-        if key in self.incoming[r]:
+        if key in self.ranks[r].incoming:
             self._receive(r, t, key)
         return None  # still upstream: the rank waits for it (bubble)
 
@@ -269,7 +280,7 @@ class Engine:
         """Asynchronous ranks: the smallest-key work that has arrived; else wake when the next lands."""
         best: Work | None = None
         soonest = INF
-        for work in self.ready[r].values():
+        for work in self.ranks[r].ready.values():
             if work.ready_t <= t:
                 if best is None or work.key < best.key:
                     best = work
@@ -285,8 +296,8 @@ class Engine:
 
     def _wake(self, r: int, when: float) -> None:
         """Dispatch rank r again at `when` (its next work lands then)."""
-        if when < self.wake_at[r]:
-            self.wake_at[r] = when
+        if when < self.ranks[r].wake_at:
+            self.ranks[r].wake_at = when
             self._push(when, WAKE, r)
 
     def _record(self, span: tuple) -> None:
@@ -295,8 +306,8 @@ class Engine:
             self.observer.span(Span._make(span))
 
     def _free(self, r: int, t: float) -> None:
-        self.state[r] = FREE
-        self.idle_since[r] = t
+        self.ranks[r].state = FREE
+        self.ranks[r].idle_since = t
         self._dispatch(r, t)
 
     def _on_done(self, t: float, r: int, b: Batch) -> None:
@@ -309,8 +320,8 @@ class Engine:
         b.stage = nxt
         r2 = self.stage_ranks[nxt]
         if r2 == r:
-            self.state[r] = FREE
-            self.idle_since[r] = t
+            self.ranks[r].state = FREE
+            self.ranks[r].idle_since = t
             self._arrive(r, b, nxt, t, NO_TRANSFER)
         elif self.sync:
             self._send(t, r, r2, b, nxt)
@@ -326,34 +337,34 @@ class Engine:
     # -- synchronous transfers -----------------------------------------------
     def _next(self, r: int) -> int:
         """The key of the next work in rank r's program, -1 when it has none."""
-        program = self.program[r]
+        program = self.ranks[r].program
         return program[0] if program else -1
 
     def _send(self, t: float, r: int, r2: int, b: Batch, stage: int) -> None:
         """Rank r blocks sending b to r2 until r2 posts the matching receive."""
-        self.state[r] = BLOCKED
-        self.blocked_since[r] = t
+        self.ranks[r].state = BLOCKED
+        self.ranks[r].blocked_since = t
         handoff = Handoff(r, r2, b, stage, self._key(b.id, stage))
-        pending = self.sending[r2]
+        pending = self.ranks[r2].sending
         if pending is not None and pending.dst == r:  # each blocks sending to the other: one exchange both ways
-            self.sending[r2] = None
-            del self.incoming[r][pending.key]
+            self.ranks[r2].sending = None
+            del self.ranks[r].incoming[pending.key]
             x = max(self.cost.transfer_time(b.tokens), self.cost.transfer_time(pending.batch.tokens))
             self._push(t + x, XFER, [handoff, pending])
-        elif self.state[r2] == FREE and self._next(r2) == handoff.key:
-            self.state[r2] = BLOCKED
-            self.blocked_since[r2] = t
+        elif self.ranks[r2].state == FREE and self._next(r2) == handoff.key:
+            self.ranks[r2].state = BLOCKED
+            self.ranks[r2].blocked_since = t
             self._push(t + self.cost.transfer_time(b.tokens), XFER, [handoff])
         else:
-            self.incoming[r2][handoff.key] = handoff
-            self.sending[r] = handoff
+            self.ranks[r2].incoming[handoff.key] = handoff
+            self.ranks[r].sending = handoff
 
     def _receive(self, r: int, t: float, key: int) -> None:
         """Free rank r posts the receive its program has reached; the blocked sender hands over."""
-        handoff = self.incoming[r].pop(key)
-        self.sending[handoff.src] = None
-        self.state[r] = BLOCKED
-        self.blocked_since[r] = t
+        handoff = self.ranks[r].incoming.pop(key)
+        self.ranks[handoff.src].sending = None
+        self.ranks[r].state = BLOCKED
+        self.ranks[r].blocked_since = t
         self._push(t + self.cost.transfer_time(handoff.batch.tokens), XFER, [handoff])
 
     def _on_transfer(self, t: float, transfers: list[Handoff]) -> None:
@@ -371,17 +382,18 @@ class Engine:
             self._unblock(first.src, t, "exchange", last.stage, last.batch)
             self._unblock(first.dst, t, "exchange", last.stage - 1, last.batch)
         for h in transfers:
-            self.ready[h.dst][h.key] = Work(h.batch, h.stage, h.key, t, NO_TRANSFER)
+            self.ranks[h.dst].ready[h.key] = Work(h.batch, h.stage, h.key, t, NO_TRANSFER)
         self._dispatch(first.src, t)
         self._dispatch(first.dst, t)
 
     def _unblock(self, r: int, t: float, kind: str, stage: int, b: Batch) -> None:
         """Rank r's blocking transfer ended at t: its wait is exposed communication, and it is free."""
-        if self.timeline and t > self.blocked_since[r]:
-            self._record((r, stage, b.id, b.lead, b.chunk, self.blocked_since[r], t, kind))
-        self.comm[r] += t - self.blocked_since[r]
-        self.state[r] = FREE
-        self.idle_since[r] = t
+        rank = self.ranks[r]
+        if self.timeline and t > rank.blocked_since:
+            self._record((r, stage, b.id, b.lead, b.chunk, rank.blocked_since, t, kind))
+        rank.comm += t - rank.blocked_since
+        rank.state = FREE
+        rank.idle_since = t
 
     # -- completion -------------------------------------------------------------
     def _complete(self, t: float, b: Batch) -> None:
@@ -422,8 +434,8 @@ class Engine:
     def rank_times(self, makespan: float) -> list[RankTime]:
         """Per-rank split of the makespan."""
         idle = self.idle_total
-        return [RankTime(r, self.compute[r], self.comm[r], max(0.0, makespan - self.compute[r] - self.comm[r] - idle), idle)
-                for r in range(self.pp)]
+        return [RankTime(r, rank.compute, rank.comm, max(0.0, makespan - rank.compute - rank.comm - idle), idle)
+                for r, rank in enumerate(self.ranks)]
 
     def span_list(self) -> list[Span]:
         """The recorded timeline, sorted by rank and start."""

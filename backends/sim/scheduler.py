@@ -190,11 +190,13 @@ class StepScheduler:
         budget = prefill_budget - decode_tokens if self.decode_in_budget else prefill_budget
 
         prefilling, waiting = self.prefilling, self.waiting
-        candidates = [q for q in prefilling if q.scheduled < q.target]
+        admitted = len(prefilling)  # those admitted before this step come first, in order
         next_candidate = 0
         while budget > 0:
-            if next_candidate < len(candidates):
-                q = candidates[next_candidate]
+            while next_candidate < admitted and prefilling[next_candidate].scheduled >= prefilling[next_candidate].target:
+                next_candidate += 1  # all of its prompt is issued
+            if next_candidate < admitted:
+                q = prefilling[next_candidate]
                 next_candidate += 1
                 fresh = False
             elif waiting and self._admissible(waiting[0]):
