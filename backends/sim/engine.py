@@ -397,11 +397,10 @@ class Engine:
 
     # -- completion -------------------------------------------------------------
     def _complete(self, t: float, b: Batch) -> None:
-        finished, ttfts, gaps = self.sched.complete(b, t)
-        for q in finished:
+        for q in self.sched.complete(b, t):
             self._finish(q, t)
         if self.sched.learns:
-            self.sched.policy.observe(self._report(t, b, ttfts, gaps))
+            self.sched.policy.observe(self._report(t, b))
         self.free_slots.append(b.slot)
         self.free_slots.sort()
         self.in_flight -= 1
@@ -409,13 +408,13 @@ class Engine:
             self.idle_start = t
         self._try_schedule(t)
 
-    def _report(self, t: float, b: Batch, ttfts: list[float], gaps: list[float]) -> StepReport:
+    def _report(self, t: float, b: Batch) -> StepReport:
         """What a learning policy may know about a completed step."""
         s = self.sched
         return StepReport(
             finished_at=t, latency_s=t - b.created, stage_s=b.busy[0], prefill_tokens=b.prefill_tokens,
             decode_tokens=b.tokens - b.prefill_tokens, chunk_prefix=b.chunk_prefix, chunk_sq=b.chunk_sq,
-            decode_context=b.decode_context, ttfts=tuple(ttfts), token_gaps=tuple(gaps),
+            decode_context=b.decode_context, ttfts=tuple(s.ttfts), token_gaps=tuple(s.gaps),
             kv_free=1.0 - s.kv_used / s.kv_capacity, running=s.running, waiting=len(s.waiting),
             backlog_tokens=s.backlog_tokens(), admissible_tokens=s.admissible_tokens(),
             finished_prompt_tokens=s.finished_prompt, arrived=self.next_arrival)

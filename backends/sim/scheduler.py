@@ -154,6 +154,8 @@ class StepScheduler:
         self.batches = 0
         self.chunks = 0
         self.probe: SchedulerProbe | None = None
+        self.ttfts: list[float] = []  # of the step completed last, when the policy learns
+        self.gaps: list[float] = []
 
     def form(self, now: float, slot: int = 0) -> Batch | None:
         """Build the next micro-batch for a free slot, or None when there is nothing to run."""
@@ -405,18 +407,19 @@ class StepScheduler:
             room, slots, tokens = room - claim, slots - 1, tokens + q.target
         return tokens
 
-    def complete(self, b: Batch, t: float) -> tuple[list[SimRequest], list[float], list[float]]:
-        """Emit the tokens of micro-batch b, which left the last stage at t.
+    def complete(self, b: Batch, t: float) -> list[SimRequest]:
+        """Emit the tokens of micro-batch b, which left the last stage at t; returns those it finished, in order.
 
-        Returns the requests it finished, in order, and, when the policy
-        learns, the TTFTs it completed and the gap since each decode's
-        previous token.
+        When the policy learns, `ttfts` and `gaps` then hold the TTFTs the
+        step completed and the gap since each decode's previous token.
         """
         learns, slot = self.learns, b.slot
-        decoded = b.decoding() if self.probe is not None else []
+        decoded = b.decoding() if self.probe is not None else None
         finished: list[SimRequest] = []
-        ttfts: list[float] = []
-        gaps: list[float] = []
+        ttfts, gaps = self.ttfts, self.gaps
+        if learns:
+            ttfts.clear()
+            gaps.clear()
         group: DecodeGroup | None = None
         pool = slot if self.sticky else 0
         if b.groups:
@@ -460,9 +463,9 @@ class StepScheduler:
         if group is not None and group.members:
             group.last_token = t
             self.groups[pool].append(group)
-        if self.probe is not None:
+        if self.probe is not None and decoded is not None:
             self.probe.completed(b, t, decoded, finished)
-        return finished, ttfts, gaps
+        return finished
 
     def _emit(self, q: SimRequest) -> bool:
         """q emits a token; True when that was its last one (it has left the running set)."""
