@@ -12,6 +12,7 @@ were compiled.
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import os
 import shutil
@@ -70,8 +71,9 @@ def stage_sources() -> list[str]:
     return [str(sim / f"{name}.py") for name in (*corebuild.CORE, "_core_digest")]
 
 
+@functools.cache
 def core_extensions() -> list[Extension]:
-    """mypyc's extensions for the core, or none (with the reason on stderr)."""
+    """mypyc's extensions for the core, or none (with the reason on stderr); worked out once per build."""
     if os.environ.get("PIPEDECK_PURE"):
         reason = "PIPEDECK_PURE is set"
     elif not compiler_works():
