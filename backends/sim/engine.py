@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import heapq
 import math
+from bisect import insort
 from typing import Final, cast
 
 from ..base import RunCancelled, RunObserver, Snapshot
@@ -401,8 +402,7 @@ class Engine:
             self._finish(q, t)
         if self.sched.learns:
             self.sched.policy.observe(self._report(t, b))
-        self.free_slots.append(b.slot)
-        self.free_slots.sort()
+        insort(self.free_slots, b.slot)
         self.in_flight -= 1
         if self.in_flight == 0:
             self.idle_start = t

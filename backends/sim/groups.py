@@ -85,8 +85,11 @@ class DecodeGroup:
         if clock not in self.done:
             return []
         del self.done[clock]
-        finished = [q for q in self.members if q.done_at == clock]
-        self.members = [q for q in self.members if q.done_at != clock]
+        finished: list[SimRequest] = []
+        staying: list[SimRequest] = []
+        for q in self.members:
+            (finished if q.done_at == clock else staying).append(q)
+        self.members = staying
         for q in finished:
             ctx = q.prompt + q.output
             self.ctx -= ctx

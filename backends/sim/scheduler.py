@@ -143,7 +143,7 @@ class StepScheduler:
         self.prefilling: list[SimRequest] = []
         pools = slots if sticky_decodes else 1
         self.decoding: list[deque[SimRequest]] = [deque() for _ in range(pools)]
-        self.groups: list[deque[DecodeGroup]] = [deque() for _ in range(pools)]
+        self.groups: list[list[DecodeGroup]] = [[] for _ in range(pools)]  # a few groups each: lists
         self.running = 0
         self.kv_used = 0
         self.pending_prompt = 0  # tokens admitted requests still have to prefill
@@ -282,7 +282,7 @@ class StepScheduler:
             taken.append(q)
         return taken, pairs, capped
 
-    def _take_groups(self, queue: deque[DecodeGroup], budget: int) -> tuple[list[DecodeGroup], int, int, int]:
+    def _take_groups(self, queue: list[DecodeGroup], budget: int) -> tuple[list[DecodeGroup], int, int, int]:
         """`_take_requests` a group at a time: the groups taken, their tokens and their context sums.
 
         A group is split where the budget or the free KV ends inside it; with
@@ -296,11 +296,14 @@ class StepScheduler:
                 self._preempt_grouped()
                 continue
             g = queue[0]
-            k = min(budget, len(g), room)
-            if k < len(g):
+            n = len(g.members)
+            k = n if n < budget else budget
+            if room < k:
+                k = room
+            if k < n:
                 g = g.split(k)
             else:
-                queue.popleft()
+                queue.pop(0)
             taken.append(g)
             tokens += k
             budget -= k
@@ -363,7 +366,7 @@ class StepScheduler:
         """`_preempt` on grouped queues: the youngest queued request's group gives it up; its state is written back."""
         victim: SimRequest | None = None
         home = DecodeGroup(0, 0.0)
-        home_pool: deque[DecodeGroup] = deque()
+        home_pool: list[DecodeGroup] = []
         for pool in self.groups:
             for g in pool:
                 for q in g.members:
