@@ -25,9 +25,9 @@ idle (no micro-batch anywhere in the pipeline) and bubble (the rest).
 
 from __future__ import annotations
 
+import bisect
 import heapq
 import math
-from bisect import insort
 from typing import Final, cast
 
 from ..base import RunCancelled, RunObserver, Snapshot
@@ -52,6 +52,7 @@ SNAPSHOT_EVERY_S: Final = 0.5
 INF: Final = math.inf
 heappush: Final = heapq.heappush  # Final: compiled code reads them once, not from the module's globals each call
 heappop: Final = heapq.heappop
+insort: Final = bisect.insort
 NO_TRANSFER: Final = -1.0  # the xfer_start of work that did not come over a link
 
 
@@ -210,14 +211,16 @@ class Engine:
 
     def _try_schedule(self, t: float) -> None:
         """Form a micro-batch for every free slot that has work."""
-        sticky = self.sched.sticky
-        for slot in list(self.free_slots):
-            b = self.sched.form(t, slot)
+        sticky, free = self.sched.sticky, self.free_slots
+        i = 0
+        while i < len(free):  # forming a step frees no slot, so the list changes only here
+            b = self.sched.form(t, free[i])
             if b is None:
                 if sticky:
+                    i += 1
                     continue  # another slot may hold decodes
                 return
-            self.free_slots.remove(slot)
+            del free[i]
             self.steps += 1
             if self.in_flight == 0:
                 self.idle_total += t - self.idle_start
