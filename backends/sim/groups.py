@@ -1,19 +1,19 @@
 """Decoding requests that advance as one: the bulk form of a decode queue.
 
-Requests that emitted their last token in the same step and decode in the
-same micro-batches form a `DecodeGroup`. A step that decodes the group
+Requests that emitted their latest token in the same step and decode in
+the same micro-batches form a `DecodeGroup`. A step that decodes the group
 advances its `clock` by one: every member emits a token, and running sums
 (context lengths, and with DSA the contexts capped at `index_topk`) move by
 the member count instead of member by member. Each member keeps the clock
-at which it emits its last token (`done_at`) and, with DSA, the clock at
+at which it emits its final token (`done_at`) and, with DSA, the clock at
 which its context reaches the cap (`cap_at`); counts of both per clock tell
-a step which members change, so a step costs O(members that finish or cross
-the cap), not O(members).
+a step whether any member changes, so a step costs O(1) per group, plus one
+pass over a group in which a member finishes.
 
 While a request is in a group its `emitted` and `held` are not kept up to
-date; `emitted(q)` derives them, and a request leaving its group (finished
-or preempted) gets them written back. Merging two groups rebases the smaller
-one's clocks onto the larger one's.
+date (`emitted(q)` derives the count; `held` follows from it), and a request
+leaving its group (finished or preempted) gets both written back. Merging
+groups rebases the smaller ones' clocks onto the largest one's.
 """
 
 from __future__ import annotations
