@@ -1,51 +1,57 @@
 """What an engine actually emitted, seen from outside: every token and every micro-batch it formed.
 
-`trace(engine)` wraps the scheduler's `token_out` (the engine calls it once
-per token a micro-batch emits as it leaves the last stage) and `form` (once
-per micro-batch). `check_tokens` then holds the engine's request records to
-the workload's own specs and to that log, so that nothing is compared with
-the engine's copy of itself.
+`trace(engine)` sets a probe on the engine's scheduler that logs each
+micro-batch formed and each one completed (one token for each of its decodes
+and for each prompt it finished prefilling; the engine completes a
+micro-batch as it leaves the last stage). `check_tokens` then holds the
+engine's request records to the workload's own specs and to that log, so
+that nothing is compared with the engine's copy of itself. Tests add their
+own watchers to `on_formed` and `on_evicted`.
 """
 
 from __future__ import annotations
 
 from collections import Counter, defaultdict
-from typing import NamedTuple
+from typing import Callable, NamedTuple
 
-from pipedeck.backends.sim.scheduler import FIRST_TOKEN
+from pipedeck.backends.sim.scheduler import DECODE, FIRST_TOKEN, PREFILL
 
 
 class Token(NamedTuple):
     request: int
     kind: int  # the scheduler's entry kind: FIRST_TOKEN, DECODE or RESUME
     time: float
-    finished: bool  # what token_out answered: the request is done
+    finished: bool  # the scheduler counted the request finished with it
 
 
 class Trace:
+    """A scheduler probe: the tokens emitted, the prompt tokens scheduled, and watchers of its own."""
+
     def __init__(self) -> None:
         self.tokens: list[Token] = []
         self.prefill_tokens = 0  # prompt tokens over every micro-batch formed
+        self.on_formed: list[Callable] = []  # called with each micro-batch formed
+        self.on_evicted: list[Callable] = []  # called with each request about to be preempted
+
+    def formed(self, batch) -> None:
+        self.prefill_tokens += batch.prefill_tokens
+        for watch in self.on_formed:
+            watch(batch)
+
+    def completed(self, batch, t, decoded, finished) -> None:
+        done = {q.id for q in finished}
+        sampled = [(q, DECODE) for q in decoded] + [(q, k) for q, k in batch.entries if k != PREFILL]
+        self.tokens.extend(Token(q.id, kind, t, q.id in done) for q, kind in sampled)
+
+    def evicted(self, q) -> None:
+        for watch in self.on_evicted:
+            watch(q)
 
 
 def trace(engine) -> Trace:
     """Log every token the engine emits and every prompt token it schedules; returns the (filling) log."""
     log = Trace()
-    sched = engine.sched
-    token_out, form = sched.token_out, sched.form
-
-    def logged_token_out(q, kind, slot=0):
-        finished = token_out(q, kind, slot)
-        log.tokens.append(Token(q.id, kind, engine.now, finished))
-        return finished
-
-    def logged_form(now, slot=0):
-        batch = form(now, slot)
-        if batch is not None:
-            log.prefill_tokens += batch.prefill_tokens
-        return batch
-
-    sched.token_out, sched.form = logged_token_out, logged_form
+    engine.sched.probe = log
     return log
 
 

@@ -23,15 +23,7 @@ def decode_heavy_run(delay: bool):
     engine = build_engine(config)
     log = trace(engine)
     sizes: list[int] = []
-    form = engine.sched.form
-
-    def recording(now: float, slot: int = 0):
-        batch = form(now, slot)
-        if batch is not None and batch.prefill_tokens == 0:
-            sizes.append(batch.tokens)
-        return batch
-
-    engine.sched.form = recording
+    log.on_formed.append(lambda batch: batch.prefill_tokens or sizes.append(batch.tokens))
     workload = load_scenario("cnn-reversed").workload(seed=0, rate=3.0, num_requests=300)
     engine.run([SimRequest(r.id, r.arrival_s, r.prompt_tokens, r.output_tokens) for r in workload.requests], None)
     return engine, np.array(sizes), workload, log

@@ -11,6 +11,7 @@ from pipedeck.backends.sim.scheduler import SimRequest
 from pipedeck.scenarios import Scenario, load_scenario
 from pipedeck.scenarios.arrivals import ClosedLoop, Poisson
 from pipedeck.scenarios.lengths import Fixed
+from tests.emissions import trace
 
 CHUNK = 512
 
@@ -20,15 +21,7 @@ def batches(**knobs):
     config = ServingConfig(model="qwen2.5-14b", hardware="a100-40g-pcie", tp=2, pp=2, chunk=CHUNK, **knobs).resolve()
     engine = build_engine(config)
     seen: list[tuple[int, int]] = []
-    form = engine.sched.form
-
-    def recording(now: float, slot: int = 0):
-        batch = form(now, slot)
-        if batch is not None:
-            seen.append((batch.prefill_tokens, batch.tokens))
-        return batch
-
-    engine.sched.form = recording
+    trace(engine).on_formed.append(lambda batch: seen.append((batch.prefill_tokens, batch.tokens)))
     workload = load_scenario("azure-conv").workload(seed=0, rate=20.0, num_requests=120)
     engine.run([SimRequest(r.id, r.arrival_s, r.prompt_tokens, r.output_tokens) for r in workload.requests], None)
     assert len(engine.records) == 120

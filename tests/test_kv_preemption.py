@@ -12,9 +12,10 @@ from pipedeck.backends.errors import ConfigError
 from pipedeck.backends.policies.modes import MODES
 from pipedeck.backends.sim import SimBackend
 from pipedeck.backends.sim.backend import build_engine
-from pipedeck.backends.sim.scheduler import DECODE, SimRequest
+from pipedeck.backends.sim.scheduler import SimRequest
 from pipedeck.scenarios import load_scenario
 from pipedeck.store import RunStore
+from tests.emissions import trace
 from tests.test_engine_invariants import max_overlap
 
 KV = 40_000  # tokens: about 30 azure-conv requests' prompts, so decodes fill it
@@ -30,25 +31,20 @@ def traced_run(output_reserve: float, mode: str = "cpp", requests: int = 120):
     issued: dict[int, int] = defaultdict(int)  # of the current prefill, as the scheduler counts them
     preempted: list[tuple[int, int]] = []
     peak = [0]
-    form, preempt = sched.form, sched._preempt
 
-    def recording_form(now: float, slot: int = 0):
-        batch = form(now, slot)
-        peak[0] = max(peak[0], sched.kv_used)
-        if batch is not None:
-            for q, kind in batch.entries:
-                if kind != DECODE:  # a chunk of q's prompt, or of its recompute
-                    prefilled[q.id] += q.scheduled - issued[q.id]
-                    issued[q.id] = q.scheduled
-        return batch
+    def formed(batch):
+        peak[0] = max(peak[0], sched.kv_used)  # the cache fills only as steps are formed
+        for q, _ in batch.entries:  # a chunk of q's prompt, or of its recompute
+            prefilled[q.id] += q.scheduled - issued[q.id]
+            issued[q.id] = q.scheduled
 
-    def recording_preempt(q, decodable):
-        victim = preempt(q, decodable)
+    def evicted(victim):
         preempted.append((victim.id, victim.emitted))
         issued[victim.id] = 0
-        return victim
 
-    sched.form, sched._preempt = recording_form, recording_preempt
+    log = trace(engine)
+    log.on_formed.append(formed)
+    log.on_evicted.append(evicted)
     workload = load_scenario("azure-conv").workload(seed=0, rate=20.0, num_requests=requests)
     originals = {r.id: r for r in workload.requests}
     engine.run([SimRequest(r.id, r.arrival_s, r.prompt_tokens, r.output_tokens) for r in workload.requests], None)

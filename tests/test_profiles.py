@@ -424,7 +424,8 @@ def test_attention_with_few_query_rows_per_sequence_runs_less_efficiently() -> N
 
     def attention(hw: HardwareProfile, shape: BatchShape) -> float:
         costs = CostModel(model, hw, 1, (48,))
-        no_pairs = BatchShape(*shape[:2], 0.0, 0.0, 0.0, 0.0, *shape[6:])  # the same step without its attention
+        no_pairs = BatchShape(shape.tokens, shape.prefill_tokens, 0.0, 0.0, 0.0, 0.0, shape.prefix_tokens,
+                              shape.sampled, shape.prefill_chunks)  # the same step without its attention
         return costs.stage_costs(shape)[0][0] - costs.stage_costs(no_pairs)[0][0]
 
     assert attention(half, decode) == pytest.approx(16 * attention(fast, decode))

@@ -8,7 +8,7 @@ import pytest
 
 from pipedeck.backends.config import SGLANG_MIXED_CHUNK, ServingConfig
 from pipedeck.backends.sim.backend import build_engine
-from pipedeck.backends.sim.scheduler import DECODE, SimRequest
+from pipedeck.backends.sim.scheduler import SimRequest
 from pipedeck.scenarios import load_scenario
 from tests.emissions import check_tokens, trace
 
@@ -30,15 +30,7 @@ def decode_heavy(delay: bool, sticky: bool = True, mixed: bool = True, chunk: in
     engine = build_engine(config)
     steps: list[tuple[int, list[int]]] = []
     emitted = trace(engine)
-    form = engine.sched.form
-
-    def recording_form(now: float, slot: int = 0):
-        batch = form(now, slot)
-        if batch is not None:
-            steps.append((slot, [q.id for q, kind in batch.entries if kind == DECODE]))
-        return batch
-
-    engine.sched.form = recording_form
+    emitted.on_formed.append(lambda batch: steps.append((batch.slot, [q.id for q in batch.decoding()])))
     workload = load_scenario("cnn-reversed").workload(seed=0, rate=rate, num_requests=300)
     engine.run([SimRequest(r.id, r.arrival_s, r.prompt_tokens, r.output_tokens) for r in workload.requests], None)
     return engine, steps, emitted, workload

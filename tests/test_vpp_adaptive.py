@@ -27,5 +27,5 @@ def test_resizes_and_beats_vpp_when_the_cost_bends():
     assert adaptive.sched.chunks > plain.sched.chunks
     ttft, ttft_plain = adaptive.records[0].first_token_s, plain.records[0].first_token_s
     assert ttft < 0.97 * ttft_plain
-    bubble = ttft - adaptive.compute[1]  # the middle rank's idle: the fold-back's imbalance
-    assert bubble < 0.5 * (ttft_plain - plain.compute[1])
+    bubble = ttft - adaptive.ranks[1].compute  # the middle rank's idle: the fold-back's imbalance
+    assert bubble < 0.5 * (ttft_plain - plain.ranks[1].compute)

@@ -22,10 +22,17 @@ def lone_chunk(tokens: int, prefix: int, topk: int) -> BatchShape:
 
 
 class SimBackend:
-    """Discrete-event simulation of a pipeline-parallel serving cluster."""
+    """Discrete-event simulation of a pipeline-parallel serving cluster.
+
+    `exact_decode` queues decoding requests one by one even where they could
+    advance in groups (same results, slower; for checking the grouped path).
+    """
 
     name = "sim"
     capabilities = backend_entry("sim").capabilities
+
+    def __init__(self, exact_decode: bool = False):
+        self.exact_decode = exact_decode
 
     def run(self, scenario: Scenario, config: ServingConfig, rate: float | None = None, seed: int = 0,
             num_requests: int | None = None, observer: RunObserver | None = None,
@@ -34,12 +41,12 @@ class SimBackend:
         config = config.resolve()
         check_footprint(scenario, config, num_requests, seed, rate, timeline)  # before any request is drawn
         workload = scenario.workload(seed=seed, rate=rate, num_requests=num_requests)
-        engine = build_engine(config, timeline, observer)
+        engine = build_engine(config, timeline, observer, exact_decode=self.exact_decode)
         requests = [SimRequest(r.id, r.arrival_s, r.prompt_tokens, r.output_tokens) for r in workload.requests]
         makespan = engine.run(requests, workload.concurrency)
         return RunResult(
             config=config.to_dict(), scenario=scenario.name, backend=self.name, seed=seed, rate=rate,
-            records=sorted(engine.records, key=lambda r: r.id), ranks=engine.rank_times(makespan),
+            records=sorted(engine.records), ranks=engine.rank_times(makespan),  # records by id, their first field
             makespan_s=makespan, steps=engine.steps, chunks=engine.sched.chunks,
             stage_executions=engine.stage_execs, spans=engine.span_list() if timeline else [],
             preemptions=engine.sched.preemptions,
@@ -47,7 +54,7 @@ class SimBackend:
 
 
 def build_engine(config: ResolvedConfig, timeline: bool = False, observer: RunObserver | None = None,
-                 cost: CostModel | None = None) -> Engine:
+                 cost: CostModel | None = None, exact_decode: bool = False) -> Engine:
     """Wire a resolved config's cost model (or the one given), policies and scheduler into an engine."""
     spec = config.mode_spec
     if cost is None:
@@ -72,5 +79,5 @@ def build_engine(config: ResolvedConfig, timeline: bool = False, observer: RunOb
                            config.base_unit, config.delay_mode) if config.delay_scheduling else None
     scheduler = StepScheduler(cost, spec.chunk_policy(env), config.max_running, config.kv_capacity, in_flight, topk,
                               delay, config.decode_in_budget, config.mixed_batches, config.output_reserve,
-                              spec.pack_prompts, config.sticky_decodes)
+                              spec.pack_prompts, config.sticky_decodes, exact_decode)
     return Engine(cost, scheduler, ranks, spec.sync_transfers, in_flight, spec.entry_first, timeline, observer)

@@ -36,7 +36,7 @@ Per layer and per device (weights and heads sharded over the TP group):
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import Protocol
 
 from ..memory import kv_bytes_per_token_layer
 from ..profiles.schema import HardwareProfile, ModelProfile
@@ -44,18 +44,24 @@ from ..profiles.schema import HardwareProfile, ModelProfile
 ACT_BYTES = 2  # bf16 activations on the wire
 
 
-class BatchShape(NamedTuple):
-    """What a micro-batch asks of the model, independent of the stage."""
+class BatchShape:
+    """What a micro-batch asks of the model, independent of the stage (a plain class: it is made every step)."""
 
-    tokens: int  # all tokens (prefill chunk tokens + one per decode)
-    prefill_tokens: int  # tokens of the prefill chunks
-    prefill_pairs: float  # causal query-key pairs of the prefill chunks
-    prefill_pairs_capped: float  # the same, each query capped at index_topk
-    decode_pairs: float  # keys read by decode queries (context + 1 each)
-    decode_pairs_capped: float
-    prefix_tokens: int  # cached prefix tokens the prefill chunks attend to
-    sampled: int  # requests that emit a token at the end of this step
-    prefill_chunks: int = 1  # prompt chunks among the prefill tokens (one per prompt in the step)
+    __slots__ = ("tokens", "prefill_tokens", "prefill_pairs", "prefill_pairs_capped", "decode_pairs",
+                 "decode_pairs_capped", "prefix_tokens", "sampled", "prefill_chunks")
+
+    def __init__(self, tokens: int, prefill_tokens: int, prefill_pairs: float, prefill_pairs_capped: float,
+                 decode_pairs: float, decode_pairs_capped: float, prefix_tokens: int, sampled: int,
+                 prefill_chunks: int = 1):
+        self.tokens = tokens  # all tokens (prefill chunk tokens + one per decode)
+        self.prefill_tokens = prefill_tokens  # tokens of the prefill chunks
+        self.prefill_pairs = prefill_pairs  # causal query-key pairs of the prefill chunks
+        self.prefill_pairs_capped = prefill_pairs_capped  # the same, each query capped at index_topk
+        self.decode_pairs = decode_pairs  # keys read by decode queries (context + 1 each)
+        self.decode_pairs_capped = decode_pairs_capped
+        self.prefix_tokens = prefix_tokens  # cached prefix tokens the prefill chunks attend to
+        self.sampled = sampled  # requests that emit a token at the end of this step
+        self.prefill_chunks = prefill_chunks  # prompt chunks among the prefill tokens (one per prompt in the step)
 
 
 def capped_pairs(prefix: int, chunk: int, cap: int) -> float:
@@ -66,6 +72,17 @@ def capped_pairs(prefix: int, chunk: int, cap: int) -> float:
     if first >= cap:
         return float(cap * chunk)
     return (first + cap) * (cap - first + 1) / 2 + (last - cap) * cap
+
+
+class StageCosts(Protocol):
+    """What the engine asks of a cost model: `CostModel`, or a stand-in with costs of its own (tests)."""
+
+    step_overhead_s: float
+    request_overhead_s: float
+
+    def stage_costs(self, b: BatchShape) -> tuple[list[float], list[float]]: ...
+
+    def transfer_time(self, tokens: int) -> float: ...
 
 
 @dataclass(frozen=True)
@@ -179,8 +196,7 @@ class CostModel:
     def stage_costs(self, b: BatchShape) -> tuple[list[float], list[float]]:
         """Busy time of each virtual stage for this batch, and the collective part of it."""
         n = b.tokens
-        matmul = self._matmul
-        attn_layer = matmul(self._proj_flops * n, n, self._proj_bytes)
+        attn_layer = self._matmul(self._proj_flops * n, n, self._proj_bytes)
         if self._sparse:
             pre, dec = b.prefill_pairs_capped, b.decode_pairs_capped
         else:
@@ -201,23 +217,23 @@ class CostModel:
         else:  # decode-only step: a captured graph is replayed
             coll = self._graph_coll_lat + self._coll_token * n
         if self._reexpand_flops and b.prefix_tokens:
-            attn_layer += matmul(self._reexpand_flops * b.prefix_tokens, b.prefix_tokens, 0.0)
+            attn_layer += self._matmul(self._reexpand_flops * b.prefix_tokens, b.prefix_tokens, 0.0)
 
-        dense_layer = matmul(self._dense_flops * n, n, self._dense_bytes) if self._dense else 0.0
+        dense_layer = self._matmul(self._dense_flops * n, n, self._dense_bytes) if self._dense else 0.0
         moe_layer = 0.0
         if self._moe:
             k, e = self._moe
             touched = e * (1.0 - (1.0 - k / e) ** n)
             # Grouped GEMM (vLLM-Ascend npu_grouped_matmul, vLLM fused_moe): experts without rows do no work.
-            moe_layer = matmul(self._expert_flops * n * k, n * k / touched, self._expert_bytes * touched)
+            moe_layer = self._matmul(self._expert_flops * n * k, n * k / touched, self._expert_bytes * touched)
             moe_layer += self._router_flops * n / self._flops
             if self._shared:
-                moe_layer += matmul(self._shared_flops * n, n, self._shared_bytes)
+                moe_layer += self._matmul(self._shared_flops * n, n, self._shared_bytes)
 
         layer = attn_layer + coll
         busy = [layers * layer + dense * dense_layer + moe * moe_layer for layers, dense, moe, _ in self._rows]
         if b.sampled and self._rows[-1][3]:
-            busy[-1] += matmul(self._head_flops * b.sampled, b.sampled, self._head_bytes) + self._sampling_s
+            busy[-1] += self._matmul(self._head_flops * b.sampled, b.sampled, self._head_bytes) + self._sampling_s
         comm = [row[0] * coll for row in self._rows]
         return busy, comm
 

@@ -26,54 +26,100 @@ single rank has no pipeline, so there the rest is idle too).
 
 from __future__ import annotations
 
+import bisect
 import heapq
-import itertools
 import math
+from typing import Final, cast
 
 from ..base import RunCancelled, RunObserver, Snapshot
-from ..policies.chunking import FixedChunk, StepReport
+from ..policies.chunking import StepReport
 from ..result import RankTime, RequestRecord, Span
 from ..errors import ConfigError
 from ..policies.layouts import program_order
-from .costs import CostModel
-from .scheduler import FIRST_TOKEN, PREFILL, Batch, SimRequest, StepScheduler
+from .costs import StageCosts
+from .scheduler import Batch, SimRequest, StepScheduler
 
-DONE, WAKE, ARRIVE, XFER, ADMIT = 0, 1, 2, 3, 4
-FREE, COMPUTE, BLOCKED = 0, 1, 2
-SNAPSHOT_EVERY_S = 0.5
+# event kinds
+DONE: Final = 0
+WAKE: Final = 1
+ARRIVE: Final = 2
+XFER: Final = 3
+ADMIT: Final = 4
+# rank states
+FREE: Final = 0
+COMPUTE: Final = 1
+BLOCKED: Final = 2
+SNAPSHOT_EVERY_S: Final = 0.5
+INF: Final = math.inf
+heappush: Final = heapq.heappush  # Final: compiled code reads them once, not from the module's globals each call
+heappop: Final = heapq.heappop
+insort: Final = bisect.insort
+NO_TRANSFER: Final = -1.0  # the xfer_start of work that did not come over a link
+
+
+class Work:
+    """A stage of a micro-batch on its rank: it can run from ready_t (after a transfer begun at xfer_start).
+
+    `key` is its place in the rank's program (`program_order`), unique on the rank.
+    """
+
+    __slots__ = ("batch", "stage", "key", "ready_t", "xfer_start")
+
+    def __init__(self, batch: Batch, stage: int, key: int, ready_t: float, xfer_start: float):
+        self.batch, self.stage, self.key, self.ready_t, self.xfer_start = batch, stage, key, ready_t, xfer_start
+
+
+class Handoff:
+    """A synchronous transfer of a micro-batch's stage input from rank src to rank dst."""
+
+    __slots__ = ("src", "dst", "batch", "stage", "key")
+
+    def __init__(self, src: int, dst: int, batch: Batch, stage: int, key: int):
+        self.src, self.dst, self.batch, self.stage, self.key = src, dst, batch, stage, key
+
+
+class Rank:
+    """One rank's state, its work and its time so far."""
+
+    __slots__ = ("state", "idle_since", "blocked_since", "wake_at", "compute", "comm", "program", "ready",
+                 "incoming", "sending")
+
+    def __init__(self) -> None:
+        self.state = FREE
+        self.idle_since = 0.0
+        self.blocked_since = 0.0
+        self.wake_at = INF  # when a WAKE event will dispatch it
+        self.compute = 0.0
+        self.comm = 0.0
+        self.program: list[int] = []  # sync: a heap of the keys of its work
+        self.ready: dict[int, Work] = {}  # work here or on its way, by key
+        self.incoming: dict[int, Handoff] = {}  # blocked sync senders, by key
+        self.sending: Handoff | None = None  # the handoff it waits to make, blocked sending
 
 
 class Engine:
     """Runs one workload through one pipeline; build a new one per run."""
 
-    def __init__(self, cost: CostModel, scheduler: StepScheduler, stage_ranks: tuple[int, ...],
+    def __init__(self, cost: StageCosts, scheduler: StepScheduler, stage_ranks: tuple[int, ...],
                  sync: bool, in_flight: int, entry_first: bool,
                  timeline: bool, observer: RunObserver | None):
         self.cost, self.sched = cost, scheduler
         self.stage_ranks = stage_ranks
-        self.order = program_order(stage_ranks, entry_first)
+        order = program_order(stage_ranks, entry_first)
+        self.order_a = [a for a, _ in order]
+        self.order_c = [c for _, c in order]
         self.nstages = len(stage_ranks)
         self.pp = max(stage_ranks) + 1
         self.sync = sync
         self.free_slots = list(range(in_flight))
         self.step_overhead = cost.step_overhead_s
         self.request_overhead = cost.request_overhead_s
-        self.learns = type(scheduler.policy).observe is not FixedChunk.observe
         self.timeline, self.observer = timeline, observer
         p = self.pp
-        self.state = [FREE] * p
-        self.idle_since = [0.0] * p
-        self.blocked_since = [0.0] * p
-        self.program: list[list[tuple[int, int, int]]] = [[] for _ in range(p)]  # sync: heaps of (key, batch, stage)
-        self.ready: list[dict[tuple[int, int], tuple]] = [{} for _ in range(p)]  # work here or on its way
-        self.incoming: list[dict[tuple[int, int], tuple]] = [{} for _ in range(p)]  # blocked sync senders
-        self.sending: list[tuple | None] = [None] * p  # (to rank, batch, stage) a blocked sender waits to hand over
-        self.wake_at = [math.inf] * p
-        self.link_free: dict[tuple[int, int], float] = {}
-        self.compute = [0.0] * p
-        self.comm = [0.0] * p
-        self.heap: list[tuple] = []
-        self.seq = itertools.count()
+        self.ranks = [Rank() for _ in range(p)]
+        self.link_free = [0.0] * (p * p)  # async: when the link r -> r2 is free, at r * pp + r2
+        self.heap: list[tuple[float, int, int, object, object]] = []  # (time, seq, kind, a, b)
+        self.seq = 0
         self.in_flight = 0
         self.idle_start = 0.0
         self.idle_total = 0.0
@@ -87,7 +133,8 @@ class Engine:
 
     # -- events -------------------------------------------------------------
     def _push(self, t: float, kind: int, a: object, b: object = None) -> None:
-        heapq.heappush(self.heap, (t, next(self.seq), kind, a, b))
+        self.seq += 1
+        heappush(self.heap, (t, self.seq, kind, a, b))
 
     def run(self, requests: list[SimRequest], concurrency: int | None) -> float:
         """Serve every request; returns the makespan."""
@@ -100,7 +147,7 @@ class Engine:
         self.next_arrival = 0
         self.open_loop = concurrency is None
         self.total = len(requests)
-        if self.open_loop:
+        if concurrency is None:
             self._schedule_arrival()
         else:
             for _ in range(min(concurrency, len(requests))):
@@ -108,22 +155,22 @@ class Engine:
             self._try_schedule(0.0)
         observer = self.observer
         next_snapshot = SNAPSHOT_EVERY_S
-        heap, pop = self.heap, heapq.heappop
-        on_done, dispatch = self._on_done, self._dispatch
+        heap = self.heap
         t = 0.0
         while heap:
-            t, _, kind, a, b = pop(heap)
+            t, _, kind, a, b = heappop(heap)
             self.now = t
             if kind == DONE:
-                on_done(t, a, b)
+                self._on_done(t, cast(int, a), cast(Batch, b))
             elif kind == WAKE:
-                if self.wake_at[a] == t:
-                    self.wake_at[a] = math.inf
-                dispatch(a, t)
+                r = cast(int, a)
+                if self.ranks[r].wake_at == t:
+                    self.ranks[r].wake_at = INF
+                self._dispatch(r, t)
             elif kind == XFER:
-                self._on_transfer(t, a)
+                self._on_transfer(t, cast("list[Handoff]", a))
             elif kind == ADMIT:
-                self.sched.waiting.append(a)
+                self.sched.waiting.append(cast(SimRequest, a))
                 self._try_schedule(t)
             else:
                 self._on_arrival(t)
@@ -165,95 +212,98 @@ class Engine:
 
     def _try_schedule(self, t: float) -> None:
         """Form a micro-batch for every free slot that has work."""
-        sticky = self.sched.sticky
-        for slot in list(self.free_slots):
-            b = self.sched.form(t, slot)
+        sticky, free = self.sched.sticky, self.free_slots
+        i = 0
+        while i < len(free):  # forming a step frees no slot, so the list changes only here
+            b = self.sched.form(t, free[i])
             if b is None:
                 if sticky:
+                    i += 1
                     continue  # another slot may hold decodes
                 return
-            self.free_slots.remove(slot)
+            del free[i]
             self.steps += 1
             if self.in_flight == 0:
                 self.idle_total += t - self.idle_start
             self.in_flight += 1
-            self.sched_free = max(self.sched_free, t) + self.step_overhead
+            self.sched_free = (t if t > self.sched_free else self.sched_free) + self.step_overhead
             if self.sync:
                 for stage, rank in enumerate(self.stage_ranks):
-                    heapq.heappush(self.program[rank], (self._key(b.id, stage), b.id, stage))
-            self._arrive(self.stage_ranks[0], b, 0, self.sched_free, None)
+                    heappush(self.ranks[rank].program, self._key(b.id, stage))
+            self._arrive(self.stage_ranks[0], b, 0, self.sched_free, NO_TRANSFER)
 
     # -- ranks ----------------------------------------------------------------
-    def _arrive(self, r: int, b: Batch, stage: int, ready_t: float, xfer_start: float | None) -> None:
+    def _arrive(self, r: int, b: Batch, stage: int, ready_t: float, xfer_start: float) -> None:
         """Stage `stage` of b can run on rank r from ready_t (after a transfer that started at xfer_start)."""
-        self.ready[r][(b.id, stage)] = (b, ready_t, xfer_start)
+        key = self._key(b.id, stage)
+        self.ranks[r].ready[key] = Work(b, stage, key, ready_t, xfer_start)
         self._dispatch(r, self.now)
 
     def _dispatch(self, r: int, t: float) -> None:
         """If rank r is free, start its next work (or receive it, or wait for it)."""
-        if self.state[r] != FREE:
+        rank = self.ranks[r]
+        if rank.state != FREE:
             return
         work = self._next_in_program(r, t) if self.sync else self._first_arrived(r, t)
         if work is None:
             return
-        b, ready_t, xfer_start = self.ready[r].pop(work)
-        stage = work[1]
-        if xfer_start is not None and ready_t > self.idle_since[r]:  # waited on an in-flight transfer
-            wait_from = max(self.idle_since[r], xfer_start)
-            self.comm[r] += ready_t - wait_from
+        del rank.ready[work.key]
+        b, stage, ready_t = work.batch, work.stage, work.ready_t
+        since, xfer_start = rank.idle_since, work.xfer_start
+        if xfer_start != NO_TRANSFER and ready_t > since:  # waited on an in-flight transfer
+            wait_from = xfer_start if xfer_start > since else since
+            rank.comm += ready_t - wait_from
             if self.timeline:
                 self._record((r, stage, b.id, b.lead, b.chunk, wait_from, ready_t, "wait"))
         busy = b.busy[stage]
         coll = b.comm[stage]
-        self.compute[r] += busy - coll
-        self.comm[r] += coll
-        self.state[r] = COMPUTE
+        rank.compute += busy - coll
+        rank.comm += coll
+        rank.state = COMPUTE
         end = t + busy
-        heapq.heappush(self.heap, (end, next(self.seq), DONE, r, b))
+        self._push(end, DONE, r, b)
         if self.timeline:
             self._record((r, stage, b.id, b.lead, b.chunk, t, end, b.kind))
 
-    def _next_in_program(self, r: int, t: float) -> tuple[int, int] | None:
+    def _next_in_program(self, r: int, t: float) -> Work | None:
         """Synchronous ranks: the head of the program if it is here; receive it if its sender waits."""
-        work = self._next(r)
-        if work is None:
+        key = self._next(r)
+        if key < 0:
             return None
-        item = self.ready[r].get(work)
-        if item is not None:
-            if item[1] > t:  # the host is still preparing it
-                self._wake(r, item[1])
+        work = self.ranks[r].ready.get(key)
+        if work is not None:
+            if work.ready_t > t:  # the host is still preparing it
+                self._wake(r, work.ready_t)
                 return None
-            heapq.heappop(self.program[r])
+            heappop(self.ranks[r].program)
             return work
-        if work in self.incoming[r]:
-            self._receive(r, t, work)
+        if key in self.ranks[r].incoming:
+            self._receive(r, t, key)
         return None  # still upstream: the rank waits for it (bubble)
 
-    def _first_arrived(self, r: int, t: float) -> tuple[int, int] | None:
+    def _first_arrived(self, r: int, t: float) -> Work | None:
         """Asynchronous ranks: the smallest-key work that has arrived; else wake when the next lands."""
-        best = None
-        best_key = soonest = math.inf
-        for work, (_, ready_t, _) in self.ready[r].items():
-            if ready_t <= t:
-                key = self._key(*work)
-                if key < best_key:
-                    best, best_key = work, key
-            elif ready_t < soonest:
-                soonest = ready_t
+        best: Work | None = None
+        soonest = INF
+        for work in self.ranks[r].ready.values():
+            if work.ready_t <= t:
+                if best is None or work.key < best.key:
+                    best = work
+            elif work.ready_t < soonest:
+                soonest = work.ready_t
         if best is None:
             self._wake(r, soonest)
         return best
 
     def _key(self, batch: int, stage: int) -> int:
         """The place of a stage of a micro-batch in its rank's program (`program_order`)."""
-        a, c = self.order[stage]
-        return a * batch + c
+        return self.order_a[stage] * batch + self.order_c[stage]
 
     def _wake(self, r: int, when: float) -> None:
         """Dispatch rank r again at `when` (its next work lands then)."""
-        if when < self.wake_at[r]:
-            self.wake_at[r] = when
-            heapq.heappush(self.heap, (when, next(self.seq), WAKE, r, None))
+        if when < self.ranks[r].wake_at:
+            self.ranks[r].wake_at = when
+            self._push(when, WAKE, r)
 
     def _record(self, span: tuple) -> None:
         self.spans.append(span)
@@ -261,8 +311,8 @@ class Engine:
             self.observer.span(Span._make(span))
 
     def _free(self, r: int, t: float) -> None:
-        self.state[r] = FREE
-        self.idle_since[r] = t
+        self.ranks[r].state = FREE
+        self.ranks[r].idle_since = t
         self._dispatch(r, t)
 
     def _on_done(self, t: float, r: int, b: Batch) -> None:
@@ -275,97 +325,100 @@ class Engine:
         b.stage = nxt
         r2 = self.stage_ranks[nxt]
         if r2 == r:
-            self.state[r] = FREE
-            self.idle_since[r] = t
-            self._arrive(r, b, nxt, t, None)
+            self.ranks[r].state = FREE
+            self.ranks[r].idle_since = t
+            self._arrive(r, b, nxt, t, NO_TRANSFER)
         elif self.sync:
             self._send(t, r, r2, b, nxt)
         else:
-            start = max(t, self.link_free.get((r, r2), 0.0))
+            link = r * self.pp + r2
+            free = self.link_free[link]
+            start = free if free > t else t
             arrive = start + self.cost.transfer_time(b.tokens)
-            self.link_free[(r, r2)] = arrive
+            self.link_free[link] = arrive
             self._free(r, t)
             self._arrive(r2, b, nxt, arrive, start)
 
     # -- synchronous transfers -----------------------------------------------
-    def _next(self, r: int) -> tuple[int, int] | None:
-        """(batch, stage) of the next work in rank r's program."""
-        return self.program[r][0][1:] if self.program[r] else None
+    def _next(self, r: int) -> int:
+        """The key of the next work in rank r's program, -1 when it has none."""
+        program = self.ranks[r].program
+        return program[0] if program else -1
 
     def _send(self, t: float, r: int, r2: int, b: Batch, stage: int) -> None:
         """Rank r blocks sending b to r2 until r2 posts the matching receive."""
-        self.state[r] = BLOCKED
-        self.blocked_since[r] = t
-        pending = self.sending[r2]
-        if pending is not None and pending[0] == r:  # each blocks sending to the other: one exchange both ways
-            self.sending[r2] = None
-            del self.incoming[r][(pending[1].id, pending[2])]
-            x = max(self.cost.transfer_time(b.tokens), self.cost.transfer_time(pending[1].tokens))
-            self._push(t + x, XFER, ((r, r2, b, stage), (r2, r, pending[1], pending[2])))
-        elif self.state[r2] == FREE and self._next(r2) == (b.id, stage):
-            self.state[r2] = BLOCKED
-            self.blocked_since[r2] = t
-            self._push(t + self.cost.transfer_time(b.tokens), XFER, ((r, r2, b, stage),))
+        self.ranks[r].state = BLOCKED
+        self.ranks[r].blocked_since = t
+        handoff = Handoff(r, r2, b, stage, self._key(b.id, stage))
+        pending = self.ranks[r2].sending
+        if pending is not None and pending.dst == r:  # each blocks sending to the other: one exchange both ways
+            self.ranks[r2].sending = None
+            del self.ranks[r].incoming[pending.key]
+            x = max(self.cost.transfer_time(b.tokens), self.cost.transfer_time(pending.batch.tokens))
+            self._push(t + x, XFER, [handoff, pending])
+        elif self.ranks[r2].state == FREE and self._next(r2) == handoff.key:
+            self.ranks[r2].state = BLOCKED
+            self.ranks[r2].blocked_since = t
+            self._push(t + self.cost.transfer_time(b.tokens), XFER, [handoff])
         else:
-            self.incoming[r2][(b.id, stage)] = (r, b, stage)
-            self.sending[r] = (r2, b, stage)
+            self.ranks[r2].incoming[handoff.key] = handoff
+            self.ranks[r].sending = handoff
 
-    def _receive(self, r: int, t: float, work: tuple[int, int]) -> None:
+    def _receive(self, r: int, t: float, key: int) -> None:
         """Free rank r posts the receive its program has reached; the blocked sender hands over."""
-        src, b, stage = self.incoming[r].pop(work)
-        self.sending[src] = None
-        self.state[r] = BLOCKED
-        self.blocked_since[r] = t
-        self._push(t + self.cost.transfer_time(b.tokens), XFER, ((src, r, b, stage),))
+        handoff = self.ranks[r].incoming.pop(key)
+        self.ranks[handoff.src].sending = None
+        self.ranks[r].state = BLOCKED
+        self.ranks[r].blocked_since = t
+        self._push(t + self.cost.transfer_time(handoff.batch.tokens), XFER, [handoff])
 
-    def _on_transfer(self, t: float, transfers: tuple) -> None:
-        """Blocking transfers landed: both sides are free again and the data is ready."""
-        roles: dict[int, tuple[str, int, Batch]] = {}
-        for src, dst, b, stage in transfers:
-            roles[src] = ("exchange" if src in roles else "send", stage - 1, b)
-            roles[dst] = ("exchange" if dst in roles else "recv", stage, b)
-        for r, (kind, stage, b) in roles.items():
-            if self.timeline and t > self.blocked_since[r]:
-                self._record((r, stage, b.id, b.lead, b.chunk, self.blocked_since[r], t, kind))
-            self.comm[r] += t - self.blocked_since[r]
-            self.state[r] = FREE
-            self.idle_since[r] = t
-        for _, dst, b, stage in transfers:
-            self.ready[dst][(b.id, stage)] = (b, t, None)
-        for r in roles:
-            self._dispatch(r, t)
+    def _on_transfer(self, t: float, transfers: list[Handoff]) -> None:
+        """Blocking transfers landed: both sides are free again and the data is ready.
+
+        A lone transfer: the sender's span is a send of the previous stage,
+        the receiver's a recv. An exchange (the second transfer goes back
+        from the first's receiver): both spans are exchanges of the second.
+        """
+        first, last = transfers[0], transfers[-1]
+        if len(transfers) == 1:
+            self._unblock(first.src, t, "send", first.stage - 1, first.batch)
+            self._unblock(first.dst, t, "recv", first.stage, first.batch)
+        else:
+            self._unblock(first.src, t, "exchange", last.stage, last.batch)
+            self._unblock(first.dst, t, "exchange", last.stage - 1, last.batch)
+        for h in transfers:
+            self.ranks[h.dst].ready[h.key] = Work(h.batch, h.stage, h.key, t, NO_TRANSFER)
+        self._dispatch(first.src, t)
+        self._dispatch(first.dst, t)
+
+    def _unblock(self, r: int, t: float, kind: str, stage: int, b: Batch) -> None:
+        """Rank r's blocking transfer ended at t: its wait is exposed communication, and it is free."""
+        rank = self.ranks[r]
+        if self.timeline and t > rank.blocked_since:
+            self._record((r, stage, b.id, b.lead, b.chunk, rank.blocked_since, t, kind))
+        rank.comm += t - rank.blocked_since
+        rank.state = FREE
+        rank.idle_since = t
 
     # -- completion -------------------------------------------------------------
     def _complete(self, t: float, b: Batch) -> None:
-        token_out, slot = self.sched.token_out, b.slot
-        ttfts, gaps = [], []
-        for q, kind in b.entries:
-            if kind == PREFILL:
-                continue
-            if kind == FIRST_TOKEN:
-                q.first_token = t
-                ttfts.append(t - q.arrival)
-            else:  # a decode, or the recompute of a preempted request
-                gaps.append(t - q.last_token)
-            q.last_token = t
-            if token_out(q, kind, slot):
-                self._finish(q, t)
-        if self.learns:
-            self.sched.policy.observe(self._report(t, b, ttfts, gaps))
-        self.free_slots.append(slot)
-        self.free_slots.sort()
+        for q in self.sched.complete(b, t):
+            self._finish(q, t)
+        if self.sched.learns:
+            self.sched.policy.observe(self._report(t, b))
+        insort(self.free_slots, b.slot)
         self.in_flight -= 1
         if self.in_flight == 0:
             self.idle_start = t
         self._try_schedule(t)
 
-    def _report(self, t: float, b: Batch, ttfts: list[float], gaps: list[float]) -> StepReport:
+    def _report(self, t: float, b: Batch) -> StepReport:
         """What a learning policy may know about a completed step."""
         s = self.sched
         return StepReport(
             finished_at=t, latency_s=t - b.created, stage_s=b.busy[0], prefill_tokens=b.prefill_tokens,
             decode_tokens=b.tokens - b.prefill_tokens, chunk_prefix=b.chunk_prefix, chunk_sq=b.chunk_sq,
-            decode_context=b.decode_context, ttfts=tuple(ttfts), token_gaps=tuple(gaps),
+            decode_context=b.decode_context, ttfts=tuple(s.ttfts), token_gaps=tuple(s.gaps),
             kv_free=1.0 - s.kv_used / s.kv_capacity, running=s.running, waiting=len(s.waiting),
             backlog_tokens=s.backlog_tokens(), admissible_tokens=s.admissible_tokens(),
             finished_prompt_tokens=s.finished_prompt, arrived=self.next_arrival)
@@ -385,10 +438,10 @@ class Engine:
         """Per-rank split of the makespan; one rank has no pipeline to wait on, so all its waiting is idle."""
         idle = self.idle_total
         if self.pp == 1:  # between steps it waits for the host's next one (step overhead): no bubble
-            return [RankTime(0, self.compute[0], self.comm[0], 0.0,
-                             max(0.0, makespan - self.compute[0] - self.comm[0]))]
-        return [RankTime(r, self.compute[r], self.comm[r], max(0.0, makespan - self.compute[r] - self.comm[r] - idle), idle)
-                for r in range(self.pp)]
+            rank = self.ranks[0]
+            return [RankTime(0, rank.compute, rank.comm, 0.0, max(0.0, makespan - rank.compute - rank.comm))]
+        return [RankTime(r, rank.compute, rank.comm, max(0.0, makespan - rank.compute - rank.comm - idle), idle)
+                for r, rank in enumerate(self.ranks)]
 
     def span_list(self) -> list[Span]:
         """The recorded timeline, sorted by rank and start."""

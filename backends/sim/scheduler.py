@@ -30,24 +30,35 @@ Which decodes join a step follows one of two engines:
   decodes that slot's whole running batch, whatever the chunk size (the
   chunked-prefill size bounds prefill tokens only). As requests finish the
   slots drift apart in size. Delay scheduling moves requests between slots.
+
+Decoding requests are queued one by one (the exact loop) only where a policy
+picks requests individually (delay scheduling) or a caller asks for it;
+otherwise they are queued as `DecodeGroup`s that advance a step at a time
+(groups.py), with the same results to the last bit.
 """
 
 from __future__ import annotations
 
 from collections import deque
+from typing import Final, Protocol
 
-from ..policies.chunking import ChunkPolicy
+from ..policies.chunking import ChunkPolicy, FixedChunk
 from ..policies.delay import DelayScheduler
-from .costs import BatchShape, CostModel, capped_pairs
+from .costs import BatchShape, StageCosts, capped_pairs
+from .groups import DecodeGroup, merge
 
-PREFILL, FIRST_TOKEN, DECODE, RESUME = 0, 1, 2, 3
+# what a step's work on a request yields
+PREFILL: Final = 0
+FIRST_TOKEN: Final = 1
+DECODE: Final = 2
+RESUME: Final = 3
 
 
 class SimRequest:
     """A request's progress inside the simulator."""
 
     __slots__ = ("id", "seq", "arrival", "prompt", "output", "target", "scheduled", "held", "chunks", "emitted",
-                 "first_token", "last_token", "finish", "slot")
+                 "first_token", "last_token", "finish", "slot", "done_at", "cap_at")
 
     def __init__(self, rid: int, arrival: float, prompt: int, output: int):
         self.id, self.arrival, self.prompt, self.output = rid, arrival, prompt, output
@@ -59,19 +70,51 @@ class SimRequest:
         self.emitted = 0
         self.first_token = self.last_token = self.finish = 0.0
         self.slot = 0  # the micro-batch slot it decodes in (SGLang semantics)
+        self.done_at = self.cap_at = 0  # in a DecodeGroup: its clock at the last token, and at the DSA cap
 
 
 class Batch:
-    """One micro-batch (scheduler step) travelling through the virtual stages."""
+    """One micro-batch (scheduler step) travelling through the virtual stages.
 
-    __slots__ = ("id", "slot", "entries", "busy", "comm", "stage", "lead", "chunk", "kind",
+    Its decodes are `decodes` (queued one by one) or `groups` (queued in
+    groups); `entries` are its prefill chunks, each with what it yields.
+    """
+
+    __slots__ = ("id", "slot", "decodes", "groups", "entries", "busy", "comm", "stage", "lead", "chunk", "kind",
                  "tokens", "prefill_tokens", "created", "chunk_prefix", "chunk_sq", "decode_context")
+    # set by the scheduler once the step is formed
+    tokens: int
+    prefill_tokens: int
+    chunk_prefix: int
+    chunk_sq: int
+    decode_context: int
+    lead: int  # the lead prefill request's id, -1 for a decode-only step
+    chunk: int  # its chunk index
+    kind: str  # prefill, decode or mixed
 
-    def __init__(self, bid: int, slot: int, entries: list, created: float):
-        self.id, self.slot, self.entries, self.created = bid, slot, entries, created
+    def __init__(self, bid: int, slot: int, decodes: list[SimRequest], groups: list[DecodeGroup],
+                 entries: list[tuple[SimRequest, int]], created: float):
+        self.id, self.slot, self.created = bid, slot, created
+        self.decodes, self.groups, self.entries = decodes, groups, entries
         self.stage = 0
         self.busy: list[float] = []
         self.comm: list[float] = []
+
+    def decoding(self) -> list[SimRequest]:
+        """The requests this micro-batch decodes, in order (until it completes)."""
+        return self.decodes + [q for g in self.groups for q in g.members]
+
+
+class SchedulerProbe(Protocol):
+    """Watches a scheduler step by step (the tests' logs of what it formed and emitted); called when set."""
+
+    def formed(self, b: Batch) -> None: ...
+
+    def completed(self, b: Batch, t: float, decoded: list[SimRequest], finished: list[SimRequest]) -> None:
+        """b left the last stage at t: each of `decoded` and each request b finished prefilling emitted a token."""
+
+    def evicted(self, q: SimRequest) -> None:
+        """q is about to be preempted."""
 
 
 class StepScheduler:
@@ -80,22 +123,27 @@ class StepScheduler:
     Queues: `waiting` (arrived, not admitted), `prefilling` (admitted, first
     token not out yet, in admission order) and `decoding`, one queue of
     running requests whose previous token is out per micro-batch slot (one
-    queue shared by every slot unless `sticky_decodes`).
+    queue shared by every slot unless `sticky_decodes`), of requests or, when
+    `bulk`, of DecodeGroups. `exact` keeps the one-by-one queues.
     """
 
-    def __init__(self, cost: CostModel, chunk_policy: ChunkPolicy, max_running: int, kv_capacity: int,
+    def __init__(self, cost: StageCosts, chunk_policy: ChunkPolicy, max_running: int, kv_capacity: int,
                  slots: int, topk: int = 0, delay: DelayScheduler | None = None, decode_in_budget: bool = True,
                  mixed_batches: bool = True, output_reserve: float = 1.0, pack_prompts: bool = True,
-                 sticky_decodes: bool = False):
+                 sticky_decodes: bool = False, exact: bool = False):
         self.cost, self.policy = cost, chunk_policy
         self.delay = delay  # decode micro-batch rebalancing, when on
         self.decode_in_budget, self.mixed_batches = decode_in_budget, mixed_batches
         self.pack_prompts, self.sticky = pack_prompts, sticky_decodes
         self.max_running, self.kv_capacity, self.output_reserve = max_running, kv_capacity, output_reserve
         self.topk = topk  # DSA keys per query (0 = dense attention)
+        self.learns = type(chunk_policy).observe is not FixedChunk.observe  # completions report to the policy
+        self.bulk = delay is None and not exact
         self.waiting: deque[SimRequest] = deque()
         self.prefilling: list[SimRequest] = []
-        self.decoding: list[deque[SimRequest]] = [deque() for _ in range(slots if sticky_decodes else 1)]
+        pools = slots if sticky_decodes else 1
+        self.decoding: list[deque[SimRequest]] = [deque() for _ in range(pools)]
+        self.groups: list[list[DecodeGroup]] = [[] for _ in range(pools)]  # a few groups each: lists
         self.running = 0
         self.kv_used = 0
         self.pending_prompt = 0  # tokens admitted requests still have to prefill
@@ -105,47 +153,52 @@ class StepScheduler:
         self.admitted = 0
         self.batches = 0
         self.chunks = 0
+        self.probe: SchedulerProbe | None = None
+        self.ttfts: list[float] = []  # of the step completed last, when the policy learns
+        self.gaps: list[float] = []
 
     def form(self, now: float, slot: int = 0) -> Batch | None:
         """Build the next micro-batch for a free slot, or None when there is nothing to run."""
         prefill_budget = self.policy.step_budget()
-        queue = self.decoding[slot] if self.sticky else self.decoding[0]
+        pool = slot if self.sticky else 0
+        ready = 0
+        if self.bulk:
+            for g in self.groups[pool]:
+                ready += len(g.members)
+        else:
+            ready = len(self.decoding[pool])
         if not self.mixed_batches and self._prompt_work_ready():
             decode_slots = 0  # a prefill-only step: decodes wait for the next one
         elif self.sticky:
-            decode_slots = len(queue)  # the slot's whole running batch
+            decode_slots = ready  # the slot's whole running batch
         else:
-            decode_slots = prefill_budget if self.decode_in_budget else len(queue)
-        if self.delay is not None and decode_slots and len(queue) > 1:
-            queue = self._rebalance(queue, decode_slots, slot, now)
+            decode_slots = prefill_budget if self.decode_in_budget else ready
+        decodes: list[SimRequest] = []
+        groups: list[DecodeGroup] = []
+        if self.bulk:
+            groups, decode_tokens, dec_pairs, dec_capped = self._take_groups(self.groups[pool], decode_slots)
+        else:
+            queue = self.decoding[pool]
+            if self.delay is not None and decode_slots and len(queue) > 1:
+                queue = self._rebalance(queue, decode_slots, slot, now)
+            decodes, dec_pairs, dec_capped = self._take_requests(queue, decode_slots)
+            decode_tokens = len(decodes)
         entries: list[tuple[SimRequest, int]] = []
-        prefill = pairs = capped = dec_pairs = dec_capped = prefix_sum = chunk_prefix = chunk_sq = 0
+        prefill = prefix_sum = chunk_prefix = chunk_sq = 0
+        pairs = capped = 0.0
         lead = lead_chunk = -1
         topk = self.topk
-        budget = decode_slots
-        while budget > 0 and queue:
-            q = queue.popleft()
-            if self.kv_used >= self.kv_capacity:  # no room for this token's KV
-                victim = self._preempt(q, queue)
-                if victim is not q:
-                    queue.appendleft(q)
-                continue
-            budget -= 1
-            q.held += 1
-            self.kv_used += 1
-            ctx = q.prompt + q.emitted
-            dec_pairs += ctx
-            dec_capped += ctx if topk <= 0 or ctx < topk else topk
-            entries.append((q, DECODE))
-        decode_tokens = sampled = len(entries)
+        sampled = decode_tokens
         budget = prefill_budget - decode_tokens if self.decode_in_budget else prefill_budget
 
         prefilling, waiting = self.prefilling, self.waiting
-        candidates = [q for q in prefilling if q.scheduled < q.target]
+        admitted = len(prefilling)  # those admitted before this step come first, in order
         next_candidate = 0
         while budget > 0:
-            if next_candidate < len(candidates):
-                q = candidates[next_candidate]
+            while next_candidate < admitted and prefilling[next_candidate].scheduled >= prefilling[next_candidate].target:
+                next_candidate += 1  # all of its prompt is issued
+            if next_candidate < admitted:
+                q = prefilling[next_candidate]
                 next_candidate += 1
                 fresh = False
             elif waiting and self._admissible(waiting[0]):
@@ -189,20 +242,75 @@ class StepScheduler:
                 entries.append((q, PREFILL))
             if not self.pack_prompts:
                 break
-        if not entries:
+        if not entries and not decode_tokens:
             return None
 
-        b = Batch(self.batches, slot, entries, now)
+        b = Batch(self.batches, slot, decodes, groups, entries, now)
         self.batches += 1
         b.tokens = decode_tokens + prefill
         b.prefill_tokens = prefill
         b.chunk_prefix, b.chunk_sq, b.decode_context = chunk_prefix, chunk_sq, dec_pairs
         b.lead, b.chunk = lead, lead_chunk
         b.kind = "decode" if not prefill else ("prefill" if not decode_tokens else "mixed")
-        shape = BatchShape(b.tokens, prefill, pairs, capped, dec_pairs, dec_capped, prefix_sum, sampled,
-                           len(entries) - decode_tokens)
+        shape = BatchShape(b.tokens, prefill, pairs, capped, dec_pairs, dec_capped, prefix_sum, sampled, len(entries))
         b.busy, b.comm = self.cost.stage_costs(shape)
+        if self.probe is not None:
+            self.probe.formed(b)
         return b
+
+    def _take_requests(self, queue: deque[SimRequest], budget: int) -> tuple[list[SimRequest], int, int]:
+        """Up to `budget` decodes from the front of `queue`, each taking a token of KV, preempting when the cache is full.
+
+        Returns them and the sums of their contexts, plain and capped at topk.
+        """
+        taken: list[SimRequest] = []
+        pairs = capped = 0
+        topk = self.topk
+        while budget > 0 and queue:
+            q = queue.popleft()
+            if self.kv_used >= self.kv_capacity:  # no room for this token's KV
+                victim = self._preempt(q, queue)
+                if victim is not q:
+                    queue.appendleft(q)
+                continue
+            budget -= 1
+            q.held += 1
+            self.kv_used += 1
+            ctx = q.prompt + q.emitted
+            pairs += ctx
+            capped += ctx if topk <= 0 or ctx < topk else topk
+            taken.append(q)
+        return taken, pairs, capped
+
+    def _take_groups(self, queue: list[DecodeGroup], budget: int) -> tuple[list[DecodeGroup], int, int, int]:
+        """`_take_requests` a group at a time: the groups taken, their tokens and their context sums.
+
+        A group is split where the budget or the free KV ends inside it; with
+        the cache full, the youngest decodable request is preempted.
+        """
+        taken: list[DecodeGroup] = []
+        tokens = pairs = capped = 0
+        while budget > 0 and queue:
+            room = self.kv_capacity - self.kv_used
+            if room <= 0:
+                self._preempt_grouped()
+                continue
+            g = queue[0]
+            n = len(g.members)
+            k = n if n < budget else budget
+            if room < k:
+                k = room
+            if k < n:
+                g = g.split(k)
+            else:
+                queue.pop(0)
+            taken.append(g)
+            tokens += k
+            budget -= k
+            self.kv_used += k
+            pairs += g.ctx
+            capped += g.capped()
+        return taken, tokens, pairs, capped
 
     def _rebalance(self, queue: deque[SimRequest], take: int, slot: int, now: float) -> deque[SimRequest]:
         """Let delay scheduling hold back some of the decodes about to join this step; returns those that go.
@@ -214,6 +322,7 @@ class StepScheduler:
         """
         ready = list(queue)
         decoding = self.running - len(self.prefilling)
+        assert self.delay is not None
         go, later = self.delay.split(ready[:take], decoding, self.backlog_tokens(), now)
         home = slot if self.sticky else 0
         others = [i for i in range(len(self.decoding)) if i != home]
@@ -250,6 +359,31 @@ class StepScheduler:
         for pool in pools:
             if victim in pool:
                 pool.remove(victim)
+        self._evict(victim)
+        return victim
+
+    def _preempt_grouped(self) -> None:
+        """`_preempt` on grouped queues: the youngest queued request's group gives it up; its state is written back."""
+        victim: SimRequest | None = None
+        home = DecodeGroup(0, 0.0)
+        home_pool: list[DecodeGroup] = []
+        for pool in self.groups:
+            for g in pool:
+                for q in g.members:
+                    if victim is None or q.seq > victim.seq:
+                        victim, home, home_pool = q, g, pool
+        assert victim is not None, "a decode found the cache full with no request to preempt"
+        victim.emitted = home.remove(victim)
+        victim.held = victim.prompt + victim.emitted - 1  # a queued request's latest token has no KV yet
+        victim.last_token = home.last_token
+        if not home.members:
+            home_pool.remove(home)
+        self._evict(victim)
+
+    def _evict(self, victim: SimRequest) -> None:
+        """Free a decodable request's KV; it waits first in line to prefill its prompt and output again."""
+        if self.probe is not None:
+            self.probe.evicted(victim)
         self.kv_used -= victim.held
         victim.held = victim.scheduled = 0
         victim.target = victim.prompt + victim.emitted
@@ -257,7 +391,6 @@ class StepScheduler:
         self.output_left -= victim.output - victim.emitted
         self.preemptions += 1
         self.waiting.appendleft(victim)
-        return victim
 
     def backlog_tokens(self) -> int:
         """Prompt tokens not yet issued: waiting requests and the rest of partly prefilled ones."""
@@ -277,18 +410,78 @@ class StepScheduler:
             room, slots, tokens = room - claim, slots - 1, tokens + q.target
         return tokens
 
-    def token_out(self, q: SimRequest, kind: int, slot: int = 0) -> bool:
-        """Record a token emitted for q by an entry of this kind in a step of `slot`; True when q has finished."""
-        if kind != DECODE:
+    def complete(self, b: Batch, t: float) -> list[SimRequest]:
+        """Emit the tokens of micro-batch b, which left the last stage at t; returns those it finished, in order.
+
+        When the policy learns, `ttfts` and `gaps` then hold the TTFTs the
+        step completed and the gap since each decode's previous token.
+        """
+        learns, slot = self.learns, b.slot
+        decoded = b.decoding() if self.probe is not None else None
+        finished: list[SimRequest] = []
+        ttfts, gaps = self.ttfts, self.gaps
+        if learns:
+            ttfts.clear()
+            gaps.clear()
+        group: DecodeGroup | None = None
+        pool = slot if self.sticky else 0
+        if b.groups:
+            if learns:
+                for g in b.groups:
+                    gaps += [t - g.last_token] * len(g)
+            group = merge(b.groups)
+            self.output_left -= len(group)
+            for q in group.advance():
+                q.emitted, q.held = q.output, q.prompt + q.output - 1
+                self._retire(q)
+                finished.append(q)
+        for q in b.decodes:
+            if learns:
+                gaps.append(t - q.last_token)
+            q.last_token = t
+            if self._emit(q):
+                finished.append(q)
+            else:
+                self.decoding[q.slot if self.sticky else 0].append(q)
+        for q, kind in b.entries:
+            if kind == PREFILL:
+                continue
+            if kind == FIRST_TOKEN:
+                q.first_token = t
+                if learns:
+                    ttfts.append(t - q.arrival)
+            elif learns:  # the recompute of a preempted request
+                gaps.append(t - q.last_token)
+            q.last_token = t
             self.prefilling.remove(q)
             q.slot = slot  # SGLang: a request decodes in the slot whose step emitted its first token
+            if self._emit(q):
+                finished.append(q)
+            elif self.bulk:
+                if group is None:
+                    group = DecodeGroup(self.topk, t)
+                group.add(q)
+            else:
+                self.decoding[pool].append(q)
+        if group is not None and group.members:
+            group.last_token = t
+            self.groups[pool].append(group)
+        if self.probe is not None and decoded is not None:
+            self.probe.completed(b, t, decoded, finished)
+        return finished
+
+    def _emit(self, q: SimRequest) -> bool:
+        """q emits a token; True when that was its last one (it has left the running set)."""
         q.emitted += 1
         self.output_left -= 1
         if q.emitted >= q.output:
-            self.finished_prompt += q.prompt
-            self.running -= 1
-            self.kv_used -= q.held
-            q.held = 0
+            self._retire(q)
             return True
-        self.decoding[q.slot if self.sticky else 0].append(q)
         return False
+
+    def _retire(self, q: SimRequest) -> None:
+        """q emitted its last token: its KV and running slot are freed."""
+        self.finished_prompt += q.prompt
+        self.running -= 1
+        self.kv_used -= q.held
+        q.held = 0
