@@ -13,9 +13,10 @@ from rich import box
 from rich.markup import escape
 from rich.table import Table
 
+from .. import store as run_store  # its RunStore, and DuckDB with it, loads on first use
 from ..backends.policies.modes import MODES
 from ..backends.tokens import format_tokens
-from ..store import ENV_VAR, RunRow, RunStore, default_db_path
+from ..store import ENV_VAR, RunRow, default_db_path
 from .output import output_console
 
 READ_LOCK_WAIT_S = 5.0  # how long a reader waits for another process to let go of the file
@@ -48,7 +49,7 @@ def local_time(value: datetime) -> str:
 def runs(**opts: object) -> None:
     """List stored runs, newest first."""
     path = db_path(opts)
-    with RunStore.open(path, read_only=True, lock_timeout_s=READ_LOCK_WAIT_S) as store:
+    with run_store.RunStore.open(path, read_only=True, lock_timeout_s=READ_LOCK_WAIT_S) as store:
         rows = store.list_runs(study=opts["study"], scenario=opts["scenario"], mode=opts["mode"], limit=opts["limit"])
     if opts["as_json"]:
         click.echo(json.dumps([row_json(row) for row in rows], indent=2))

@@ -7,12 +7,12 @@ from collections.abc import Callable
 
 import click
 
+from .. import store as run_store  # its RunStore, and DuckDB with it, loads only when a run is stored
 from ..backends.registry import BACKENDS, make_backend
 from ..backends.result import RunResult
 from ..backends.sim.footprint import check_footprint
 from ..backends.timeline import write_chrome_trace
 from ..scenarios import load_scenario
-from ..store import RunStore
 from .options import check_workload, check_writable, config_from_options, config_options, workload_options
 from .render import print_run
 from .runs import WRITE_LOCK_WAIT_S, db_option, db_path
@@ -72,12 +72,12 @@ def execute(opts: dict[str, object], backend_name: str, **backend_options: objec
     check_workload(scenario, opts)
     path = db_path(opts)
     if store:
-        RunStore.open(path).close()  # a bad --db fails here, before any work; the file is not held while running
+        run_store.RunStore.open(path).close()  # a bad --db fails here, before any work; the file is not held while running
     result = backend.run(scenario, config, rate=opts["rate"], seed=opts["seed"], num_requests=opts["num_requests"],
                          timeline=bool(opts["timeline"]) or store)
     run_id = None
     if store:
-        with RunStore.open(path, lock_timeout_s=WRITE_LOCK_WAIT_S) as db:
+        with run_store.RunStore.open(path, lock_timeout_s=WRITE_LOCK_WAIT_S) as db:
             run_id = db.save_run(result, label=opts["label"])
     if opts["timeline"]:
         write_chrome_trace(result, opts["timeline"])

@@ -1,8 +1,20 @@
-"""Workloads: requests, length models, arrival processes and the scenario catalog."""
+"""Workloads: requests, length models, arrival processes and the scenario catalog.
 
-from .errors import PipedeckError, ScenarioError
-from .loader import catalog, load_scenario
-from .request import Request, Workload
-from .scenario import Scenario
+Names are imported from their modules on first use (PEP 562), so importing
+the light ones (the errors) does not load numpy and the catalog.
+"""
 
-__all__ = ["Request", "Scenario", "PipedeckError", "ScenarioError", "Workload", "catalog", "load_scenario"]
+from __future__ import annotations
+
+import importlib
+
+_WHERE = {"PipedeckError": "errors", "ScenarioError": "errors", "catalog": "loader", "load_scenario": "loader",
+          "Request": "request", "Workload": "request", "Scenario": "scenario"}
+
+__all__ = sorted(_WHERE)
+
+
+def __getattr__(name: str) -> object:
+    if name not in _WHERE:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(f".{_WHERE[name]}", __name__), name)

@@ -7,9 +7,11 @@ package may import it, and it imports none of them.
 from __future__ import annotations
 
 import math
-from typing import TypeGuard
+import numbers
+from typing import TYPE_CHECKING, TypeGuard
 
-import numpy as np
+if TYPE_CHECKING:
+    import numpy as np
 
 
 class PipedeckError(ValueError):
@@ -34,13 +36,14 @@ def require(ok: bool, field: str, allowed: str, got: object) -> None:
 
 
 def is_int(value: object) -> TypeGuard[int]:
-    """True for an integer (Python or numpy), False for bools and floats."""
-    return isinstance(value, int | np.integer) and not isinstance(value, bool)
+    """True for an integer (Python or numpy: numpy registers its types with `numbers`), False for bools and floats."""
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
 
 
 def is_number(value: object) -> TypeGuard[float]:
     """True for a finite real number, False for bools."""
-    return (is_int(value) or isinstance(value, float | np.floating)) and math.isfinite(value)
+    return (is_int(value) or isinstance(value, numbers.Real)) and not isinstance(value, bool) and \
+        math.isfinite(value)
 
 
 def check_rate(rate: object) -> None:
@@ -50,5 +53,7 @@ def check_rate(rate: object) -> None:
 
 def head(values: tuple, n: int) -> np.ndarray:
     """The first ``n`` values of a recorded trace column, as an array."""
+    import numpy as np  # here, not above: the CLI's error boundary imports this module before any command runs
+
     require(n <= len(values), "num_requests", f"at most {len(values)} (the trace's rows)", n)
     return np.asarray(values[:n])

@@ -1,10 +1,21 @@
-"""The DuckDB run store: runs, per-request records, timelines, studies and trials."""
+"""The DuckDB run store: runs, per-request records, timelines, studies and trials.
 
-from .errors import StoreError
-from .paths import ENV_VAR, default_db_path
-from .rows import ConfigRow, RunRow, StoredRun, StudyRow, TrialRow
-from .runstore import RunStore
-from .schema import SCHEMA_VERSION
+Names are imported from their modules on first use (PEP 562): the store's
+path helpers do not load DuckDB, which only opening a store needs.
+"""
 
-__all__ = ["ENV_VAR", "SCHEMA_VERSION", "ConfigRow", "RunRow", "RunStore", "StoreError", "StoredRun", "StudyRow",
-           "TrialRow", "default_db_path"]
+from __future__ import annotations
+
+import importlib
+
+_WHERE = {"StoreError": "errors", "ENV_VAR": "paths", "default_db_path": "paths", "ConfigRow": "rows",
+          "RunRow": "rows", "StoredRun": "rows", "StudyRow": "rows", "TrialRow": "rows", "RunStore": "runstore",
+          "SCHEMA_VERSION": "schema"}
+
+__all__ = sorted(_WHERE)
+
+
+def __getattr__(name: str) -> object:
+    if name not in _WHERE:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(f".{_WHERE[name]}", __name__), name)
