@@ -9,12 +9,10 @@ import click
 
 from ..backends.chunk_checks import chunk_warnings
 from ..backends.config import ServingConfig, parse_layer_split
-from ..backends.errors import ConfigError
 from ..backends.knobs import KNOBS, Knob
 from ..backends.policies.modes import MODES
 from ..backends.tokens import parse_tokens
 from ..scenarios import Scenario
-from ..tuner.storage import check_storage
 
 _DEFAULT = ServingConfig()
 
@@ -70,14 +68,6 @@ def check_writable(path: str, flag: str) -> None:
         raise click.BadParameter(f"folder {folder} does not exist", param_hint=flag)
     if not os.access(folder, os.W_OK) or os.path.isdir(path):
         raise click.BadParameter(f"cannot write {path}", param_hint=flag)
-
-
-def check_existing_storage(url: str) -> None:
-    """--storage of a reading command: a storage that exists and opens, else one line naming --storage."""
-    try:
-        check_storage(url, existing=True)
-    except ConfigError as err:
-        raise click.BadParameter(str(err).removeprefix("storage: "), param_hint="--storage") from None
 
 
 def workload_options(default_scenario: str) -> Callable[[Callable], Callable]:

@@ -13,7 +13,8 @@ from ..tuner.objective import OBJECTIVES
 from ..tuner.verdict import Verdict, stored_verdict
 from ..tuner.storage import open_storage, shown
 from ..tuner.study import pull_study
-from .options import check_existing_storage, check_writable
+from .options import check_writable
+from .storage import check_existing_storage
 from .plots import (
     Section,
     best_vs_default,
