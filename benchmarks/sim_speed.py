@@ -42,8 +42,9 @@ from rich.table import Table
 
 from pipedeck.backends.sim import SimBackend, compiled, core_status
 from pipedeck.backends.sim.digest import run_digest
-from pipedeck.console.options import config_from_options, scenario_from_options
+from pipedeck.console.options import config_from_options
 from pipedeck.console.simulate import simulate
+from pipedeck.scenarios import load_scenario
 
 TRACE_DIR = Path(__file__).resolve().parents[2] / "shared" / "bench" / "vidur-trace"
 DEEPSEEK = ["--chunk", "16k"]
@@ -83,7 +84,7 @@ def simulation_cpu(args: list[str], repeat: int) -> dict[str, object]:
     its result's digest and the core that ran it."""
     with simulate.make_context("simulate", [*args, "--no-store"]) as ctx:
         opts = ctx.params
-    config, scenario = config_from_options(opts), scenario_from_options(opts)
+    config, scenario = config_from_options(opts), load_scenario(str(opts["scenario"]))
     best = {"cpu": float("inf"), "wall": float("inf")}
     for _ in range(repeat):
         cpu, wall = time.process_time(), time.perf_counter()

@@ -16,6 +16,7 @@ from typing import Any, Protocol
 
 import yaml
 
+from ..backends.profiles.schema import PLATFORMS
 from ..backends.config import ResolvedConfig, ServingConfig
 from ..backends.launch import EnvVar, ExportError, Plan, plan_launch
 from ..backends.profiles.schema import Checkpoint
@@ -71,7 +72,10 @@ def export_warnings(best: BestConfig, plan: Plan) -> list[str]:
     config = best.config.resolve()
     engine, hardware = plan.engine, config.hardware_profile
     found = []
-    if hardware.platform not in engine.platforms:
+    if not hardware.platform:
+        found.append(f"WARNING: hardware profile {config.hardware} names no platform ({', '.join(PLATFORMS)}): "
+                     f"whether {engine.name} serves on it, and which weights, is not known")
+    elif hardware.platform not in engine.platforms:
         simulated = config.model_profile.checkpoint(hardware.platform)
         weights = "" if simulated.id == plan.checkpoint.id else (
             f"; the simulation assumed the weights {simulated.id}{_precision(simulated)}, this launch loads "

@@ -37,6 +37,14 @@ def numeric_fields(cls: type[ModelProfile] | type[HardwareProfile]) -> tuple[str
     return tuple(f.name for f in dataclasses.fields(cls) if hints[f.name] in (int, float))
 
 
+# A field a profile may leave out, taking another field's value: (that field, the source recorded for it).
+_FALLBACKS: dict[type, dict[str, tuple[str, str]]] = {
+    HardwareProfile: {"graph_collective_latency_us": (
+        "collective_latency_us", "not in the profile: decode steps pay the eager collective latency (no graph "
+                                 "replay figure was given)")},
+}
+
+
 def build_profile(cls: type[P], data: Mapping[str, Any], label: str) -> P:
     """Return a `cls` built from `data` (fields plus a `sources` table), or raise ProfileError."""
     hints = typing.get_type_hints(cls)
@@ -55,10 +63,15 @@ def build_profile(cls: type[P], data: Mapping[str, Any], label: str) -> P:
         if key not in fields:
             raise ProfileError(f"{label}: unknown field {key!r}; allowed: {', '.join(fields)}")
         values[key] = _typed(label, key, hints[key], value)
+    given_sources = dict(data.get("sources", {})) if isinstance(data.get("sources", {}), Mapping) else data["sources"]
+    for name, (other, why) in _FALLBACKS.get(cls, {}).items():
+        if name not in values and other in values:
+            values[name] = values[other]
+            given_sources = {**given_sources, name: why}
     for name, spec in fields.items():
         if name not in values and spec.default is dataclasses.MISSING and spec.default_factory is dataclasses.MISSING:
             raise ProfileError(f"{label}: missing field {name!r}")
-    sources = _sources(label, data.get("sources", {}), values, numeric_fields(cls))
+    sources = _sources(label, given_sources, values, numeric_fields(cls))
     profile = cls(**values, sources=sources)
     _check_ranges(profile, label)
     if isinstance(profile, ModelProfile):
@@ -180,7 +193,7 @@ def _check_model(model: ModelProfile, label: str) -> None:
 
 def _check_hardware(hardware: HardwareProfile, label: str) -> None:
     """Cross-field rules of a hardware profile: a known platform; a graph-replayed collective is no slower than an eager one."""
-    if hardware.platform not in PLATFORMS:
+    if hardware.platform not in ("", *PLATFORMS):
         raise ProfileError(f"{label}: field 'platform' must be one of {', '.join(PLATFORMS)}, got {hardware.platform!r}")
     if hardware.graph_collective_latency_us > hardware.collective_latency_us:
         raise ProfileError(

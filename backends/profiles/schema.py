@@ -102,7 +102,6 @@ class HardwareProfile:
     """
 
     name: str
-    platform: str  # one of PLATFORMS: which engines run on it, which weights it serves
     memory_gb: float
     memory_bandwidth_gbs: float
     peak_tflops: float
@@ -136,4 +135,7 @@ class HardwareProfile:
     # Host time from a request's arrival until the scheduler can run it (the API server reading,
     # parsing and queueing it): it delays that request's first token, not the steps of others.
     request_overhead_ms: float = 0.0
+    # One of PLATFORMS: which engines run on it and which weights it serves (exports); "" when a profile
+    # does not say (the simulation needs none of it).
+    platform: str = ""
     sources: dict[str, str] = field(default_factory=dict, compare=False)
