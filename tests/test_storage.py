@@ -18,31 +18,21 @@ from optuna.trial import TrialState
 from pipedeck.console.cli import cli
 from pipedeck.console.errors import run_cli
 from pipedeck.store import RunStore
-from pipedeck.tuner.objective import TuneSpec
 from pipedeck.tuner.space import parse_fixes
 from pipedeck.tuner.storage import open_storage
 from pipedeck.tuner.study import run_study
 from pipedeck.tuner.workers import DONE, GO, WAIT, admit, run_one
 from tests.postgres_server import free_port
+from tests.tune_support import SMALL, spec
 
-SMALL = ["--model", "qwen2.5-14b", "--hardware", "a100-40g-pcie", "--devices", "4",
-         "--scenario", "azure-conv", "--requests", "60", "--slo", "ttft=2s,tpot=200ms", "--trials", "2"]
 ALLOWED = "allowed: a journal file path, sqlite:///FILE or postgresql://USER@HOST:PORT/DATABASE"
-
-
-def spec(tmp_path, **changes) -> TuneSpec:
-    values = dict(study="t", storage=str(tmp_path / "journal.jsonl"), scenario="azure-conv", model="qwen2.5-14b",
-                  hardware="a100-40g-pcie", devices=4, objective="goodput", slo="ttft=2s,tpot=200ms",
-                  requests=60, trials=6)
-    values.update(changes)
-    return TuneSpec(**values)
 
 
 def tune_error(tmp_path, capsys, storage: str) -> str:
     """The one line `tune --storage STORAGE` fails with; it must leave no run store and no journal behind."""
     folder = tmp_path / "work"
     folder.mkdir()
-    status = run_cli(cli, ["tune", *SMALL, "--db", str(folder / "pipedeck.duckdb"), "--storage", storage])
+    status = run_cli(cli, ["tune", *SMALL, "--trials", "2", "--db", str(folder / "pipedeck.duckdb"), "--storage", storage])
     err = capsys.readouterr().err
     assert status == 2 and len(err.strip().splitlines()) == 1, err
     assert list(folder.iterdir()) == []
@@ -129,7 +119,7 @@ def test_workers_proposing_one_config_at_once_measure_it_once(tmp_path):
 
 def test_report_from_a_run_store_without_the_study_reads_its_storage(tmp_path, capsys):
     db, elsewhere = tmp_path / "runs.duckdb", tmp_path / "elsewhere.duckdb"
-    assert run_cli(cli, ["tune", *SMALL, "--repeats", "1", "--study", "s", "--db", str(db), "--json"]) == 0
+    assert run_cli(cli, ["tune", *SMALL, "--trials", "2", "--repeats", "1", "--study", "s", "--db", str(db), "--json"]) == 0
     trials = json.loads(capsys.readouterr().out)["trials"]
     page = tmp_path / "report.html"
     journal = str(tmp_path / "runs.optuna.jsonl")

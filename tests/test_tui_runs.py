@@ -12,7 +12,7 @@ from pipedeck.console.tui import PipedeckApp
 from pipedeck.console.tui.compare import CompareScreen
 from pipedeck.scenarios import load_scenario
 from pipedeck.store import RunStore
-from tests.tui_support import QWEN, SIZE, fill, notifications, store_runs, wait_for
+from tests.tui_support import QWEN, SIZE, fill, store_runs, wait_for
 
 
 def test_two_stored_runs_compare_with_deltas_and_a_report(tmp_path, monkeypatch):

@@ -14,16 +14,9 @@ from pipedeck.console.progress import PlainProgress
 from pipedeck.tuner.explain import knob_effects
 from pipedeck.tuner.objective import Evaluator, TuneSpec, space_context
 from pipedeck.tuner.space import default_params, suggest_config
+from tests.tune_support import SMALL
+from tests.tune_support import spec as small_spec
 from rich.console import Console
-
-SMALL = ["--model", "qwen2.5-14b", "--hardware", "a100-40g-pcie", "--devices", "4",
-         "--scenario", "azure-conv", "--requests", "60", "--slo", "ttft=2s,tpot=200ms"]
-
-
-def small_spec(tmp_path) -> TuneSpec:
-    return TuneSpec(study="t", storage=str(tmp_path / "j.jsonl"), scenario="azure-conv", model="qwen2.5-14b",
-                    hardware="a100-40g-pcie", devices=4, slo="ttft=2s,tpot=200ms", requests=60)
-
 
 def baseline_config(spec: TuneSpec) -> dict[str, object]:
     ctx = space_context(spec)

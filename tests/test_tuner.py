@@ -19,7 +19,6 @@ from pipedeck.backends.errors import ConfigError
 from pipedeck.console.cli import cli
 from pipedeck.console.errors import run_cli
 from pipedeck.store import RunStore
-from pipedeck.tuner.objective import TuneSpec
 from pipedeck.tuner.space import (
     SpaceContext,
     default_params,
@@ -30,21 +29,10 @@ from pipedeck.tuner.space import (
     suggest_config,
 )
 from pipedeck.tuner.storage import open_storage
+from tests.tune_support import SMALL, spec
 from pipedeck.tuner.study import create_or_resume, run_study
 
 from tests.flags import assert_flags_give_back
-
-SMALL = ["--model", "qwen2.5-14b", "--hardware", "a100-40g-pcie", "--devices", "4",
-         "--scenario", "azure-conv", "--requests", "60", "--slo", "ttft=2s,tpot=200ms"]
-
-
-def spec(tmp_path, **changes) -> TuneSpec:
-    values = dict(study="t", storage=str(tmp_path / "journal.jsonl"), scenario="azure-conv", model="qwen2.5-14b",
-                  hardware="a100-40g-pcie", devices=4, objective="goodput", slo="ttft=2s,tpot=200ms",
-                  requests=60, trials=6)
-    values.update(changes)
-    return TuneSpec(**values)
-
 
 def sample(ctx: SpaceContext, fixed: dict, n: int = 40, seed: int = 0) -> list[dict]:
     study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=seed))
