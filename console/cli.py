@@ -50,7 +50,9 @@ class LazyGroup(click.Group):
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         """The commands section of --help from the commands' docstrings, importing none of their modules."""
         limit = formatter.width - 6 - max(len(name) for name in COMMANDS)
-        rows = [(name, click.utils.make_default_short_help(short_help(*where), limit)) for name, where in COMMANDS.items()]
+        # click shortens a stand-in command's help exactly as it would the real one's
+        rows = [(name, click.Command(name, help=short_help(*where)).get_short_help_str(limit))
+                for name, where in COMMANDS.items()]
         with formatter.section("Commands"):
             formatter.write_dl(rows)
 
