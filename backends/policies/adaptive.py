@@ -70,10 +70,13 @@ class AdaptiveChunk(FixedChunk):
         return lo * ALIGN
 
     def observe(self, report: StepReport) -> None:
-        if self.adapting or report.decode_tokens or report.prefill_tokens != self.chunk:
+        lone_full_chunk = report.prefill_tokens == self.chunk and report.chunk_sq == self.chunk * self.chunk
+        if self.adapting or report.decode_tokens or not lone_full_chunk:
             return  # only lone full-size chunks measure the law
         prefix = round(report.chunk_prefix / report.prefill_tokens)
         if len(self.measured) < self.fit_chunks:
+            if any(seen == prefix for seen, _ in self.measured):
+                return  # an earlier prompt's chunk finishing late: the same point of the law, no new one
             self.measured.append((prefix, report.stage_s))
             if len(self.measured) == self.fit_chunks:
                 x, y = np.array(self.measured).T
