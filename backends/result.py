@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import math
+import statistics
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, NamedTuple
 
-import numpy as np
-
 if TYPE_CHECKING:
+    import numpy as np
+
     from .live.records import LiveRun
 
 
@@ -66,13 +69,17 @@ class RankTime(NamedTuple):
     idle: float  # waiting for work: nothing in flight (traffic gaps); on a single rank also the host's step overhead
 
 
-def stats(values: np.ndarray) -> dict[str, float] | None:
-    """Mean and percentiles of `values` (NaN entries left out); None when there are none (nothing measured is not 0)."""
-    values = values[~np.isnan(values)]
-    if values.size == 0:
+def stats(values: Iterable[float | None]) -> dict[str, float] | None:
+    """Mean and percentiles of `values` (None and NaN left out); None when there are none (nothing measured is not 0).
+
+    Percentiles interpolate linearly between the closest ranks, as numpy's default.
+    """
+    measured = [float(v) for v in values if v is not None and not math.isnan(v)]
+    if not measured:
         return None
-    p50, p90, p99 = np.percentile(values, [50, 90, 99])
-    return {"mean": float(values.mean()), "p50": float(p50), "p90": float(p90), "p99": float(p99)}
+    cuts = statistics.quantiles(measured, n=100, method="inclusive") if len(measured) > 1 else measured * 99
+    mean = sum(measured) / len(measured)  # not fmean: it refuses -inf + inf, where this (like numpy) gives NaN
+    return {"mean": mean, "p50": cuts[49], "p90": cuts[89], "p99": cuts[98]}
 
 
 @dataclass
@@ -100,10 +107,14 @@ class RunResult:
     live: LiveRun | None = None  # every request as a live load generator saw it, and the server's metrics
 
     def ttfts(self) -> np.ndarray:
+        import numpy as np  # here, not above: a summary needs no numpy
+
         return np.fromiter((r.ttft_s for r in self.records), float, len(self.records))
 
     def tpots(self) -> np.ndarray:
         """Each record's TPOT, in record order; NaN for a one-token output, which has none."""
+        import numpy as np
+
         return np.fromiter((np.nan if (t := r.tpot_s) is None else t for r in self.records), float, len(self.records))
 
     def breakdown(self) -> dict[str, float]:
@@ -124,8 +135,8 @@ class RunResult:
         breakdown = self.breakdown() if self.ranks else None
         summary = {
             "requests": len(self.records),
-            "ttft_s": stats(self.ttfts()),
-            "tpot_s": stats(self.tpots()),
+            "ttft_s": stats(r.ttft_s for r in self.records),
+            "tpot_s": stats(r.tpot_s for r in self.records),
             "throughput_tok_s": (prompt + output) / span,
             "output_throughput_tok_s": output / span,
             "request_throughput_rps": len(self.records) / span,

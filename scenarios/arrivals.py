@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from itertools import pairwise
-from typing import ClassVar, Protocol
-
-import numpy as np
+from typing import TYPE_CHECKING, ClassVar, Protocol
 
 from .errors import check_rate, head, is_int, is_number, require
+
+if TYPE_CHECKING:
+    import numpy as np
 
 
 class ArrivalProcess(Protocol):
@@ -17,13 +18,14 @@ class ArrivalProcess(Protocol):
     process: ClassVar[str]
     requires_rate: ClassVar[bool]  # times are drawn at a rate, so one must be given
     accepts_rate: ClassVar[bool]  # a rate may be given (required or optional)
+    draws: ClassVar[bool]  # the times are random: ``times`` needs a generator (else it gets None)
 
     @property
     def concurrency(self) -> int | None:
         """Closed-loop limit on outstanding requests; None for open loop."""
         ...
 
-    def times(self, rng: np.random.Generator, n: int, rate: float | None) -> np.ndarray:
+    def times(self, rng: np.random.Generator | None, n: int, rate: float | None) -> list[float]:
         """Return ``n`` non-decreasing arrival times."""
         ...
 
@@ -41,6 +43,7 @@ class Poisson:
     process: ClassVar[str] = "poisson"
     requires_rate: ClassVar[bool] = True
     accepts_rate: ClassVar[bool] = True
+    draws: ClassVar[bool] = True
     concurrency: ClassVar[None] = None
     burstiness: float = 1.0
 
@@ -48,11 +51,13 @@ class Poisson:
         ok = is_number(self.burstiness) and self.burstiness > 0
         require(ok, "burstiness", "a positive number", self.burstiness)
 
-    def times(self, rng: np.random.Generator, n: int, rate: float | None) -> np.ndarray:
+    def times(self, rng: np.random.Generator, n: int, rate: float | None) -> list[float]:
         """Return arrival times at ``rate`` requests per second."""
+        import numpy as np  # here, not above: a replayed trace needs no numpy
+
         check_rate(rate)
         gaps = rng.gamma(self.burstiness, 1.0 / self.burstiness, n - 1)
-        return np.concatenate(([0.0], np.cumsum(gaps))) / rate
+        return (np.concatenate(([0.0], np.cumsum(gaps))) / rate).tolist()
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,15 +67,16 @@ class ClosedLoop:
     process: ClassVar[str] = "closed-loop"
     requires_rate: ClassVar[bool] = False
     accepts_rate: ClassVar[bool] = False
+    draws: ClassVar[bool] = False
     concurrency: int
 
     def __post_init__(self) -> None:
         ok = is_int(self.concurrency) and self.concurrency >= 1
         require(ok, "concurrency", "an integer >= 1", self.concurrency)
 
-    def times(self, rng: np.random.Generator, n: int, rate: float | None) -> np.ndarray:
+    def times(self, rng: np.random.Generator | None, n: int, rate: float | None) -> list[float]:
         """Return zeros: all requests are queued at t=0 and released by the engine."""
-        return np.zeros(n)
+        return [0.0] * n
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,11 +86,12 @@ class AllAtOnce:
     process: ClassVar[str] = "all-at-once"
     requires_rate: ClassVar[bool] = False
     accepts_rate: ClassVar[bool] = False
+    draws: ClassVar[bool] = False
     concurrency: ClassVar[None] = None
 
-    def times(self, rng: np.random.Generator, n: int, rate: float | None) -> np.ndarray:
+    def times(self, rng: np.random.Generator | None, n: int, rate: float | None) -> list[float]:
         """Return zeros."""
-        return np.zeros(n)
+        return [0.0] * n
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,6 +105,7 @@ class TraceArrivals:
     process: ClassVar[str] = "trace"
     requires_rate: ClassVar[bool] = False
     accepts_rate: ClassVar[bool] = True
+    draws: ClassVar[bool] = False
     concurrency: ClassVar[None] = None
     arrival_s: tuple[float, ...]
 
@@ -106,11 +114,12 @@ class TraceArrivals:
         ok = len(times) > 0 and all(a <= b for a, b in pairwise(times))
         require(ok, "arrival_s", "a non-empty, non-decreasing list of seconds", times[:5])
 
-    def times(self, rng: np.random.Generator, n: int, rate: float | None) -> np.ndarray:
+    def times(self, rng: np.random.Generator | None, n: int, rate: float | None) -> list[float]:
         """Return the first ``n`` recorded times, rescaled to ``rate`` if given."""
-        times = head(self.arrival_s, n).astype(float)
+        times = [float(t) for t in head(self.arrival_s, n)]
         if rate is None:
             return times
         span = times[-1] - times[0]
         require(span > 0, "rate", "None for a trace whose arrivals are all simultaneous", rate)
-        return times * ((n - 1) / span / rate)
+        scale = (n - 1) / span / rate
+        return [t * scale for t in times]

@@ -8,10 +8,7 @@ from __future__ import annotations
 
 import math
 import numbers
-from typing import TYPE_CHECKING, TypeGuard
-
-if TYPE_CHECKING:
-    import numpy as np
+from typing import TypeGuard
 
 
 class PipedeckError(ValueError):
@@ -51,9 +48,7 @@ def check_rate(rate: object) -> None:
     require(is_number(rate) and rate > 0, "rate", "a positive number of requests per second", rate)
 
 
-def head(values: tuple, n: int) -> np.ndarray:
-    """The first ``n`` values of a recorded trace column, as an array."""
-    import numpy as np  # here, not above: the CLI's error boundary imports this module before any command runs
-
+def head(values: tuple, n: int) -> tuple:
+    """The first ``n`` values of a recorded trace column."""
     require(n <= len(values), "num_requests", f"at most {len(values)} (the trace's rows)", n)
-    return np.asarray(values[:n])
+    return values[:n]

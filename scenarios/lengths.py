@@ -4,20 +4,22 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from statistics import NormalDist
-from typing import ClassVar, Protocol
-
-import numpy as np
+from typing import TYPE_CHECKING, ClassVar, Protocol
 
 from .errors import head, is_int, is_number, require
+
+if TYPE_CHECKING:
+    import numpy as np
 
 
 class LengthModel(Protocol):
     """Draws ``n`` integer token counts, each >= 1."""
 
     dist: ClassVar[str]
+    draws: ClassVar[bool]  # the counts are random: ``sample`` needs a generator (else it gets None)
 
-    def sample(self, rng: np.random.Generator, n: int) -> np.ndarray:
-        """Return ``n`` token counts as an int64 array."""
+    def sample(self, rng: np.random.Generator | None, n: int) -> list[int]:
+        """Return ``n`` token counts."""
         ...
 
 
@@ -36,14 +38,15 @@ class Fixed:
     """Every request has exactly ``tokens`` tokens."""
 
     dist: ClassVar[str] = "fixed"
+    draws: ClassVar[bool] = False
     tokens: int
 
     def __post_init__(self) -> None:
         require(is_int(self.tokens) and self.tokens >= 1, "tokens", "an integer >= 1", self.tokens)
 
-    def sample(self, rng: np.random.Generator, n: int) -> np.ndarray:
+    def sample(self, rng: np.random.Generator | None, n: int) -> list[int]:
         """Return ``n`` copies of ``tokens``."""
-        return np.full(n, self.tokens, dtype=np.int64)
+        return [int(self.tokens)] * n
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,6 +59,7 @@ class LogNormal:
     """
 
     dist: ClassVar[str] = "lognormal"
+    draws: ClassVar[bool] = True
     median: float
     sigma: float
     min: int = 1
@@ -69,12 +73,14 @@ class LogNormal:
         if high is not None:
             require(is_int(high) and high >= low, "max", f"an integer >= min ({low})", high)
 
-    def sample(self, rng: np.random.Generator, n: int) -> np.ndarray:
+    def sample(self, rng: np.random.Generator, n: int) -> list[int]:
         """Return ``n`` stratified, rounded and clipped lognormal draws."""
+        import numpy as np  # here, not above: a replayed trace needs no numpy
+
         u = np.clip(stratified_uniforms(rng, n), 1e-15, 1 - 1e-15)  # inv_cdf needs 0 < u < 1
         z = np.fromiter(map(NormalDist().inv_cdf, u), float, n)
         tokens = np.rint(self.median * np.exp(self.sigma * z))
-        return np.clip(tokens, self.min, self.max).astype(np.int64)
+        return np.clip(tokens, self.min, self.max).astype(np.int64).tolist()
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,15 +88,18 @@ class Empirical:
     """Stratified draws with replacement from recorded token counts (a trace's column)."""
 
     dist: ClassVar[str] = "empirical"
+    draws: ClassVar[bool] = True
     values: tuple[int, ...]
 
     def __post_init__(self) -> None:
         _check_tokens(self.values)
 
-    def sample(self, rng: np.random.Generator, n: int) -> np.ndarray:
+    def sample(self, rng: np.random.Generator, n: int) -> list[int]:
         """Return ``n`` values, one from each 1/n-quantile slice of the sorted values."""
+        import numpy as np
+
         ordered = np.sort(np.asarray(self.values, dtype=np.int64))
-        return ordered[(stratified_uniforms(rng, n) * len(ordered)).astype(np.int64)]
+        return ordered[(stratified_uniforms(rng, n) * len(ordered)).astype(np.int64)].tolist()
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,11 +107,12 @@ class Replay:
     """The recorded token counts in order: the i-th request gets the i-th value."""
 
     dist: ClassVar[str] = "replay"
+    draws: ClassVar[bool] = False
     values: tuple[int, ...]
 
     def __post_init__(self) -> None:
         _check_tokens(self.values)
 
-    def sample(self, rng: np.random.Generator, n: int) -> np.ndarray:
-        """Return the first ``n`` values; ``rng`` is unused."""
-        return head(self.values, n).astype(np.int64)
+    def sample(self, rng: np.random.Generator | None, n: int) -> list[int]:
+        """Return the first ``n`` values."""
+        return [int(v) for v in head(self.values, n)]

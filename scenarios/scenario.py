@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-
-import numpy as np
+from typing import TYPE_CHECKING
 
 from .arrivals import ArrivalProcess
 from .errors import check_rate, is_int, require
 from .lengths import LengthModel
 from .request import Request, Workload
+
+if TYPE_CHECKING:
+    import numpy as np
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,12 +69,11 @@ class Scenario:
         _check_num_requests(n)
         if rate is not None:
             self._check_rate(rate)
-        streams = np.random.SeedSequence(seed).spawn(3)
-        arrival_rng, prompt_rng, output_rng = (np.random.default_rng(s) for s in streams)
+        arrival_rng, prompt_rng, output_rng = _streams(seed, (self.arrivals.draws, self.prompt.draws, self.output.draws))
         times = self.arrivals.times(arrival_rng, n, self.rate if rate is None else rate)
         prompts = self.prompt.sample(prompt_rng, n)
         outputs = self.output.sample(output_rng, n)
-        rows = zip(times.tolist(), prompts.tolist(), outputs.tolist(), strict=True)
+        rows = zip(times, prompts, outputs, strict=True)
         requests = tuple(Request(i, *row) for i, row in enumerate(rows))
         return Workload(requests, self.arrivals.concurrency)
 
@@ -81,6 +82,19 @@ class Scenario:
         process = self.arrivals.process
         require(self.accepts_rate, "rate", f"None for {process} arrivals (they take no rate)", rate)
         check_rate(rate)
+
+
+def _streams(seed: int, draws: tuple[bool, ...]) -> list[np.random.Generator | None]:
+    """One independent generator of the seed for each part that draws (None for the others).
+
+    numpy is imported only when some part draws, so replaying a trace never loads it.
+    """
+    if not any(draws):
+        return [None] * len(draws)
+    import numpy as np
+
+    streams = np.random.SeedSequence(seed).spawn(len(draws))
+    return [np.random.default_rng(s) if d else None for s, d in zip(streams, draws, strict=True)]
 
 
 def _check_num_requests(n: object) -> None:

@@ -22,10 +22,15 @@ main(sys.argv[1:])
 """
 
 
-def loaded(*argv: str) -> set[str]:
+def run_probe(*argv: str) -> tuple[set[str], str]:
+    """The top-level modules a CLI run loaded, and what it printed before them."""
     done = subprocess.run([sys.executable, "-c", PROBE, *argv], capture_output=True, text=True, timeout=120)
-    line = next(line for line in done.stdout.splitlines() if line.startswith("MODULES "))
-    return set(json.loads(line.removeprefix("MODULES ")))
+    printed, _, modules = done.stdout.rpartition("MODULES ")
+    return set(json.loads(modules)), printed
+
+
+def loaded(*argv: str) -> set[str]:
+    return run_probe(*argv)[0]
 
 
 def test_help_imports_no_heavy_library_and_no_numpy():
@@ -34,10 +39,20 @@ def test_help_imports_no_heavy_library_and_no_numpy():
 
 
 def test_a_simulation_that_stores_nothing_imports_no_store_tuner_or_plots():
-    modules = loaded("simulate", "--scenario", "short-4k", "--requests", "4", "--model", "qwen2.5-14b",
-                     "--hardware", "a100-40g-pcie", "--no-store")
-    assert "numpy" in modules, "the probe saw the simulation run"
+    modules, printed = run_probe("simulate", "--scenario", "azure-conv", "--requests", "4", "--model", "qwen2.5-14b",
+                                 "--hardware", "a100-40g-pcie", "--no-store")
+    assert "TTFT" in printed and "numpy" in modules  # it ran, and drew its lengths and arrivals with numpy
     assert not modules & set(HEAVY), sorted(modules & set(HEAVY))
+
+
+def test_replaying_a_trace_with_fixed_chunks_needs_no_numpy(tmp_path):
+    """Nothing is drawn, and the fixed chunk fits nothing: numpy (a tenth of a second to import) stays out."""
+    trace = tmp_path / "t.csv"
+    trace.write_text("arrival_s,prompt_tokens,output_tokens\n0,900,3\n0.5,2000,1\n1.25,64,40\n")
+    modules, printed = run_probe("simulate", "--scenario", str(trace), "--model", "qwen2.5-14b",
+                                 "--hardware", "a100-40g-pcie", "--mode", "cpp", "--chunk", "512", "--no-store")
+    assert "requests 3" in printed
+    assert not modules & {*HEAVY, "numpy"}, sorted(modules & {*HEAVY, "numpy"})
 
 
 def test_a_stored_simulation_loads_duckdb_only(tmp_path):

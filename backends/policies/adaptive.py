@@ -16,8 +16,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-import numpy as np
-
 from .chunking import ALIGN, FixedChunk, StepReport
 
 
@@ -79,6 +77,8 @@ class AdaptiveChunk(FixedChunk):
                 return  # an earlier prompt's chunk finishing late: the same point of the law, no new one
             self.measured.append((prefix, report.stage_s))
             if len(self.measured) == self.fit_chunks:
+                import numpy as np  # here, not above: the modes without this policy run without numpy
+
                 x, y = np.array(self.measured).T
                 slope, intercept = np.polyfit(x, y, 1)
                 self.law = (float(intercept), float(slope))

@@ -13,8 +13,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
-import numpy as np
-
 ALIGN = 64
 
 
@@ -73,6 +71,8 @@ class FixedChunk:
 
 def fit_quadratic(latency: Callable[[int], float], base: int) -> tuple[float, float, float]:
     """Fit f(l) = a l^2 + b l + c to profiled latencies of chunks up to `base` tokens at prefix 0."""
+    import numpy as np  # here, not above: only the dynamic chunk fits, and the fixed chunk runs without numpy
+
     sizes = np.linspace(base / 8, base, 8).round()
     a, b, c = np.polyfit(sizes, [latency(int(s)) for s in sizes], 2)
     return float(a), float(b), float(c)

@@ -17,7 +17,6 @@ from typing import TYPE_CHECKING
 
 from .adaptive import AdaptiveChunk
 from .chunking import ChunkPolicy, DynamicChunk, FixedChunk
-from .fastpp_alp import PredictiveChunkController
 from .fastpp_greedy import GreedyChunkController
 
 if TYPE_CHECKING:
@@ -106,6 +105,9 @@ def _fastpp_greedy(env: PolicyEnv) -> ChunkPolicy:
 
 
 def _fastpp_alp(env: PolicyEnv) -> ChunkPolicy:
+    # here, not above: its RLS model loads numpy, which the other modes do without
+    from .fastpp_alp import PredictiveChunkController
+
     return PredictiveChunkController(env)
 
 

@@ -15,8 +15,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-
-import numpy as np
+from statistics import fmean
 
 from ...scenarios import PipedeckError, Scenario
 from ..config import ResolvedConfig
@@ -48,10 +47,9 @@ def _spans_per_request(scenario: Scenario, config: ResolvedConfig, sample: int, 
                        rate: float | None) -> float:
     """The fewest timeline spans a request of this workload leaves, on average, under this config."""
     workload = scenario.workload(seed=seed, rate=rate, num_requests=sample)
-    prompts = np.array([r.prompt_tokens for r in workload.requests])
-    outputs = np.array([r.output_tokens for r in workload.requests])
     batch = min(config.max_running, workload.concurrency or config.max_running)
-    steps = np.ceil(prompts / config.chunk).mean() + np.maximum(outputs - 1, 0).mean() / batch
+    chunks = fmean(-(-r.prompt_tokens // config.chunk) for r in workload.requests)
+    steps = chunks + fmean(max(r.output_tokens - 1, 0) for r in workload.requests) / batch
     ranks = config.stage_ranks
     hops = sum(a != b for a, b in zip(ranks, ranks[1:]))
     return float(steps * (len(ranks) + (2 * hops if config.mode_spec.sync_transfers else 0)))
