@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import tomllib
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +12,8 @@ from .build import P, build_profile
 from .errors import ProfileError
 from .hf_import import model_from_hf_config
 from .schema import HardwareProfile, ModelProfile
+
+PACKAGED = Path(__file__).parent  # models/ and hardware/ ship beside this module (pipedeck installs as files, not a zip)
 
 
 def model_names() -> list[str]:
@@ -72,14 +73,14 @@ def _check_exists(kind: str, text: str) -> None:
 
 def _names(folder: str) -> list[str]:
     """Stems of the packaged .toml files in one folder."""
-    entries = resources.files(__package__).joinpath(folder).iterdir()
+    entries = (PACKAGED / folder).iterdir()
     return sorted(entry.name[: -len(".toml")] for entry in entries if entry.name.endswith(".toml"))
 
 
 def _load_packaged(cls: type[P], kind: str, folder: str, name: str) -> P:
     """Build a profile from a packaged TOML file."""
     label = f"{kind} {name}.toml"
-    text = resources.files(__package__).joinpath(folder, f"{name}.toml").read_text("utf-8")
+    text = (PACKAGED / folder / f"{name}.toml").read_text("utf-8")
     return build_profile(cls, _parse_toml(text, label), label)
 
 
