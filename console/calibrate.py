@@ -29,10 +29,10 @@ from ..backends.result import RunResult
 from ..store import RunStore
 from ..tuner.calibrate import PASSES, QUICK_PASSES, Fit, Measured, fit, measure, plan
 from ..tuner.calibrated import Provenance, calibrated_profile, calibration_record
+from .db import WRITE_LOCK_WAIT_S, db_option, db_path
 from .options import check_writable, config_from_options, config_options
 from .output import output_console
 from .progress import PlainProgress, make_progress, progress_mode, progress_option
-from .runs import WRITE_LOCK_WAIT_S, db_option, db_path
 
 
 @click.command()

@@ -24,7 +24,7 @@ from .plots.common import slo_from_dict
 from .plots.gantt import MAX_SPANS
 from .plots.naming import legend_names, mismatch_warnings
 from .plots.server import scraped, server_gauges
-from .runs import READ_LOCK_WAIT_S, db_option, db_path, local_time
+from .db import READ_LOCK_WAIT_S, db_option, db_path, local_time
 
 PNG_HINT = "png: skipped: PNG export needs kaleido: pip install 'pipedeck[png]'"
 

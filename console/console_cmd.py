@@ -6,7 +6,7 @@ import click
 import optuna
 
 from ..store import RunStore
-from .runs import WRITE_LOCK_WAIT_S, db_option, db_path
+from .db import WRITE_LOCK_WAIT_S, db_option, db_path
 
 
 @click.command()

@@ -26,7 +26,7 @@ from .plots import (
 )
 from .plots.common import slo_from_dict
 from .plots.study import completed, objective_label
-from .runs import READ_LOCK_WAIT_S, db_option, db_path, local_time
+from .db import READ_LOCK_WAIT_S, db_option, db_path, local_time
 
 
 @click.command()

@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
 from dataclasses import asdict
-from datetime import datetime
 from pathlib import Path
 
 import click
@@ -16,27 +14,9 @@ from rich.table import Table
 from .. import store as run_store  # its RunStore, and DuckDB with it, loads on first use
 from ..backends.policies.modes import MODES
 from ..backends.tokens import format_tokens
-from ..store import ENV_VAR, RunRow, default_db_path
+from ..store import RunRow
+from .db import READ_LOCK_WAIT_S, db_option, db_path
 from .output import output_console
-
-READ_LOCK_WAIT_S = 5.0  # how long a reader waits for another process to let go of the file
-WRITE_LOCK_WAIT_S = 30.0  # how long a finished run waits to be written
-
-
-def db_option(fn: Callable) -> Callable:
-    """--db FILE: the run store (default $PIPEDECK_DB, else ./pipedeck.duckdb)."""
-    return click.option("--db", type=click.Path(dir_okay=False), default=None,
-                        help=f"Run store, a DuckDB file (default: ${ENV_VAR}, else ./pipedeck.duckdb).")(fn)
-
-
-def db_path(opts: dict[str, object]) -> Path:
-    """The store file the --db option names, or the default."""
-    return default_db_path(opts.get("db"))  # type: ignore[arg-type]
-
-
-def local_time(value: datetime) -> str:
-    """A stored UTC time as local wall-clock time."""
-    return value.astimezone().strftime("%Y-%m-%d %H:%M:%S")
 
 
 @click.command()

@@ -8,9 +8,9 @@ import click
 from rich.markup import escape
 
 from ..store import RunStore, StoredRun
+from .db import READ_LOCK_WAIT_S, db_option, db_path, local_time
 from .output import output_console
 from .render import print_run
-from .runs import READ_LOCK_WAIT_S, db_option, db_path, local_time
 from .simulate import run_json
 
 

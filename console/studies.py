@@ -14,7 +14,7 @@ from ..store import RunStore, StudyRow
 from ..tuner.objective import OBJECTIVES
 from ..tuner.storage import open_storage, shown
 from ..tuner.verdict import stored_verdict
-from .runs import READ_LOCK_WAIT_S, db_option, db_path
+from .db import READ_LOCK_WAIT_S, db_option, db_path
 from .storage import check_existing_storage
 from .tunespec import value_text
 

@@ -15,8 +15,9 @@ from textual.widgets import Button, DataTable, Input, Label, Static
 from ...store import RunRow, StudyRow
 from ...tuner.study import open_store
 from ..compare import prepare, study_slo, write_compare_page
+from ..db import local_time
 from ..plots.table import metric_rows, run_cells
-from ..runs import local_time, row_cells
+from ..runs import row_cells
 from .compare import CompareScreen, open_report
 from .messages import Compared, StoreListed, WorkFailed
 from .view import View, one_line, shown_path
