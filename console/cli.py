@@ -20,7 +20,7 @@ from .errors import exit_with, run_cli
 
 # command -> (its module under pipedeck.console, the function click made the command from)
 COMMANDS: dict[str, tuple[str, str]] = {
-    "simulate": ("simulate", "simulate"), "run": ("simulate", "run"), "runs": ("runs", "runs"),
+    "simulate": ("simulate", "simulate"), "run": ("run", "run"), "runs": ("runs", "runs"),
     "show": ("show", "show"), "tune": ("tune", "tune"), "studies": ("studies", "studies"),
     "export": ("export", "export"), "serve": ("serve", "serve"), "compare": ("compare", "compare"),
     "report": ("report", "report"), "console": ("console_cmd", "console"), "calibrate": ("calibrate", "calibrate"),

@@ -1,4 +1,4 @@
-"""`pipedeck simulate` and `pipedeck run`: one scenario under one config, on the simulator or any backend."""
+"""`pipedeck simulate`: one scenario under one config on the simulator; what it shares with `pipedeck run`."""
 
 from __future__ import annotations
 
@@ -8,14 +8,14 @@ from collections.abc import Callable
 import click
 
 from .. import store as run_store  # its RunStore, and DuckDB with it, loads only when a run is stored
-from ..backends.registry import BACKENDS, make_backend
+from ..backends.registry import make_backend
 from ..backends.result import RunResult
 from ..backends.sim.footprint import check_footprint
 from ..backends.timeline import write_chrome_trace
 from ..scenarios import load_scenario
 from .options import check_workload, check_writable, config_from_options, config_options, workload_options
 from .render import print_run
-from .runs import WRITE_LOCK_WAIT_S, db_option, db_path
+from .db import WRITE_LOCK_WAIT_S, db_option, db_path
 
 
 def output_options(fn: Callable) -> Callable:
@@ -39,21 +39,6 @@ def output_options(fn: Callable) -> Callable:
 def simulate(**opts: object) -> None:
     """Simulate one scenario under one serving config."""
     execute(opts, "sim")
-
-
-@click.command("run")
-@click.option("--backend", type=click.Choice(list(BACKENDS)), default="sim", show_default=True,
-              help="Backend to run on.")
-@click.option("--endpoint", default=None, help="The live backend's server, e.g. http://127.0.0.1:8080.")
-@click.option("--served-model", default=None,
-              help="Live: the model name to request (default: the first one /v1/models lists).")
-@config_options
-@workload_options("azure-conv")
-@output_options
-def run(**opts: object) -> None:
-    """Run one scenario under one serving config on a backend (a live server: the config it was started with)."""
-    options = {"endpoint": opts["endpoint"], "model": opts["served_model"]} if opts["backend"] == "live" else {}
-    execute(opts, str(opts["backend"]), **options)
 
 
 def execute(opts: dict[str, object], backend_name: str, **backend_options: object) -> None:
