@@ -14,6 +14,7 @@ def output_console(stderr: bool = False) -> Console:
     """A rich Console that fits the terminal, or (piped, with no $COLUMNS) lets tables take their natural
     width and prints prose as unbroken lines, so grep and logs see whole rows."""
     stream = sys.stderr if stderr else sys.stdout
+    # highlight=False: what pipedeck prints is styled where it means something, not by rich's guesses at numbers
     if stream.isatty() or os.environ.get("COLUMNS"):
-        return Console(stderr=stderr)
-    return Console(stderr=stderr, width=PIPE_WIDTH, soft_wrap=True)
+        return Console(stderr=stderr, highlight=False)
+    return Console(stderr=stderr, width=PIPE_WIDTH, soft_wrap=True, highlight=False)
