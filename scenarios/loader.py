@@ -31,11 +31,11 @@ def catalog() -> dict[str, Scenario]:
 
 def load_scenario(name_or_path: str) -> Scenario:
     """A catalog scenario by name, or one read from a .toml, .csv or .jsonl file."""
-    if name_or_path in _catalog():
-        return _catalog()[name_or_path]
     path = Path(name_or_path)
     suffix = path.suffix.lower()
-    if suffix not in (".toml", ".csv", ".jsonl"):
+    if suffix not in (".toml", ".csv", ".jsonl"):  # a catalog name (none ends so): a file is read without the catalog
+        if name_or_path in _catalog():
+            return _catalog()[name_or_path]
         names = ", ".join(_catalog())
         allowed = f"one of {names} or a .toml, .csv or .jsonl file"
         raise ScenarioError(f"scenario: must be {allowed}, got {name_or_path!r}")

@@ -9,14 +9,13 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 from .errors import ScenarioError
 
 PIPEDECK_COLUMNS = ("arrival_s", "prompt_tokens", "output_tokens")
 AZURE_COLUMNS = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
 _DATETIME = "a datetime like 2023-11-16 18:15:46.6805900"
-_T = TypeVar("_T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,40 +36,36 @@ def read_trace(path: Path) -> Trace:
     the earliest row), ContextTokens, GeneratedTokens. Rows with zero prompt or
     output tokens (failed requests in the Azure traces) are skipped.
     """
-    seconds: list[float] = []
-    stamps: list[datetime] = []
-    prompts: list[int] = []
-    outputs: list[int] = []
+    parsed: list[tuple[Any, int, int]] = []  # (seconds or datetime, prompt tokens, output tokens)
     columns: tuple[str, ...] = ()
-    for where, row in _rows(path):
+    for number, row in _rows(path):
         columns = columns or _columns(path, row)
         time_col, prompt_col, output_col = columns
-        if columns == AZURE_COLUMNS:
-            stamps.append(_parse(where, row, time_col, datetime.fromisoformat, _DATETIME))
-        else:
-            seconds.append(_parse(where, row, time_col, _seconds, "seconds >= 0"))
-        prompts.append(_parse(where, row, prompt_col, _count, "an integer >= 0"))
-        outputs.append(_parse(where, row, output_col, _count, "an integer >= 0"))
-    if not prompts:
+        read_time = datetime.fromisoformat if columns == AZURE_COLUMNS else _seconds
+        try:  # the whole row at once; a bad value is looked for again, column by column, for the message
+            parsed.append((read_time(str(row.get(time_col)).strip()), _count(str(row.get(prompt_col)).strip()),
+                           _count(str(row.get(output_col)).strip())))
+        except ValueError:
+            _raise_for_value(f"{path}:{number}", row, columns)
+    if not parsed:
         raise ScenarioError(f"{path}: must have at least one request row, got none")
-    if stamps:
-        origin = min(stamps)
-        seconds = [(stamp - origin).total_seconds() for stamp in stamps]
-    rows = zip(seconds, prompts, outputs, strict=True)
-    kept = sorted(((t, p, o) for t, p, o in rows if p > 0 and o > 0), key=lambda row: row[0])
+    if columns == AZURE_COLUMNS:
+        origin = min(stamp for stamp, _, _ in parsed)
+        parsed = [((stamp - origin).total_seconds(), p, o) for stamp, p, o in parsed]
+    kept = sorted((row for row in parsed if row[1] > 0 and row[2] > 0), key=lambda row: row[0])
     if not kept:
         raise ScenarioError(f"{path}: must have a row with prompt and output tokens >= 1, got none")
     arrival_s, prompt_tokens, output_tokens = zip(*kept, strict=True)
-    return Trace(arrival_s, prompt_tokens, output_tokens, len(prompts) - len(kept))
+    return Trace(arrival_s, prompt_tokens, output_tokens, len(parsed) - len(kept))
 
 
-def _rows(path: Path) -> Iterator[tuple[str, dict[str, Any]]]:
-    """Yield ("<path>:<line>", row) for each row of a .csv or .jsonl file."""
+def _rows(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
+    """Yield (line number, row) for each row of a .csv or .jsonl file."""
     with path.open(encoding="utf-8-sig", newline="") as f:
         if path.suffix.lower() == ".csv":
             reader = csv.DictReader(f)
             for row in reader:
-                yield f"{path}:{reader.line_num}", row
+                yield reader.line_num, row
             return
         for number, line in enumerate(f, 1):
             if not line.strip():
@@ -82,7 +77,7 @@ def _rows(path: Path) -> Iterator[tuple[str, dict[str, Any]]]:
             if not isinstance(obj, dict):
                 got = line.strip()[:40]
                 raise ScenarioError(f"{path}:{number}: must be a JSON object, got {got!r}")
-            yield f"{path}:{number}", obj
+            yield number, obj
 
 
 def _columns(path: Path, row: dict[str, Any]) -> tuple[str, ...]:
@@ -98,15 +93,18 @@ def _columns(path: Path, row: dict[str, Any]) -> tuple[str, ...]:
     )
 
 
-def _parse(
-    where: str, row: dict[str, Any], column: str, parse: Callable[[str], _T], allowed: str
-) -> _T:
-    """``parse`` the row's value in ``column``, or raise a one-line error naming the line."""
-    value = row.get(column)
-    try:
-        return parse(str(value).strip())
-    except ValueError:
-        raise ScenarioError(f"{where}: {column}: must be {allowed}, got {value!r}") from None
+def _raise_for_value(where: str, row: dict[str, Any], columns: tuple[str, ...]) -> None:
+    """Raise the one-line error naming the line, the first column whose value does not parse, and what it allows."""
+    time_col, prompt_col, output_col = columns
+    time_rule = (datetime.fromisoformat, _DATETIME) if columns == AZURE_COLUMNS else (_seconds, "seconds >= 0")
+    checks: tuple[tuple[str, Callable[[str], object], str], ...] = (
+        (time_col, *time_rule), (prompt_col, _count, "an integer >= 0"), (output_col, _count, "an integer >= 0"))
+    for column, parse, allowed in checks:
+        value = row.get(column)
+        try:
+            parse(str(value).strip())
+        except ValueError:
+            raise ScenarioError(f"{where}: {column}: must be {allowed}, got {value!r}") from None
 
 
 def _seconds(text: str) -> float:
