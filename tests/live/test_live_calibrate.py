@@ -81,8 +81,9 @@ def test_an_interrupted_calibration_stops_its_server_and_writes_nothing(llama_se
     try:
         url = _listening(tmp_path / "server.log", time.monotonic() + 30)
         calibrate.send_signal(sig)
-        assert calibrate.wait(30) == 130
-        assert calibrate.stderr.read().strip() == "pipedeck: interrupted"  # after the newline click writes
+        status, err = calibrate.wait(30), calibrate.stderr.read()
+        assert status == 130, err
+        assert err.strip() == "pipedeck: interrupted"  # after the newline click writes
         with pytest.raises(httpx.TransportError):
             httpx.get(f"{url}/health", timeout=1.0)
         assert not (tmp_path / "tiny-cpu.toml").exists()
