@@ -278,9 +278,13 @@ def _export(spec: TuneSpec, outcome: TuneOutcome, opts: dict[str, object]) -> li
 def _print_files_and_next(spec: TuneSpec, outcome: TuneOutcome, opts: dict[str, object], exported: list,
                           console: Console) -> None:
     """Where the study, its runs and any exported files went, and the commands that use them."""
-    runs = ", ".join(f"{label} {run}" for label, run in (("best", outcome.best_run_id),
-                                                           ("default", outcome.default_run_id)) if run is not None)
-    console.print(f"run store: {opts['db']}" + (f" (runs {runs})" if runs else ""))
+    best, default = outcome.best_run_id, outcome.default_run_id
+    if best is not None and best == default:
+        runs = f" (run {best}: the default is the best)"
+    else:
+        named = [f"{label} {run}" for label, run in (("best", best), ("default", default)) if run is not None]
+        runs = f" (runs {', '.join(named)})" if named else ""
+    console.print(f"run store: {opts['db']}{runs}")
     console.print(f"study: {shown(spec.storage)}")
     for path in exported:
         console.print(f"exported {path}")
@@ -291,8 +295,8 @@ def _print_files_and_next(spec: TuneSpec, outcome: TuneOutcome, opts: dict[str, 
     steps = []
     if not exported:
         steps.append(f"pipedeck export --study {study} --format {spec.engine} --out deploy{db}")
-    if outcome.best_run_id is not None and outcome.default_run_id is not None:
-        steps.append(f"pipedeck compare {outcome.best_run_id} {outcome.default_run_id} --out compare.html{db}")
+    if best is not None and default is not None and best != default:  # nothing to compare when the default won
+        steps.append(f"pipedeck compare {best} {default} --out compare.html{db}")
     steps.append(f"pipedeck report --study {study} --out study.html{db}")
     console.print("next:")
     for step in steps:

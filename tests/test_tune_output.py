@@ -104,3 +104,15 @@ def test_a_pipe_gets_unbroken_lines_and_a_terminal_its_width(monkeypatch):
     assert output_console().width == PIPE_WIDTH  # pytest's stdout is not a terminal
     monkeypatch.setenv("COLUMNS", "90")
     assert output_console().width == 90
+
+
+def test_when_the_default_wins_nothing_suggests_comparing_it_with_itself(tmp_path, capsys):
+    db = tmp_path / "r.duckdb"
+    status = run_cli(cli, ["tune", *SMALL, "--trials", "1", "--repeats", "1", "--db", str(db)])  # the default only
+    out, err = capsys.readouterr()
+    assert status == 0, err
+    lines = out.splitlines()
+    run_store = next(line for line in lines if line.startswith("run store: "))
+    assert run_store.endswith(": the default is the best)"), run_store
+    nexts = lines[lines.index("next:") + 1:]
+    assert nexts and not [line for line in nexts if "pipedeck compare" in line], nexts
