@@ -340,8 +340,9 @@ class TuneScreen(View):
             self._status(f"paused after {outcome.trials} trials: Resume (s) continues, Stop (x) ends the study")
             return
         self._set_phase("idle")
-        runs = "" if outcome.best_run_id is None else \
-            f"; stored runs best {outcome.best_run_id}, default {outcome.default_run_id}"
+        best, default = outcome.best_run_id, outcome.default_run_id
+        runs = "" if best is None else f"; stored run {best}: the default is the best" if best == default else \
+            f"; stored runs best {best}, default {default}"
         self._status(f"finished: {outcome.trials} trials{runs}")
 
     def on_tune_failed(self, message: TuneFailed) -> None:
