@@ -81,6 +81,17 @@ def test_prune_stops_at_once_and_reports_no_goodput():
     assert not better.pruned and better.rate > 5.0 and calls[0] == 5.0
 
 
+def test_a_pruned_search_says_how_near_it_came_at_the_rate_it_failed():
+    """Every pruned trial fails at the same rate (the best so far); the attainment there tells a near miss from a
+    config far off, which is what the tuner reports to Optuna so that TPE can rank pruned trials."""
+    slo = parse_slo("ttft=2s")
+    near = find_goodput(synthetic(4.5, []), slo, 1.0, beat=5.0)
+    far = find_goodput(synthetic(1.0, []), slo, 1.0, beat=5.0)
+    assert near.pruned and far.pruned and near.upper == far.upper == 5.0
+    # ttft at 5 req/s is 2 s x 5 / threshold x (0.5 + i/18): 2 s or less for i <= 7 (near), for none of them (far)
+    assert (near.attainment, far.attainment) == (0.8, 0.0)
+
+
 def test_attainment_counts_requests_meeting_every_limit():
     records = [RequestRecord(i, 0.0, 10, 3, 1.0 + i, 1.0 + i + 0.4 * (i % 2) * 2) for i in range(4)]
     result = RunResult({}, "s", "t", 0, 1.0, records, [], 1.0, 1, 1, 1)

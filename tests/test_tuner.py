@@ -169,6 +169,10 @@ def test_study_runs_seeds_the_default_and_syncs_the_store(tmp_path):
     study = optuna.load_study(study_name="t", storage=open_storage(str(tmp_path / "journal.jsonl")))
     assert study.metric_names == ["goodput (req/s)"] and study.user_attrs["objective"] == "goodput (req/s), maximized"
     assert foreign_params({name for t in study.trials for name in t.params}) == []
+    for t in study.trials:  # a pruned trial reports the requests/s it served within the SLO where it failed
+        if t.state == optuna.trial.TrialState.PRUNED and t.intermediate_values:
+            metrics = t.user_attrs["metrics"]
+            assert t.intermediate_values[0] == metrics["fails_slo_at_rps"] * metrics["attainment_at_fail"]
 
 
 def test_stop_request_interrupts_and_the_study_resumes(tmp_path):

@@ -27,7 +27,7 @@ class Goodput:
 
     rate: float  # highest rate known to meet the SLO (0 if none)
     upper: float  # lowest rate known to fail (inf if none failed)
-    attainment: float  # fraction of requests meeting every limit at `rate`
+    attainment: float  # fraction of requests meeting every limit at `rate` (pruned: at `upper`, where it failed)
     result: RunResult | None  # the run at `rate`
     evaluations: int
     pruned: bool = False  # stopped early: the rate cannot beat `beat`
@@ -63,7 +63,7 @@ def find_goodput(evaluate: Callable[[float], RunResult], slo: SLO, start_rate: f
     else:
         hi = rate
         if beat:
-            return Goodput(0.0, hi, 0.0, None, evaluations, pruned=True)
+            return Goodput(0.0, hi, slo.attainment(result), None, evaluations, pruned=True)
     while ok and rate < max_rate:  # grow until a rate fails
         rate = min(rate * 2, max_rate)
         ok, result = met(rate)

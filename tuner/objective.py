@@ -152,8 +152,8 @@ class Evaluator:
             found = find_goodput(lambda rate: self.run(config, rate), self.slo, self.scenario.rate or 1.0,
                                  precision, beat, ceiling, floor)
             if found.pruned:  # its goodput is unknown: only that it fails the SLO at a rate it had to beat
-                return Measurement(None, {"fails_slo_at_rps": found.upper, "evaluations": found.evaluations}, None,
-                                   None, found.upper)
+                return Measurement(None, {"fails_slo_at_rps": found.upper, "attainment_at_fail": found.attainment,
+                                          "evaluations": found.evaluations}, None, None, found.upper)
             metrics = {"goodput_rps": found.rate, "attainment": found.attainment, "evaluations": found.evaluations,
                        "capped": found.capped}
             if found.result is not None:
@@ -260,7 +260,10 @@ class Objective:
             self.evaluator.close()  # the next trial gets a fresh server
         trial.set_user_attr("metrics", measured.metrics)
         if measured.value is None:
-            trial.report(measured.upper or 0.0, 0)
+            # how near it came: the requests/s that met the SLO at the rate it failed. Every pruned trial fails
+            # at the same rate (the best so far), so reporting that rate alone would tie them all, and TPE would
+            # take the earliest pruned configs as its "good" ones while few trials have completed.
+            trial.report((measured.upper or 0.0) * measured.metrics["attainment_at_fail"], 0)
             raise optuna.TrialPruned(f"fails the SLO at {measured.upper:.4g} req/s, below the best so far")
         return measured.value
 

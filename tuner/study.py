@@ -174,7 +174,7 @@ class StoreSync:
         """Write one trial to the run store (again, with `extra_metrics` added, for a finalist's interval).
 
         Its params are its choices by `--fix` name and value; only a completed trial has an objective
-        (Optuna gives a pruned one the rate it was pruned at, which its metrics keep as fails_slo_at_rps).
+        (a pruned one's metrics keep the rate it failed at, fails_slo_at_rps, and its attainment there).
         """
         duration = (t.datetime_complete - t.datetime_start).total_seconds() \
             if t.datetime_complete and t.datetime_start else None
