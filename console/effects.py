@@ -41,7 +41,8 @@ def print_effects(spec: TuneSpec, outcome: TuneOutcome, effects: list[KnobEffect
         if e.gain is None:
             console.print(f"  {escape(moved)}: not measured, {escape(e.note)}")
             continue
-        size = f"{e.gain:+.0%} {objective}" if abs(e.gain) >= 0.1 else f"{e.gain:+.1%} {objective}" + (f", {e.note}" if e.note else "")
+        size = f"{e.gain:+.0%}" if abs(e.gain) >= 0.1 else f"{e.gain:+.1%}"
+        size += f" {objective}" + (f", {e.note}" if e.note else "")
         if abs(e.gain) < spec.precision:
             size += f"; within the search's {spec.precision:.0%} precision, so it did not matter"
         console.print(f"  {escape(moved)}: {escape(size)}")

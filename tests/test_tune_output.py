@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from types import SimpleNamespace
 
 import optuna
 import pytest
@@ -11,7 +12,8 @@ from pipedeck.console.cli import cli
 from pipedeck.console.errors import run_cli
 from pipedeck.console.output import PIPE_WIDTH, output_console
 from pipedeck.console.progress import PlainProgress
-from pipedeck.tuner.explain import knob_effects
+from pipedeck.console.effects import print_effects
+from pipedeck.tuner.explain import KnobEffect, knob_effects
 from pipedeck.tuner.objective import Evaluator, TuneSpec, space_context
 from pipedeck.tuner.space import default_params, suggest_config
 from tests.tune_support import SMALL
@@ -52,6 +54,15 @@ def test_a_pipeline_depth_goes_back_with_its_layer_split(tmp_path):
     effects = {e.knob: e for e in knob_effects(spec, winner, value, baseline)}
     assert effects["parallelism"].winner == (2, 2) and effects["parallelism"].note == "with layer-split"
     assert effects["parallelism"].reverted is not None
+    assert "layer-split" not in effects, "the split went back with its depth, not on its own"
+
+
+def test_a_large_effect_still_says_what_went_back_with_it(tmp_path):
+    spec = small_spec(tmp_path)
+    effect = KnobEffect("parallelism", (16, 1), (8, 2), 2.0, 0.53, "with layer-split")
+    console = Console(record=True, width=200)
+    print_effects(spec, SimpleNamespace(best=SimpleNamespace(number=7)), [effect], console)
+    assert "parallelism 16x1 (default 8x2): +53% goodput, with layer-split" in console.export_text()
 
 
 def test_piped_tune_prints_progress_lines_the_reason_the_files_and_the_next_commands(tmp_path, capsys):

@@ -35,11 +35,13 @@ class KnobEffect:
 def knob_effects(spec: TuneSpec, winner: Mapping[str, object], winner_value: float,
                  baseline: Mapping[str, object]) -> list[KnobEffect]:
     """The effect of every searched knob the winner sets differently from `baseline`, largest first."""
+    moved = [dim for dim in DIMENSIONS if dim.searched and _value(winner, dim) != _value(baseline, dim)]
+    carried = {f for dim in moved for f in DEPENDENT.get(dim.flag, ())}  # they go back with their knob
     evaluator = Evaluator(spec)
     effects = []
     try:
-        for dim in DIMENSIONS:
-            if dim.searched and _value(winner, dim) != _value(baseline, dim):
+        for dim in moved:
+            if not set(dim.fields) <= carried:
                 effects.append(_effect(evaluator, spec.direction, dim, winner, winner_value, baseline))
     finally:
         evaluator.close()
