@@ -29,7 +29,8 @@ from .export import write_and_warn
 from .options import workload_options
 from .output import output_console
 from .progress import make_progress, progress_mode, progress_option
-from .tunespec import DEFAULT_REPEATS, DEFAULT_SCENARIO, TuneInputError, TuneInputs, build_spec, default_engine, value_text
+from .tunespec import (DEFAULT_REPEATS, DEFAULT_SCENARIO, TuneInputError, TuneInputs, build_spec, default_engine,
+                       stored_runs_text, value_text)
 
 
 @click.command()
@@ -279,12 +280,8 @@ def _print_files_and_next(spec: TuneSpec, outcome: TuneOutcome, opts: dict[str, 
                           console: Console) -> None:
     """Where the study, its runs and any exported files went, and the commands that use them."""
     best, default = outcome.best_run_id, outcome.default_run_id
-    if best is not None and best == default:
-        runs = f" (run {best}: the default is the best)"
-    else:
-        named = [f"{label} {run}" for label, run in (("best", best), ("default", default)) if run is not None]
-        runs = f" (runs {', '.join(named)})" if named else ""
-    console.print(f"run store: {opts['db']}{runs}")
+    runs = stored_runs_text(best, default)
+    console.print(f"run store: {opts['db']}" + (f" ({runs})" if runs else ""))
     console.print(f"study: {shown(spec.storage)}")
     for path in exported:
         console.print(f"exported {path}")

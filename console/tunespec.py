@@ -151,6 +151,14 @@ def value_text(objective: str, value: float) -> str:
             "throughput": f"{value:.4g} tok/s"}[objective]
 
 
+def stored_runs_text(best: int | None, default: int | None) -> str:
+    """Which stored runs a finished study left: "runs best 3, default 1", or the one run when the default won."""
+    if best is not None and best == default:
+        return f"run {best}: the default is the best"
+    named = [f"{label} {run}" for label, run in (("best", best), ("default", default)) if run is not None]
+    return f"runs {', '.join(named)}" if named else ""
+
+
 def default_study_name(*parts: object) -> str:
     """A study name made of the settings that define it, so the same settings resume the same study."""
     return re.sub(r"[^A-Za-z0-9.@=,-]+", "-", "-".join(str(p) for p in parts if p != ""))

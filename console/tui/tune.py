@@ -33,6 +33,7 @@ from ..tunespec import (
     TuneInputs,
     build_spec,
     default_engine,
+    stored_runs_text,
     value_text,
 )
 from .fields import error_field, form_fields
@@ -340,9 +341,8 @@ class TuneScreen(View):
             self._status(f"paused after {outcome.trials} trials: Resume (s) continues, Stop (x) ends the study")
             return
         self._set_phase("idle")
-        best, default = outcome.best_run_id, outcome.default_run_id
-        runs = "" if best is None else f"; stored run {best}: the default is the best" if best == default else \
-            f"; stored runs best {best}, default {default}"
+        runs = stored_runs_text(outcome.best_run_id, outcome.default_run_id)
+        runs = f"; stored {runs}" if runs else ""
         self._status(f"finished: {outcome.trials} trials{runs}")
 
     def on_tune_failed(self, message: TuneFailed) -> None:
