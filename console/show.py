@@ -5,11 +5,10 @@ from __future__ import annotations
 import json
 
 import click
-from rich.markup import escape
 
 from ..store import RunStore, StoredRun
 from .db import READ_LOCK_WAIT_S, db_option, db_path, local_time
-from .output import output_console
+from .output import output_report
 from .render import print_run
 from .simulate import run_json
 
@@ -25,18 +24,18 @@ def show(run_id: int, **opts: object) -> None:
     if opts["as_json"]:
         click.echo(json.dumps(stored_json(stored), indent=2))
         return
-    console = output_console()
-    console.print(header(stored))
-    print_run(stored.result, console)
+    out = output_report()
+    out.line(header(stored), bold=True)
+    print_run(stored.result, out)
 
 
 def header(stored: StoredRun) -> str:
     """One line: the run's id, time, label, study and trial, backend, seed and rate."""
-    parts = [f"[bold]run {stored.id}[/]", local_time(stored.created_at)]
+    parts = [f"run {stored.id}", local_time(stored.created_at)]
     if stored.label:
-        parts.append(f"label {escape(stored.label)}")
+        parts.append(f"label {stored.label}")
     if stored.study is not None:
-        parts.append(f"study {escape(stored.study)}" + ("" if stored.trial is None else f" trial {stored.trial}"))
+        parts.append(f"study {stored.study}" + ("" if stored.trial is None else f" trial {stored.trial}"))
     r = stored.result
     parts.append(f"backend {r.backend}  seed {r.seed}  rate {'-' if r.rate is None else f'{r.rate:g}'}")
     parts.append(f"timeline {len(r.spans)} spans")

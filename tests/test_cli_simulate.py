@@ -174,6 +174,23 @@ def test_table_output_mentions_latency_and_per_rank_table(capsys):
     assert "qwen2.5-14b" in out and "short-4k" in out
 
 
+def test_a_pipe_gets_plain_columns_a_script_can_split(capsys, monkeypatch):
+    """Piped (no terminal, no $COLUMNS): a row per line, a cell per whitespace-separated field, no box drawing;
+    the cells are the --json figures as the table rounds them."""
+    monkeypatch.delenv("COLUMNS", raising=False)
+    data, _ = run_json(capsys, SHORT)
+    status, out, _ = run(capsys, SHORT)
+    assert status == 0 and not set(out) & set("│┃━─┏┗")
+    rows = {fields[0]: fields[1:] for fields in map(str.split, out.splitlines()) if fields}
+    assert rows["metric"] == ["mean", "p50", "p90", "p99"]
+    for key in ("ttft_s", "tpot_s"):
+        assert rows[key[:4].upper()] == [f"{data[key][k]:.4g}" for k in ("mean", "p50", "p90", "p99")]
+    assert rows["rank"] == ["compute", "exposed", "comm", "bubble", "idle"]
+    for rank in data["per_rank"]:
+        assert rows[str(rank["rank"])] == [f"{rank[k]:.3f}" for k in ("compute", "exposed_comm", "bubble", "idle")]
+    assert rows["mean"] == [f"{data['breakdown_s'][k]:.3f}" for k in ("compute", "exposed_comm", "bubble", "idle")]
+
+
 # -- warnings: the run goes ahead ------------------------------------------------------------
 
 @pytest.mark.parametrize("argv, warning", [

@@ -4,6 +4,7 @@ Plotly or Textual."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 
@@ -24,7 +25,8 @@ main(sys.argv[1:])
 
 def run_probe(*argv: str) -> tuple[set[str], str]:
     """The top-level modules a CLI run loaded, and what it printed before them."""
-    done = subprocess.run([sys.executable, "-c", PROBE, *argv], capture_output=True, text=True, timeout=120)
+    env = {k: v for k, v in os.environ.items() if k != "COLUMNS"}  # its output is a pipe, as in a script
+    done = subprocess.run([sys.executable, "-c", PROBE, *argv], capture_output=True, text=True, timeout=120, env=env)
     printed, _, modules = done.stdout.rpartition("MODULES ")
     return set(json.loads(modules)), printed
 
@@ -45,14 +47,15 @@ def test_a_simulation_that_stores_nothing_imports_no_store_tuner_or_plots():
     assert not modules & set(HEAVY), sorted(modules & set(HEAVY))
 
 
-def test_replaying_a_trace_with_fixed_chunks_needs_no_numpy(tmp_path):
-    """Nothing is drawn, and the fixed chunk fits nothing: numpy (a tenth of a second to import) stays out."""
+def test_replaying_a_trace_with_fixed_chunks_into_a_pipe_needs_no_numpy_or_rich(tmp_path):
+    """Nothing is drawn, and the fixed chunk fits nothing: numpy (a tenth of a second to import) stays out;
+    a pipe gets plain columns, so rich stays out too."""
     trace = tmp_path / "t.csv"
     trace.write_text("arrival_s,prompt_tokens,output_tokens\n0,900,3\n0.5,2000,1\n1.25,64,40\n")
     modules, printed = run_probe("simulate", "--scenario", str(trace), "--model", "qwen2.5-14b",
                                  "--hardware", "a100-40g-pcie", "--mode", "cpp", "--chunk", "512", "--no-store")
     assert "requests 3" in printed
-    assert not modules & {*HEAVY, "numpy"}, sorted(modules & {*HEAVY, "numpy"})
+    assert not modules & {*HEAVY, "numpy", "rich"}, sorted(modules & {*HEAVY, "numpy", "rich"})
 
 
 def test_a_stored_simulation_loads_duckdb_only(tmp_path):
