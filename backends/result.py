@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-import statistics
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, NamedTuple
@@ -74,12 +73,21 @@ def stats(values: Iterable[float | None]) -> dict[str, float] | None:
 
     Percentiles interpolate linearly between the closest ranks, as numpy's default.
     """
-    measured = [float(v) for v in values if v is not None and not math.isnan(v)]
+    measured = sorted(float(v) for v in values if v is not None and not math.isnan(v))
     if not measured:
         return None
-    cuts = statistics.quantiles(measured, n=100, method="inclusive") if len(measured) > 1 else measured * 99
     mean = sum(measured) / len(measured)  # not fmean: it refuses -inf + inf, where this (like numpy) gives NaN
-    return {"mean": mean, "p50": cuts[49], "p90": cuts[89], "p99": cuts[98]}
+    return {"mean": mean, **{f"p{q}": _percentile(measured, q) for q in (50, 90, 99)}}
+
+
+def _percentile(ordered: list[float], q: int) -> float:
+    """The q-th percentile of sorted values, between the two closest ranks as statistics.quantiles(n=100,
+    method="inclusive") has it (the same arithmetic, so the same float; that module and the fractions and
+    decimal it loads would cost every command a few milliseconds)."""
+    if len(ordered) == 1:
+        return ordered[0]
+    rank, fraction = divmod(q * (len(ordered) - 1), 100)
+    return (ordered[rank] * (100 - fraction) + ordered[rank + 1] * fraction) / 100
 
 
 @dataclass

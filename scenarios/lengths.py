@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from statistics import NormalDist
 from typing import TYPE_CHECKING, ClassVar, Protocol
 
 from .errors import head, is_int, is_number, require
@@ -75,7 +74,9 @@ class LogNormal:
 
     def sample(self, rng: np.random.Generator, n: int) -> list[int]:
         """Return ``n`` stratified, rounded and clipped lognormal draws."""
-        import numpy as np  # here, not above: a replayed trace needs no numpy
+        from statistics import NormalDist  # here, not above: a replayed trace needs neither
+
+        import numpy as np
 
         u = np.clip(stratified_uniforms(rng, n), 1e-15, 1 - 1e-15)  # inv_cdf needs 0 < u < 1
         z = np.fromiter(map(NormalDist().inv_cdf, u), float, n)

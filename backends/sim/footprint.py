@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from statistics import fmean
 
 from ...scenarios import PipedeckError, Scenario
 from ..config import ResolvedConfig
@@ -48,8 +47,9 @@ def _spans_per_request(scenario: Scenario, config: ResolvedConfig, sample: int, 
     """The fewest timeline spans a request of this workload leaves, on average, under this config."""
     workload = scenario.workload(seed=seed, rate=rate, num_requests=sample)
     batch = min(config.max_running, workload.concurrency or config.max_running)
-    chunks = fmean(-(-r.prompt_tokens // config.chunk) for r in workload.requests)
-    steps = chunks + fmean(max(r.output_tokens - 1, 0) for r in workload.requests) / batch
+    requests = workload.requests
+    chunks = sum(-(-r.prompt_tokens // config.chunk) for r in requests) / len(requests)
+    steps = chunks + sum(max(r.output_tokens - 1, 0) for r in requests) / len(requests) / batch
     ranks = config.stage_ranks
     hops = sum(a != b for a, b in zip(ranks, ranks[1:]))
     return float(steps * (len(ranks) + (2 * hops if config.mode_spec.sync_transfers else 0)))

@@ -1,0 +1,28 @@
+"""`stats`: a run's mean and percentiles, the figures every table, plot and SLO check reads."""
+
+from __future__ import annotations
+
+import random
+import statistics
+
+import numpy as np
+import pytest
+
+from pipedeck.backends.result import stats
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_percentiles_are_statistics_quantiles_to_the_last_bit_and_numpy_s_to_rounding(seed):
+    rng = random.Random(seed)
+    for n in (2, 3, 7, 99, 100, 101, 1000):
+        values = [rng.choice((rng.random(), rng.expovariate(1.0) * 1e3, float(rng.randint(0, 5)))) for _ in range(n)]
+        got = stats(values)
+        cuts = statistics.quantiles(values, n=100, method="inclusive")
+        assert (got["p50"], got["p90"], got["p99"]) == (cuts[49], cuts[89], cuts[98])
+        assert [got["p50"], got["p90"], got["p99"]] == pytest.approx(np.percentile(values, [50, 90, 99]), rel=1e-12)
+        assert got["mean"] == pytest.approx(statistics.fmean(values), rel=1e-12)
+
+
+def test_one_value_is_every_percentile_and_none_or_nan_are_left_out():
+    assert stats([None, 2.5, float("nan")]) == {"mean": 2.5, "p50": 2.5, "p90": 2.5, "p99": 2.5}
+    assert stats([None, float("nan")]) is None and stats([]) is None
