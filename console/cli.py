@@ -16,6 +16,7 @@ from pathlib import Path
 
 import click
 
+from ..backends.blas_threads import one_blas_thread
 from .errors import exit_with, run_cli
 
 # command -> (its module under pipedeck.console, the function click made the command from)
@@ -65,4 +66,5 @@ def cli() -> None:
 
 def main(argv: list[str] | None = None) -> None:
     """Console-script entry point."""
+    one_blas_thread()  # before anything loads numpy
     exit_with(lambda: run_cli(cli, argv))

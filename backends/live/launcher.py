@@ -20,6 +20,7 @@ from pathlib import Path
 import httpx
 
 from ..base import RunCancelled
+from ..blas_threads import user_environment
 from ..config import ResolvedConfig
 from ..errors import ServerError
 from ..launch import plan_launch
@@ -93,7 +94,7 @@ def start_server(config: ResolvedConfig, engine: str, model_path: str, log_path:
     try:
         with log.open("wb") as out:
             process = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                       env={**os.environ, **env}, start_new_session=True)
+                                       env={**user_environment(), **env}, start_new_session=True)
     except FileNotFoundError:
         raise LaunchError(f"engine: {argv[0]!r} not found; install {engine} or give its program") from None
     except OSError as err:
