@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 
-@dataclass(frozen=True, slots=True)
-class Request:
-    """One inference request: when it arrives and how long it is."""
+class Request(NamedTuple):
+    """One inference request: when it arrives and how long it is (a tuple, as the records it becomes)."""
 
     id: int
     arrival_s: float
