@@ -5,21 +5,20 @@ from __future__ import annotations
 from pipedeck.backends.config import ServingConfig
 from pipedeck.backends.result import TRANSFER_KINDS
 from pipedeck.backends.sim.backend import build_engine
+from pipedeck.backends.sim.costs import StageCosts
 from pipedeck.backends.sim.scheduler import SimRequest
 
 CHUNK = 1024
 
 
-class LinearChunkCost:
+class LinearChunkCost(StageCosts):
     """tau_k = (k + 1) * t on every virtual stage (times its weight), where k = prefix // CHUNK.
 
     Transfers take `transfer` seconds whatever their size.
     """
 
-    step_overhead_s = 0.0
-    request_overhead_s = 0.0
-
     def __init__(self, stages: int, t: float = 1.0, weights: tuple[float, ...] | None = None, transfer: float = 0.0):
+        super().__init__()
         self.weights = weights or (1.0,) * stages
         self.t, self.transfer = t, transfer
 
@@ -51,13 +50,11 @@ def gaps(spans):
     return [b.start - a.end for a, b in zip(spans, spans[1:])]
 
 
-class ChunkShapeCost:
+class ChunkShapeCost(StageCosts):
     """tau(c, L) = t * (c / CHUNK) * g(position of the chunk's middle, in chunks): linear g gives the linear law."""
 
-    step_overhead_s = 0.0
-    request_overhead_s = 0.0
-
     def __init__(self, stages: int, g, t: float = 1.0):
+        super().__init__()
         self.stages, self.g, self.t = stages, g, t
 
     def stage_costs(self, shape):
