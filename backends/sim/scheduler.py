@@ -40,7 +40,7 @@ otherwise they are queued as `DecodeGroup`s that advance a step at a time
 from __future__ import annotations
 
 from collections import deque
-from typing import Final, Protocol
+from typing import Final, Protocol, cast
 
 from ..policies.chunking import ChunkPolicy, FixedChunk
 from ..policies.delay import DelayScheduler
@@ -137,7 +137,11 @@ class StepScheduler:
         self.pack_prompts, self.sticky = pack_prompts, sticky_decodes
         self.max_running, self.kv_capacity, self.output_reserve = max_running, kv_capacity, output_reserve
         self.topk = topk  # DSA keys per query (0 = dense attention)
-        self.learns = type(chunk_policy).observe is not FixedChunk.observe  # completions report to the policy
+        kind = type(chunk_policy)
+        self.learns = kind.observe is not FixedChunk.observe  # completions report to the policy
+        # FixedChunk's step budget and chunk are its `chunk`: read where not overridden (a call into Python saved)
+        self.fixed_budget = kind.step_budget is FixedChunk.step_budget
+        self.fixed_chunk = kind.request_chunk is FixedChunk.request_chunk
         self.bulk = delay is None and not exact
         self.waiting: deque[SimRequest] = deque()
         self.prefilling: list[SimRequest] = []
@@ -159,7 +163,8 @@ class StepScheduler:
 
     def form(self, now: float, slot: int = 0) -> Batch | None:
         """Build the next micro-batch for a free slot, or None when there is nothing to run."""
-        prefill_budget = self.policy.step_budget()
+        policy = self.policy
+        prefill_budget = cast(FixedChunk, policy).chunk if self.fixed_budget else policy.step_budget()
         pool = slot if self.sticky else 0
         ready = 0
         if self.bulk:
@@ -209,7 +214,8 @@ class StepScheduler:
             room = self.kv_capacity - self.kv_used
             if room <= 0:
                 break
-            tokens = min(q.target - q.scheduled, budget, self.policy.request_chunk(q.scheduled), room)
+            chunk = cast(FixedChunk, policy).chunk if self.fixed_chunk else policy.request_chunk(q.scheduled)
+            tokens = min(q.target - q.scheduled, budget, chunk, room)
             if fresh:
                 waiting.popleft()
                 q.seq = self.admitted
