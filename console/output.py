@@ -30,10 +30,11 @@ def output_console(stderr: bool = False) -> Console:
     from rich.console import Console
 
     stream = sys.stderr if stderr else sys.stdout
-    # highlight=False: what pipedeck prints is styled where it means something, not by rich's guesses at numbers
+    # highlight=False: what pipedeck prints is styled where it means something, not by rich's guesses at numbers;
+    # emoji=False: a label or study name with ":fire:" in it is printed as written
     if for_people(stream):
-        return Console(stderr=stderr, highlight=False)
-    return Console(stderr=stderr, width=PIPE_WIDTH, soft_wrap=True, highlight=False)
+        return Console(stderr=stderr, highlight=False, emoji=False)
+    return Console(stderr=stderr, width=PIPE_WIDTH, soft_wrap=True, highlight=False, emoji=False)
 
 
 class PlainReport:

@@ -186,6 +186,17 @@ def test_show_prints_the_stored_run(capsys, db):
     assert out.split("\n", 1)[1] == simulated.rsplit("stored run", 1)[0]
 
 
+@pytest.mark.parametrize("width", ["200", None])  # rich's table on a terminal; plain columns in a pipe
+def test_show_prints_a_label_as_written(capsys, db, monkeypatch, width):
+    """Brackets and colons in a label are text: no rich markup, no emoji codes."""
+    if width is None:
+        monkeypatch.delenv("COLUMNS")
+    run(capsys, [*SHORT, "--db", db, "--label", "a [b] :fire: [/]"])
+    status, out, err = run(capsys, ["show", "1", "--db", db])
+    assert status == 0, err
+    assert "label a [b] :fire: [/]  backend sim" in out.splitlines()[0]
+
+
 def test_show_json(capsys, db):
     _, simulated, _ = run(capsys, [*SHORT, "--db", db, "--json", "--label", "x"])
     status, out, err = run(capsys, ["show", "1", "--db", db, "--json"])
