@@ -177,8 +177,12 @@ def _able(engine: ServingEngine, support: ModeSupport) -> str:
     return f"{engine.name} ({needs})" if needs else engine.name
 
 
-def plan_launch(config: ResolvedConfig, engine_name: str, version: str | None = None) -> Plan:
+def plan_launch(config: ResolvedConfig, engine_name: str, version: str | None = None, weights: bool = True) -> Plan:
     """The launch of a resolved config on a release of an engine (None: its default release).
+
+    With `weights`, the launch also says how to load the profile's checkpoint
+    (its quantization and hub); without, the engine loads a model of the
+    operator's as that model's own config says (a live server).
 
     ExportError (one line) if the engine cannot run the config's mode, or if
     a value breaks one of the engine's own rules.
@@ -198,7 +202,7 @@ def plan_launch(config: ResolvedConfig, engine_name: str, version: str | None = 
             able = ", ".join(_able(e, e.delay_scheduling) for e in ENGINES.values() if e.delay_scheduling) or "none"
             raise ExportError(f"format: delay scheduling cannot run on {engine.name}; engines that can: {able}")
         launch += engine.delay_scheduling.render(config, release)
-    if not engine.model_file:
+    if weights and not engine.model_file:
         launch += _weights(engine, checkpoint)
     if engine.check is not None:
         engine.check(config, release, launch)

@@ -45,6 +45,15 @@ def test_vllm_gets_the_same_flags_and_environment_as_its_export():
     assert env["VLLM_PP_LAYER_PARTITION"] == "25,23"
 
 
+def test_a_live_server_loads_the_operator_s_model_without_the_profile_s_checkpoint_flags():
+    """DeepSeek-V3.1 on Ascend exports vllm-ascend's W8A8 checkpoint (--quantization ascend, from ModelScope); a
+    launched server serves the model path it is given, which may be BF16 and local."""
+    config = ServingConfig(model="deepseek-v3.1", hardware="ascend-910c", tp=8, pp=2).resolve()
+    argv, env = server_command(config, "vllm-ascend", "/data/deepseek-v3.1-bf16", "127.0.0.1", 8000)
+    assert "/data/deepseek-v3.1-bf16" in argv and "--quantization" not in argv
+    assert "VLLM_USE_MODELSCOPE" not in env
+
+
 def test_a_server_starts_answers_health_and_stops_by_its_pid(tmp_path, monkeypatch):
     monkeypatch.setenv("FAKE_ENGINE_DELAY", "0.3")
     log = tmp_path / "server.log"

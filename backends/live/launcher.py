@@ -61,8 +61,11 @@ class Server:
 
 def server_command(config: ResolvedConfig, engine: str, model_path: str, host: str, port: int,
                    program: tuple[str, ...] | None = None) -> tuple[list[str], dict[str, str]]:
-    """The argv and the environment additions that start `engine` serving `model_path` for `config`."""
-    plan = plan_launch(config, engine)
+    """The argv and the environment additions that start `engine` serving `model_path` for `config`.
+
+    The profile's checkpoint says nothing about `model_path`: its quantization and hub are left to the model.
+    """
+    plan = plan_launch(config, engine, weights=False)
     spec, launch = plan.engine, plan.launch
     argv = [*(program or spec.program), *((spec.model_flag, model_path) if spec.model_flag else (model_path,))]
     for flag in launch.flags:
