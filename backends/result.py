@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, NamedTuple
 
@@ -77,16 +77,21 @@ def stats(values: Iterable[float | None]) -> dict[str, float] | None:
     if not measured:
         return None
     mean = sum(measured) / len(measured)  # not fmean: it refuses -inf + inf, where this (like numpy) gives NaN
-    return {"mean": mean, **{f"p{q}": _percentile(measured, q) for q in (50, 90, 99)}}
+    return {"mean": mean, **{f"p{q}": percentile(measured, q) for q in (50, 90, 99)}}
 
 
-def _percentile(ordered: list[float], q: int) -> float:
-    """The q-th percentile of sorted values, between the two closest ranks as statistics.quantiles(n=100,
-    method="inclusive") has it (the same arithmetic, so the same float; that module and the fractions and
-    decimal it loads would cost every command a few milliseconds)."""
+def percentile(ordered: Sequence[float], pct: float) -> float:
+    """The pct-th percentile (0 < pct < 100) of sorted values, between the two closest ranks.
+
+    pipedeck's one percentile: the summaries, the trials' metrics and the SLO
+    verdict all read it. For whole pct it is statistics.quantiles(n=100,
+    method="inclusive")'s arithmetic, so the same float (that module and the
+    fractions and decimal it loads would cost every command a few milliseconds).
+    """
     if len(ordered) == 1:
         return ordered[0]
-    rank, fraction = divmod(q * (len(ordered) - 1), 100)
+    rank, fraction = divmod(pct * (len(ordered) - 1), 100)
+    rank = int(rank)
     return (ordered[rank] * (100 - fraction) + ordered[rank + 1] * fraction) / 100
 
 

@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import math
 import random
 import statistics
 
 import numpy as np
 import pytest
 
-from pipedeck.backends.result import stats
+from pipedeck.backends.config import ServingConfig
+from pipedeck.backends.result import percentile, stats
+from pipedeck.backends.sim import SimBackend
+from pipedeck.scenarios import load_scenario
+from pipedeck.tuner.slo import SLO, Limit
 
 
 @pytest.mark.parametrize("seed", range(5))
@@ -26,3 +31,17 @@ def test_percentiles_are_statistics_quantiles_to_the_last_bit_and_numpy_s_to_rou
 def test_one_value_is_every_percentile_and_none_or_nan_are_left_out():
     assert stats([None, 2.5, float("nan")]) == {"mean": 2.5, "p50": 2.5, "p90": 2.5, "p99": 2.5}
     assert stats([None, float("nan")]) is None and stats([]) is None
+
+
+def test_a_fractional_percentile_interpolates_as_numpy_does():
+    values = sorted(random.Random(7).random() for _ in range(1000))
+    assert percentile(values, 99.9) == pytest.approx(np.percentile(values, 99.9), rel=1e-12)
+
+
+def test_the_slo_verdict_reads_the_summary_s_percentile_to_the_last_bit():
+    """A TTFT p90 limit equal to the p90 the run reports holds; the float just below it does not."""
+    result = SimBackend().run(load_scenario("azure-conv"), ServingConfig(model="qwen2.5-14b", hardware="a100-40g-pcie",
+                                                                          tp=2, pp=2), num_requests=300, timeline=False)
+    p90 = result.summary()["ttft_s"]["p90"]
+    assert SLO((Limit("ttft", p90),)).met(result)
+    assert not SLO((Limit("ttft", math.nextafter(p90, 0.0)),)).met(result)

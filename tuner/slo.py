@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..backends.result import RunResult
+from ..backends.result import RunResult, percentile
 from ..scenarios.errors import PipedeckError
 
 METRICS = ("ttft", "tpot")
@@ -85,7 +85,7 @@ def _percentile(values: np.ndarray, pct: float) -> float:
     if not values.size:
         return np.inf
     defined = values[~np.isnan(values)]
-    return float(np.percentile(defined, pct)) if defined.size else 0.0
+    return percentile(sorted(defined.tolist()), pct) if defined.size else 0.0
 
 
 def _values(result: RunResult, metric: str) -> np.ndarray:
