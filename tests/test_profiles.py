@@ -23,7 +23,7 @@ from pipedeck.backends.profiles import (
     model_from_hf_config,
     model_names,
 )
-from pipedeck.backends.profiles.build import numeric_fields
+from pipedeck.backends.profiles.build import build_profile, numeric_fields
 from pipedeck.backends.profiles.writer import profile_toml
 from pipedeck.backends.sim.costs import BatchShape, CostModel
 
@@ -498,3 +498,13 @@ def test_a_profile_without_the_later_fields_loads_as_the_shared_trace_s_does(tmp
     assert profile.graph_collective_latency_us == profile.collective_latency_us > 0
     assert profile.sources["graph_collective_latency_us"].startswith("not in the profile")
     assert profile.platform == ""
+
+
+def test_sources_that_are_not_a_table_are_a_one_line_error_when_a_field_falls_back():
+    """The fallback records its own source; a `sources` that is no table is still refused in one line."""
+    text = (Path(__file__).parent.parent / "backends/profiles/hardware/a100-40g-pcie.toml").read_text()
+    data = tomllib.loads(text)
+    data.pop("graph_collective_latency_us")
+    data["sources"] = "oops"
+    with pytest.raises(ProfileError, match=r"^hw: \[sources\] must be a table"):
+        build_profile(HardwareProfile, data, "hw")

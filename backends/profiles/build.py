@@ -63,11 +63,12 @@ def build_profile(cls: type[P], data: Mapping[str, Any], label: str) -> P:
         if key not in fields:
             raise ProfileError(f"{label}: unknown field {key!r}; allowed: {', '.join(fields)}")
         values[key] = _typed(label, key, hints[key], value)
-    given_sources = dict(data.get("sources", {})) if isinstance(data.get("sources", {}), Mapping) else data["sources"]
+    given_sources = data.get("sources", {})
     for name, (other, why) in _FALLBACKS.get(cls, {}).items():
         if name not in values and other in values:
             values[name] = values[other]
-            given_sources = {**given_sources, name: why}
+            if isinstance(given_sources, Mapping):  # else _sources refuses it, in one line
+                given_sources = {**given_sources, name: why}
     for name, spec in fields.items():
         if name not in values and spec.default is dataclasses.MISSING and spec.default_factory is dataclasses.MISSING:
             raise ProfileError(f"{label}: missing field {name!r}")
