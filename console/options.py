@@ -86,5 +86,5 @@ def workload_options(default_scenario: str) -> Callable[[Callable], Callable]:
 
 
 def check_workload(scenario: Scenario, opts: dict[str, object]) -> None:
-    """Check the workload arguments (seed, rate, requests) against the scenario before any work."""
-    scenario.workload(seed=opts["seed"], rate=opts["rate"], num_requests=opts["num_requests"])
+    """Check the workload arguments (seed, rate, requests) against the scenario before any work (drawing none)."""
+    scenario.check_arguments(opts["seed"], opts["rate"], opts["num_requests"])

@@ -64,11 +64,7 @@ class Scenario:
         seed: lengths do not depend on the rate, and for Poisson arrivals rate
         2r gives exactly half the arrival times of rate r.
         """
-        require(is_int(seed) and seed >= 0, "seed", "an integer >= 0", seed)
-        n = self.num_requests if num_requests is None else num_requests
-        _check_num_requests(n)
-        if rate is not None:
-            self._check_rate(rate)
+        n = self.check_arguments(seed, rate, num_requests)
         arrival_rng, prompt_rng, output_rng = _streams(seed, (self.arrivals.draws, self.prompt.draws, self.output.draws))
         times = self.arrivals.times(arrival_rng, n, self.rate if rate is None else rate)
         prompts = self.prompt.sample(prompt_rng, n)
@@ -76,6 +72,15 @@ class Scenario:
         rows = zip(times, prompts, outputs, strict=True)
         requests = tuple(Request(i, *row) for i, row in enumerate(rows))
         return Workload(requests, self.arrivals.concurrency)
+
+    def check_arguments(self, seed: int = 0, rate: float | None = None, num_requests: int | None = None) -> int:
+        """Check `workload`'s arguments without drawing anything; the number of requests they ask for."""
+        require(is_int(seed) and seed >= 0, "seed", "an integer >= 0", seed)
+        n = self.num_requests if num_requests is None else num_requests
+        _check_num_requests(n)
+        if rate is not None:
+            self._check_rate(rate)
+        return n
 
     def _check_rate(self, rate: object) -> None:
         """Check a rate against these arrivals: allowed at all, and positive."""
