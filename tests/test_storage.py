@@ -19,7 +19,7 @@ from pipedeck.console.cli import cli
 from pipedeck.console.errors import run_cli
 from pipedeck.store import RunStore
 from pipedeck.tuner.space import parse_fixes
-from pipedeck.tuner.storage import open_storage
+from pipedeck.tuner.storage import StudyLock, open_storage
 from pipedeck.tuner.study import run_study
 from pipedeck.tuner.workers import DONE, GO, WAIT, admit, run_one
 from tests.postgres_server import free_port
@@ -63,6 +63,21 @@ def test_a_database_nobody_answers_is_one_line_without_its_password(tmp_path, ca
     assert err.startswith(f"pipedeck: error: Invalid value for --storage: cannot use "
                           f"postgresql://tuner:***@127.0.0.1:{port}/studies: connection failed")
     assert "secret" not in err
+
+
+@pytest.mark.parametrize("held, wanted", [("s", "s/goodput_ci"), ("", "s"), ("s", "t")])
+def test_locks_of_different_names_on_one_journal_do_not_wait_on_each_other(tmp_path, held, wanted):
+    """A finalist's repeated-seed measurement (minutes, live) must not stop other workers' admissions."""
+    url = str(tmp_path / "study.jsonl")
+    for name, waits in ((wanted, False), (held, True)):  # the second is the control: one name is one lock
+        other = StudyLock(url, name)
+        taker = threading.Thread(target=other.acquire)
+        with StudyLock(url, held):
+            taker.start()
+            taker.join(timeout=0.5 if waits else 10)
+            assert taker.is_alive() == waits, f"the lock on {name!r} {'did not wait' if waits else 'waited'}"
+        taker.join(timeout=10)
+        other.close()
 
 
 def test_admission_keeps_finished_and_running_trials_within_the_target(tmp_path):

@@ -157,7 +157,7 @@ class StudyLock:
         if self.kind == "postgresql":
             self._database().execute(sqlalchemy.text("SELECT pg_advisory_lock(:key)"), {"key": self._key()})
         else:
-            self._file = open(f"{file_of(self.url)}{LOCK_SUFFIX}", "a")  # noqa: SIM115 - closed by release()
+            self._file = open(self._lock_file(), "a")  # noqa: SIM115 - closed by release()
             fcntl.flock(self._file, fcntl.LOCK_EX)
         self.held = True
 
@@ -186,8 +186,16 @@ class StudyLock:
 
     def _key(self) -> int:
         """A signed 64-bit advisory-lock key for this study (or the storage)."""
-        digest = hashlib.blake2b(f"pipedeck-study:{self.name}".encode(), digest_size=8).digest()
-        return int.from_bytes(digest, "big", signed=True)
+        return int.from_bytes(self._digest(), "big", signed=True)
+
+    def _lock_file(self) -> str:
+        """The file a journal or SQLite storage's lock is held on: FILE.pipedeck-lock for the storage itself,
+        FILE.<digest>.pipedeck-lock for a study, so that two names never share (or wait on) one lock."""
+        tag = f".{self._digest().hex()}" if self.name else ""
+        return f"{file_of(self.url)}{tag}{LOCK_SUFFIX}"
+
+    def _digest(self) -> bytes:
+        return hashlib.blake2b(f"pipedeck-study:{self.name}".encode(), digest_size=8).digest()
 
     def _database(self) -> sqlalchemy.Connection:
         if self._connection is None:

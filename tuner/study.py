@@ -317,12 +317,13 @@ def link_runs(db: str | Path, study: str, run_ids: dict[int, int]) -> None:
 def _interval(spec: TuneSpec, study: optuna.Study, trial: FrozenTrial) -> dict[str, object] | None:
     """The trial's goodput over `spec.repeats` seeds (its own measurement first), kept in the study to reuse.
 
-    Under the study's lock: of workers ending together, one measures it.
+    Under a lock of its own, not the study's: of workers ending together one
+    measures it, while the others go on admitting and claiming trials.
     """
     if spec.objective != "goodput" or spec.repeats < 2:
         return None
     key = f"goodput_ci/{trial.number}/{spec.repeats}"
-    with locked(spec.storage, spec.study):
+    with locked(spec.storage, f"{spec.study}/goodput_ci"):
         if key not in study.user_attrs:
             config = ServingConfig.from_dict(trial.user_attrs["config"]).resolve()
             seeds = [spec.seed + k for k in range(spec.repeats)]
