@@ -14,12 +14,12 @@ from ..backends.config import ServingConfig
 from ..backends.launch import get_engine
 from ..backends.registry import BACKENDS
 from ..backends.tokens import format_tokens
-from ..store import RunStore, StoreError, default_db_path
+from ..store import RunStore, default_db_path
 from ..tuner.explain import KnobEffect, effects_json, knob_effects
 from ..tuner.export import best_from_store
 from ..tuner.objective import OBJECTIVES, TuneSpec
 from ..tuner.space import knob_settings, parse_fixes
-from ..tuner.study import TuneOutcome, open_store, run_study
+from ..tuner.study import TuneOutcome, open_store, run_study, saved_settings
 from ..tuner.storage import GRACE_BEATS, HEARTBEAT_S, shown
 from ..tuner.workers import SAMPLERS
 from .confirm import (LivePlan, confirm_json, interrupted_by_signals, live_plan, print_live, run_confirm,
@@ -120,12 +120,12 @@ def _spec_from_options(opts: dict[str, object], live: LivePlan) -> tuple[TuneSpe
     except TuneInputError as err:
         raise click.BadParameter(str(err), param_hint=f"--{err.field}") from None
     if opts["export_dir"]:
-        spec = _resumed_search(spec, inputs.fixes, str(opts["db"]))
+        spec = _resumed_search(spec, inputs.fixes)
     live.check(spec)
     return spec, int(opts["jobs"])
 
 
-def _resumed_search(spec: TuneSpec, fixes: tuple[str, ...], db: str) -> TuneSpec:
+def _resumed_search(spec: TuneSpec, fixes: tuple[str, ...]) -> TuneSpec:
     """A study that exists keeps the search it was created with; --export then only picks what its winner is
     written for (refused in one line if that engine cannot run it).
 
@@ -133,10 +133,8 @@ def _resumed_search(spec: TuneSpec, fixes: tuple[str, ...], db: str) -> TuneSpec
     scheduling, a delay_scheduling=off pin of a new study; those would not match a study created without
     --export (or for another --format), which resumes with its own.
     """
-    try:
-        with RunStore.open(db, read_only=True) as store:
-            saved = store.get_study(spec.study).settings or {}
-    except StoreError:
+    saved = saved_settings(spec)
+    if saved is None:
         return spec
     fixed = dict(spec.fixed)
     if "delay_scheduling" not in parse_fixes(list(fixes)):

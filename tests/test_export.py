@@ -620,3 +620,15 @@ def test_tune_export_on_a_finished_study_exports_its_winner(tmp_path, capsys):
     assert json.loads(captured.out)["exported"] == [str(out / n) for n in ("serve.sh", "vllm-config.yaml",
                                                                            "pipedeck-best.json")]
     assert json.loads((out / "pipedeck-best.json").read_text())["study"] == study
+
+
+def test_tune_export_on_another_host_of_a_shared_study_exports_its_winner(tmp_path, capsys):
+    """A host whose run store never saw the study resumes it with the settings its storage holds."""
+    journal = str(tmp_path / "shared.jsonl")
+    assert run_cli(cli, ["tune", *TUNE, "--db", str(tmp_path / "host1.duckdb"), "--storage", journal]) == 0
+    capsys.readouterr()
+    out = tmp_path / "deploy"
+    status = run_cli(cli, ["tune", *TUNE, "--db", str(tmp_path / "host2.duckdb"), "--storage", journal,
+                           "--export", str(out), "--format", "vllm"])
+    assert status == 0, capsys.readouterr().err
+    assert (out / "serve.sh").exists()

@@ -122,6 +122,15 @@ def create_or_resume(spec: TuneSpec) -> tuple[optuna.Study, bool]:
     return study, False
 
 
+def saved_settings(spec: TuneSpec) -> dict[str, object] | None:
+    """The settings study `spec.study` was created with, from its storage (every host sees them); None if new."""
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    for summary in optuna.get_all_study_summaries(storage_of(spec), include_best_trial=False):
+        if summary.study_name == spec.study:
+            return summary.user_attrs.get("pipedeck", {})
+    return None
+
+
 def refuse_foreign_params(study: optuna.Study) -> None:
     """A study whose trials use parameter names this pipedeck does not make (an older one's) is not resumed:
     its sampler would learn nothing from them and its queued retries would run other configs."""
