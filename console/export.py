@@ -7,11 +7,11 @@ from pathlib import Path
 
 import click
 
-from ..backends.launch import ENGINES, plan_launch
+from ..backends.launch import ENGINES
 from ..store import RunStore, default_db_path
-from ..tuner.export import BestConfig, ExportError, best_from_json, best_from_store, export_warnings, write_export
+from ..tuner.export import ExportError, best_from_json, export_best, write_export
 
-__all__ = ["export", "export_study", "read_config_json", "write_and_warn"]
+__all__ = ["export", "export_study", "read_config_json", "warn_on_stderr"]
 
 
 @click.command()
@@ -31,7 +31,8 @@ def export(study: str | None, config_file: Path | None, engine: str, engine_vers
     if (study is None) == (config_file is None):
         raise click.UsageError("give exactly one of --study NAME or --config FILE.json")
     if config_file is not None:
-        paths = write_and_warn(best_from_json(read_config_json(config_file)), engine, out_dir, engine_version)
+        paths = write_export(best_from_json(read_config_json(config_file)), engine, out_dir, engine_version,
+                             warn_on_stderr)
     else:
         paths = export_study(study, engine, out_dir, db, engine_version)
     for path in paths:
@@ -45,16 +46,12 @@ def export_study(study: str, engine: str, out_dir: Path | str, db: Path | str | 
     if not path.is_file():
         raise ExportError(f"db: no run store at {path}")
     with RunStore.open(path, read_only=True) as store:
-        best = best_from_store(store, study)
-    return write_and_warn(best, engine, out_dir, version)
+        return export_best(store, study, engine, out_dir, version, warn_on_stderr)
 
 
-def write_and_warn(best: BestConfig, engine: str, out_dir: Path | str, version: str | None) -> list[Path]:
-    """Write the export, then print on stderr each way the launch differs from what was predicted."""
-    paths = write_export(best, engine, out_dir, version)
-    for line in export_warnings(best, plan_launch(best.config, engine, version)):
-        click.echo(line, err=True)
-    return paths
+def warn_on_stderr(line: str) -> None:
+    """An export's warning (the launch is not what was predicted), on stderr."""
+    click.echo(line, err=True)
 
 
 def read_config_json(path: Path) -> dict[str, object]:

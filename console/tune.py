@@ -16,7 +16,7 @@ from ..backends.registry import BACKENDS
 from ..backends.tokens import format_tokens
 from ..store import RunStore, default_db_path
 from ..tuner.explain import KnobEffect, effects_json, knob_effects
-from ..tuner.export import best_from_store
+from ..tuner.export import export_best
 from ..tuner.objective import OBJECTIVES, TuneSpec
 from ..tuner.space import knob_settings, parse_fixes
 from ..tuner.study import TuneOutcome, open_store, run_study, saved_settings
@@ -25,7 +25,7 @@ from ..tuner.workers import SAMPLERS
 from .confirm import (LivePlan, confirm_json, interrupted_by_signals, live_plan, print_live, run_confirm,
                       server_errors, server_options)
 from .effects import print_effects
-from .export import write_and_warn
+from .export import warn_on_stderr
 from .options import workload_options
 from .output import output_console
 from .progress import make_progress, progress_mode, progress_option
@@ -269,9 +269,8 @@ def _outcome_json(spec: TuneSpec, outcome: TuneOutcome, exported: list) -> dict[
 
 def _export(spec: TuneSpec, outcome: TuneOutcome, opts: dict[str, object]) -> list:
     with open_store(opts["db"]) as store:
-        best = best_from_store(store, spec.study)
-    return write_and_warn(best, str(_export_engine(opts, spec.hardware)), str(opts["export_dir"]),
-                          opts["engine_version"])
+        return export_best(store, spec.study, str(_export_engine(opts, spec.hardware)), str(opts["export_dir"]),
+                           opts["engine_version"], warn_on_stderr)
 
 
 def _print_files_and_next(spec: TuneSpec, outcome: TuneOutcome, opts: dict[str, object], exported: list,

@@ -558,6 +558,19 @@ def test_an_export_for_another_engine_than_the_study_was_tuned_for_says_so(tmp_p
     assert "WARNING" not in write_export(tuned, "vllm", tmp_path / "same")[0].read_text()
 
 
+def test_the_warnings_an_export_hands_back_are_the_ones_its_script_opens_with(tmp_path):
+    """`pipedeck export` prints them, `tune --export` too, and the console shows them: one list, made once."""
+    tuned = BestConfig(ServingConfig(**DSV3, pp=2).resolve(), METRICS, "s1", 7, "azure-conv", SLO, 3, "vllm-ascend")
+    warned: list[str] = []
+    script = write_export(tuned, "sglang", tmp_path, warn=warned.append)[0].read_text()
+    assert len(warned) == 2 and warned[0].startswith("WARNING: predicted for ascend-910c")
+    assert warned[1].startswith("WARNING: study s1 was tuned for vllm-ascend")
+    assert [line for line in script.splitlines() if line.startswith("# WARNING")] == [f"# {w}" for w in warned]
+    quiet: list[str] = []
+    write_export(tuned, "vllm-ascend", tmp_path / "same", warn=quiet.append)
+    assert quiet == []
+
+
 @pytest.mark.parametrize("engine", ["vllm", "vllm-ascend"])
 def test_a_step_budget_vllm_refuses_is_not_exported(tmp_path, engine):
     with pytest.raises(ExportError) as err:

@@ -7,7 +7,7 @@ import os
 import re
 import shlex
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from importlib.metadata import version
@@ -45,17 +45,21 @@ class BestConfig:
     engine: str | None = None  # the engine the study was tuned for: its baseline and the modes it searched
 
 
-def write_export(best: BestConfig, engine: str, out_dir: str | os.PathLike[str], version: str | None = None) -> list[Path]:
+def write_export(best: BestConfig, engine: str, out_dir: str | os.PathLike[str], version: str | None = None,
+                 warn: Callable[[str], None] | None = None) -> list[Path]:
     """Write serve.sh, the engine's YAML (where that release reads one) and pipedeck-best.json into out_dir.
 
-    `version` picks the engine release (None: the newest release).
+    `version` picks the engine release (None: the newest release). `warn`
+    gets each way the launch differs from what was predicted, the lines
+    serve.sh opens with.
     """
-    config = best.config.resolve()
+    config = best.config
     plan = plan_launch(config, engine, version)
     model = plan.checkpoint.id
     if _UNSAFE_IN_DOUBLE_QUOTES.search(model):
         raise ExportError(f"model: checkpoint {model!r} has a character a shell would expand: one of $ ` \" \\ }}")
-    files = {SCRIPT: (render_script(best, config, plan), 0o755)}
+    warnings = export_warnings(best, plan)
+    files = {SCRIPT: (render_script(best, config, plan, warnings), 0o755)}
     if plan.engine.config_file and plan.release.reads_config_file:
         files[plan.engine.config_file] = (render_yaml(config, plan), 0o644)
     files[RECORD] = (render_record(best, config, plan), 0o644)
@@ -64,12 +68,15 @@ def write_export(best: BestConfig, engine: str, out_dir: str | os.PathLike[str],
         folder.mkdir(parents=True, exist_ok=True)
     except OSError as err:
         raise ExportError(f"out: cannot create folder {folder}: {err.strerror or err}") from None
-    return [_write_atomic(folder / name, text, mode) for name, (text, mode) in files.items()]
+    paths = [_write_atomic(folder / name, text, mode) for name, (text, mode) in files.items()]
+    for line in warnings if warn is not None else ():
+        warn(line)
+    return paths
 
 
 def export_warnings(best: BestConfig, plan: Plan) -> list[str]:
     """Where the launch is not what the study predicted for: other devices (and so other weights), another engine."""
-    config = best.config.resolve()
+    config = best.config
     engine, hardware = plan.engine, config.hardware_profile
     found = []
     if not hardware.platform:
@@ -88,11 +95,10 @@ def export_warnings(best: BestConfig, plan: Plan) -> list[str]:
     return found
 
 
-def render_script(best: BestConfig, config: ServingConfig, plan: Plan) -> str:
+def render_script(best: BestConfig, config: ServingConfig, plan: Plan, warnings: list[str]) -> str:
     """The bash launch script: warnings, header, environment and the launch command, one option per line."""
     engine, launch = plan.engine, plan.launch
     rule = "# " + "=" * 76
-    warnings = export_warnings(best, plan)
     lines = ["#!/usr/bin/env bash", *([rule, *(_comment(w) for w in warnings), rule] if warnings else [])]
     lines += [_comment(line) for line in _header(best, config, plan)]
     if launch.notes:
@@ -190,9 +196,9 @@ def best_from_store(store: StudyStore, study: str) -> BestConfig:
 
 
 def export_best(store: StudyStore, study: str, engine: str, out_dir: str | os.PathLike[str],
-                version: str | None = None) -> list[Path]:
+                version: str | None = None, warn: Callable[[str], None] | None = None) -> list[Path]:
     """Export a study's best completed trial for `engine` (release `version`) into out_dir; return the written paths."""
-    return write_export(best_from_store(store, study), engine, out_dir, version)
+    return write_export(best_from_store(store, study), engine, out_dir, version, warn)
 
 
 # -- helpers ------------------------------------------------------------------------

@@ -77,9 +77,10 @@ class TuneFailed(Message):
 
 @dataclass
 class Exported(Message):
-    """The best config was exported to these files."""
+    """The best config was exported to these files; where the launch is not what was predicted."""
 
     paths: list[Path]
+    warnings: list[str]
 
 
 @dataclass

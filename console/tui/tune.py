@@ -305,13 +305,14 @@ class TuneScreen(View):
     @work(thread=True, group="export")
     def _export(self, study: str, engine: str, out: Path) -> None:
         """Write the study's best config for `engine` into `out`."""
+        warnings: list[str] = []
         try:
             with open_store(self.session.db) as store:
-                paths = export_best(store, study, engine, out)
+                paths = export_best(store, study, engine, out, warn=warnings.append)
         except Exception as err:  # noqa: BLE001 - ExportError, StoreError, ConfigError: shown, never a crash
             self.post_message(WorkFailed(one_line(err)))
             return
-        self.post_message(Exported(paths))
+        self.post_message(Exported(paths, warnings))
 
     # -- messages ---------------------------------------------------------------------------
 
@@ -355,6 +356,8 @@ class TuneScreen(View):
         folder = shown_path(message.paths[0].parent)
         self.query_one("#export-status", Static).update(
             Text(f"wrote {folder}/: {', '.join(p.name for p in message.paths)}"))
+        for warning in message.warnings:  # as serve.sh opens with them
+            self.notify(warning.removeprefix("WARNING: "), severity="warning", timeout=12, markup=False)
 
     def on_work_failed(self, message: WorkFailed) -> None:
         """Only an export fails so here; View's handler (called after this one) shows why."""
