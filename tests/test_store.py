@@ -120,14 +120,14 @@ def test_times_are_stored_as_zoned_instants_whatever_the_local_zone(db, sim_resu
         s.save_study("st", scenario="s", objective="goodput", slo={}, settings={}, storage="x")
         s.save_trial("st", 0, state="COMPLETE", params={}, config=None, metrics={}, objective=1.0, duration_s=None,
                      completed_at=datetime(2025, 3, 1, 12, 0, tzinfo=timezone.utc))
-        kinds = {name: kind for name, kind in s.con.execute(
-            "SELECT column_name, data_type FROM information_schema.columns WHERE column_name IN "
+        kinds = {(table, name): kind for table, name, kind in s.con.execute(
+            "SELECT table_name, column_name, data_type FROM information_schema.columns WHERE column_name IN "
             "('created_at', 'completed_at', 'applied_at')").fetchall()}
         (age_s,) = s.con.execute("SELECT epoch(now()) - epoch(created_at) FROM runs WHERE id = ?", [run_id]).fetchone()
         (completed,) = s.con.execute("SELECT strftime(timezone('UTC', completed_at), '%Y-%m-%d %H:%M') FROM trials")\
             .fetchone()
         stored = s.get_run(run_id).created_at
-    assert set(kinds.values()) == {"TIMESTAMP WITH TIME ZONE"}
+    assert len(kinds) == 5 and set(kinds.values()) == {"TIMESTAMP WITH TIME ZONE"}, kinds  # every table's times
     assert 0 <= age_s < 60 and completed == "2025-03-01 12:00"  # SQL sees the instant, not local time as UTC
     assert stored.tzinfo is timezone.utc and 0 <= (stored - before).total_seconds() < 60
 
