@@ -14,7 +14,6 @@ not start or dies fails its row with one line; the other rows are measured.
 from __future__ import annotations
 
 import dataclasses
-import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,7 +23,7 @@ from optuna.trial import FrozenTrial, TrialState
 
 from ..backends.config import ServingConfig
 from ..backends.errors import ServerError
-from .objective import Evaluator, TuneSpec
+from .objective import Evaluator, TuneSpec, config_key
 from .storage import open_storage
 from .study import open_store
 
@@ -62,12 +61,12 @@ def candidates(study: optuna.Study, direction: str, top: int, best: int | None =
                                          t.number))
     chosen: dict[str, tuple[str, FrozenTrial]] = {}
     for trial in ranked:
-        key = json.dumps(trial.user_attrs["config"], sort_keys=True)
+        key = config_key(trial.user_attrs["config"])
         if key not in chosen and len(chosen) < top:
             chosen[key] = (f"top {len(chosen) + 1}", trial)
     default = next((t for t in done if t.user_attrs.get("role") == "default"), None)
     if default is not None:
-        key = json.dumps(default.user_attrs["config"], sort_keys=True)
+        key = config_key(default.user_attrs["config"])
         role, trial = chosen.get(key, ("", default))
         chosen[key] = (f"{role}, default" if role else "default", trial)
     return list(chosen.values())

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import time
 from contextlib import AbstractContextManager, nullcontext
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -185,15 +186,16 @@ def _latency_metrics(result: RunResult) -> dict[str, float]:
             "throughput_tok_s": s["throughput_tok_s"], "bubble_ratio": s["bubble_ratio"]}
 
 
-def _same(config: dict[str, object]) -> str:
-    return json.dumps(config, sort_keys=True)  # a stored config's tuples come back as lists
+def config_key(config: Mapping[str, object]) -> str:
+    """One text for equal configs, whether their tuples are tuples or (stored and read back) lists."""
+    return json.dumps(config, sort_keys=True)
 
 
 def finished_with(study: optuna.Study, config: dict[str, object]) -> optuna.trial.FrozenTrial | None:
     """The first finished trial that measured `config` (repeats excluded), if any."""
-    key = _same(config)
+    key = config_key(config)
     return next((t for t in study.get_trials(deepcopy=False, states=FINISHED)
-                 if "duplicate_of" not in t.user_attrs and _same(t.user_attrs.get("config")) == key), None)
+                 if "duplicate_of" not in t.user_attrs and config_key(t.user_attrs.get("config")) == key), None)
 
 
 def claim_config(trial: optuna.Trial, config: dict[str, object], heartbeat: bool) -> optuna.trial.FrozenTrial | None:
@@ -203,11 +205,11 @@ def claim_config(trial: optuna.Trial, config: dict[str, object], heartbeat: bool
     find the config unclaimed. A trial that finds one is a repeat
     (`duplicate_of`) and is answered from it, never measured.
     """
-    key = _same(config)
+    key = config_key(config)
     earlier = finished_with(trial.study, config) or next(
         (t for t in trial.study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,))
          if t.number != trial.number and "duplicate_of" not in t.user_attrs and "config" in t.user_attrs
-         and _same(t.user_attrs["config"]) == key and watched(t, heartbeat)), None)
+         and config_key(t.user_attrs["config"]) == key and watched(t, heartbeat)), None)
     trial.set_user_attr("config", config)
     if earlier is not None:
         trial.set_user_attr("duplicate_of", earlier.number)

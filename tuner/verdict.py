@@ -17,7 +17,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from ..store import StudyRow, TrialRow
-from .objective import OBJECTIVES, search_precision
+from .objective import OBJECTIVES, config_key, search_precision
 from .space import DIMENSIONS
 
 HEADROOM_METRICS = (("ttft", "ttft_p90_s"), ("tpot", "tpot_p90_s"))
@@ -88,7 +88,7 @@ def _distinct(trials: Sequence[Finished]) -> list[Finished]:
     """One trial per config (the first measured), in trial order."""
     seen: dict[str, Finished] = {}
     for t in sorted(trials, key=lambda t: t.number):
-        seen.setdefault(json.dumps(t.config, sort_keys=True), t)
+        seen.setdefault(config_key(t.config), t)
     return list(seen.values())
 
 
