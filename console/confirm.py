@@ -30,7 +30,7 @@ from ..backends.live.launching import check_launch
 from ..backends.tokens import format_tokens
 from ..store import default_db_path
 from ..tuner.confirm import DEFAULT_TOP, ConfirmRow, confirm_study, ranks
-from ..tuner.objective import TuneSpec, space_context
+from ..tuner.objective import OBJECTIVE_NAMES, TuneSpec, space_context
 from ..tuner.space import default_params, knob_settings, suggest_config
 from ..tuner.storage import open_storage
 from .output import output_console
@@ -214,7 +214,7 @@ def print_live(spec: TuneSpec, plan: LivePlan, rows: list[ConfirmRow] | None, er
 
 def print_confirm(spec: TuneSpec, plan: LivePlan, rows: list[ConfirmRow], console: Console) -> None:
     """The 'simulated vs measured' table, then each failed row's one line."""
-    console.print(f"[bold]simulated vs measured[/] {_objective(spec)} on {plan.where()}")
+    console.print(f"[bold]simulated vs measured[/] {OBJECTIVE_NAMES[spec.objective]} on {plan.where()}")
     if not rows:
         console.print("no completed trial to confirm")
         return
@@ -257,10 +257,6 @@ def describe(config: dict[str, object], leave_out: set[str] = frozenset()) -> st
     """A config in a few words: mode, tp x pp, chunk, max running, and its active knobs but those in `leave_out`."""
     return " ".join([str(config["mode"]), f"{config['tp']}x{config['pp']}", f"chunk {format_tokens(int(config['chunk']))}",
                      f"max-running {config['max_running']}", *(s for s in knob_settings(config) if s not in leave_out)])
-
-
-def _objective(spec: TuneSpec) -> str:
-    return {"goodput": "goodput", "ttft": "mean TTFT", "throughput": "throughput"}[spec.objective]
 
 
 def _value(spec: TuneSpec, value: float | None) -> str:

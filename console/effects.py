@@ -7,7 +7,7 @@ from rich.markup import escape
 
 from ..backends.tokens import format_tokens
 from ..tuner.explain import KnobEffect
-from ..tuner.objective import TuneSpec
+from ..tuner.objective import OBJECTIVE_NAMES, TuneSpec
 from ..tuner.study import TuneOutcome
 
 TOKEN_KNOBS = ("chunk", "min-chunk", "kv-capacity", "controller-min-chunk")
@@ -30,7 +30,7 @@ def knob_text(knob: str, value: object) -> str:
 
 def print_effects(spec: TuneSpec, outcome: TuneOutcome, effects: list[KnobEffect], console: Console) -> None:
     """Why the best wins, largest effect first; effects inside the search's precision are called so."""
-    objective = {"goodput": "goodput", "ttft": "mean TTFT", "throughput": "throughput"}[spec.objective]
+    objective = OBJECTIVE_NAMES[spec.objective]
     if not effects:
         console.print(f"why: trial {outcome.best.number} is the default config; nothing was moved")
         return

@@ -17,7 +17,7 @@ from ..backends.tokens import format_tokens
 from ..store import RunStore, default_db_path
 from ..tuner.explain import KnobEffect, effects_json, knob_effects
 from ..tuner.export import export_best
-from ..tuner.objective import OBJECTIVES, TuneSpec
+from ..tuner.objective import OBJECTIVE_NAMES, OBJECTIVES, TuneSpec
 from ..tuner.space import knob_settings, parse_fixes
 from ..tuner.study import TuneOutcome, open_store, run_study, saved_settings
 from ..tuner.storage import GRACE_BEATS, HEARTBEAT_S, shown
@@ -205,7 +205,7 @@ def _print_outcome(spec: TuneSpec, outcome: TuneOutcome, console: Console) -> No
                       "latency headroom, then the fewest changes from the default")
         console.print(f"knobs that did not change the result: {', '.join(outcome.inert) or 'none'}")
     if outcome.ratio is not None:
-        console.print(f"best / default: [bold]{outcome.ratio:.2f}x[/] {_objective_column(spec.objective)} on the "
+        console.print(f"best / default: [bold]{outcome.ratio:.2f}x[/] {OBJECTIVE_NAMES[spec.objective]} on the "
                       f"same traffic{_win_text(outcome)}")
 
 
@@ -242,10 +242,6 @@ _ROWS = [
     ("TTFT P90 (s)", _metric("ttft_p90_s", ".3f")),
     ("TPOT P90 (s)", _metric("tpot_p90_s", ".3f")),
 ]
-
-
-def _objective_column(objective: str) -> str:
-    return {"goodput": "goodput", "ttft": "mean TTFT", "throughput": "throughput"}[objective]
 
 
 def _trial_json(trial, ci: dict[str, object] | None = None) -> dict[str, object] | None:

@@ -24,6 +24,7 @@ from .space import SpaceContext, searched_flags, suggest_config
 from .storage import HEARTBEAT_S, has_heartbeat
 
 OBJECTIVES = {"goodput": "maximize", "ttft": "minimize", "throughput": "maximize"}
+OBJECTIVE_NAMES = {"goodput": "goodput", "ttft": "mean TTFT", "throughput": "throughput"}
 OBJECTIVE_LABELS = {"goodput": "goodput (req/s)", "ttft": "mean TTFT (s)", "throughput": "throughput (tok/s)"}
 PRECISION = 0.02  # relative width of a goodput search's final bracket; objectives this close tie
 FINISHED = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED)
