@@ -1,5 +1,4 @@
-"""Shared test setup: no test writes the default run store (./pipedeck.duckdb) by accident; a mock live server;
-a throwaway PostgreSQL server."""
+"""Shared test setup: no test writes the default run store (./pipedeck.duckdb) by accident; a mock live server."""
 
 from __future__ import annotations
 
@@ -10,8 +9,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-
-from tests.postgres_server import PostgresServer, unavailable
 
 
 @pytest.fixture(autouse=True)
@@ -63,16 +60,3 @@ def model(tmp_path, monkeypatch) -> Path:
     path = tmp_path / "tiny.gguf"
     path.write_bytes(b"GGUF")
     return path
-
-
-@pytest.fixture(scope="session")
-def postgres() -> Iterator[PostgresServer]:
-    """A throwaway PostgreSQL server for the session (skipped, with the reason, where none can start)."""
-    reason = unavailable()
-    if reason is not None:
-        pytest.skip(reason)
-    server = PostgresServer()
-    try:
-        yield server.start()
-    finally:
-        server.stop()

@@ -29,10 +29,6 @@ def unavailable() -> str | None:
             pwd.getpwnam(RUN_AS)
         except KeyError:
             return f"running as root needs a {RUN_AS!r} user to run PostgreSQL (it refuses to run as root)"
-    try:
-        import psycopg  # noqa: F401 - the driver pipedeck's postgres extra installs
-    except ImportError:
-        return "psycopg 3 is not installed (pip install 'pipedeck[postgres]')"
     return None
 
 

@@ -2,7 +2,7 @@
 config twice, the study stops at exactly --trials, and a killed worker's trial is retried by another.
 
 Each worker is a `pipedeck tune` process with a run store of its own, as on its own host. The server is the
-`postgres` fixture's (conftest.py): skipped, with the reason, where initdb and pg_ctl are missing.
+`postgres` fixture's: skipped, with the reason, where initdb and pg_ctl (or psycopg) are missing.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -24,8 +25,23 @@ from pipedeck.console.cli import cli
 from pipedeck.console.errors import run_cli
 from pipedeck.store import RunStore
 from pipedeck.tuner.storage import open_storage
+from tests.postgres_server import PostgresServer, unavailable
 
 psycopg = pytest.importorskip("psycopg", reason="psycopg 3 is not installed (pip install 'pipedeck[postgres]')")
+
+
+@pytest.fixture(scope="module")
+def postgres() -> Iterator[PostgresServer]:
+    """A throwaway PostgreSQL server for these tests (skipped, with the reason, where none can start)."""
+    reason = unavailable()
+    if reason is not None:
+        pytest.skip(reason)
+    server = PostgresServer()
+    try:
+        yield server.start()
+    finally:
+        server.stop()
+
 
 SMALL = ["--model", "qwen2.5-14b", "--hardware", "a100-40g-pcie", "--devices", "4",
          "--scenario", "azure-conv", "--requests", "60", "--slo", "ttft=2s,tpot=200ms"]
