@@ -105,3 +105,11 @@ KNOBS: tuple[Knob, ...] = (
     Knob("adaptive_fit_chunks", "int", "vpp-adaptive: chunks the linear law is fitted on.", 2),
 )
 KNOB_BY_FIELD: dict[str, Knob] = {knob.field: knob for knob in KNOBS}
+
+
+def setting_text(value: object) -> str:
+    """A knob's value as `--fix` takes it: on/off for a switch, floats to four digits (0.9975 for an RLS
+    forgetting factor), anything else as it is."""
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    return f"{value:.4g}" if isinstance(value, float) else str(value)

@@ -9,6 +9,7 @@ from ..backends.tokens import format_tokens
 from ..tuner.explain import KnobEffect
 from ..tuner.objective import OBJECTIVE_NAMES, TuneSpec
 from ..tuner.study import TuneOutcome
+from ..backends.knobs import setting_text
 
 TOKEN_KNOBS = ("chunk", "min-chunk", "kv-capacity", "controller-min-chunk")
 
@@ -19,13 +20,9 @@ def knob_text(knob: str, value: object) -> str:
         return "x".join(map(str, value))
     if isinstance(value, (tuple, list)):
         return ",".join(map(str, value))
-    if isinstance(value, bool):
-        return "on" if value else "off"
-    if knob in TOKEN_KNOBS and isinstance(value, int):
+    if knob in TOKEN_KNOBS and isinstance(value, int) and not isinstance(value, bool):
         return format_tokens(value)
-    if isinstance(value, float):
-        return f"{value:.3g}"
-    return str(value)
+    return setting_text(value)
 
 
 def print_effects(spec: TuneSpec, outcome: TuneOutcome, effects: list[KnobEffect], console: Console) -> None:

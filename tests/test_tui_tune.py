@@ -36,9 +36,9 @@ def test_trial_rows_show_the_shape_in_columns_and_other_knobs_by_their_fix_names
                                                 "layer_split": [25, 23]}, {}, 12.5, 1.0, None, None)
     unrun = TrialRow("st", 4, "PRUNED", params, None, {}, None, 0.1, None, None)  # its config could not run
     assert trial_cells(ran, "goodput") == ("3", "done", "12.5", "2×2", "4k", "dcpp", "25,23",
-                                           "smooth-factor=0.512 delay-scheduling=off")  # req/s heads the column
+                                           "smooth-factor=0.5123 delay-scheduling=off")  # req/s heads the column
     assert trial_cells(unrun, "goodput")[1:] == ("pruned", "-", "2×2", "4k", "dcpp", "25,23",
-                                                "smooth-factor=0.512 delay-scheduling=off")
+                                                "smooth-factor=0.5123 delay-scheduling=off")
 
 
 def test_a_five_trial_study_fills_the_table_and_the_best_config_exports(tmp_path):

@@ -25,7 +25,7 @@ import optuna
 from ..backends.config import ServingConfig, default_layer_split, parse_layer_split
 from ..backends.engine_defaults import EngineDefaults, engine_defaults
 from ..backends.errors import ConfigError
-from ..backends.knobs import KNOB_BY_FIELD
+from ..backends.knobs import KNOB_BY_FIELD, setting_text
 from ..backends.policies.modes import MODES
 from ..backends.profiles.schema import HardwareProfile
 from ..backends.tokens import parse_tokens
@@ -150,10 +150,7 @@ def knob_settings(config: Draft) -> list[str]:
     for dim in DIMENSIONS:
         if dim.flag in SHAPE_DIMENSIONS or not dim.active(config):
             continue
-        value = config.get(dim.fields[0])
-        text = ("on" if value else "off") if isinstance(value, bool) else \
-            f"{value:.4g}" if isinstance(value, float) else str(value)
-        settings.append(f"{dim.flag}={text}")
+        settings.append(f"{dim.flag}={setting_text(config.get(dim.fields[0]))}")
     return settings
 
 

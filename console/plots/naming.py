@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from ...backends.knobs import KNOBS
+from ...backends.knobs import KNOBS, setting_text
 from ...backends.result import RunResult
 from ...backends.tokens import format_tokens
 
@@ -25,9 +25,7 @@ def _knob(field: str) -> Callable[[RunResult], str | None]:
     flag = field.replace("_", "-")
 
     def show(value: object) -> str:
-        if field in _BOOLS:
-            return f"{flag} {'on' if value else 'off'}"
-        return f"{flag} {value:.3g}" if isinstance(value, float) else f"{flag} {value}"
+        return f"{flag} {setting_text(bool(value) if field in _BOOLS else value)}"
     return _config(field, show)
 
 

@@ -24,6 +24,7 @@ from ...store import TrialRow
 from ...tuner.export import export_best
 from ...tuner.objective import OBJECTIVES, TuneSpec
 from ...tuner.slo import SLOError
+from ...backends.knobs import setting_text
 from ...tuner.space import knob_settings
 from ...tuner.study import Progress, open_store, run_study
 from ..tunespec import (
@@ -57,7 +58,7 @@ def trial_cells(trial: TrialRow, objective: str) -> tuple[str, ...]:
     mode, layer split, and its other parameters by their --fix names."""
     value = "-" if trial.objective is None or trial.state != "COMPLETE" else \
         value_text(objective, trial.objective).partition(" ")[0]
-    other = " ".join(f"{k}={_setting(v)}" for k, v in trial.params.items() if k not in SHOWN_PARAMS)
+    other = " ".join(f"{k}={setting_text(v)}" for k, v in trial.params.items() if k not in SHOWN_PARAMS)
     # a trial whose config could not run has only its parameters
     known = {**{k.replace("-", "_"): v for k, v in trial.params.items()}, **(trial.config or {})}
     split = known.get("layer_split")
@@ -65,13 +66,6 @@ def trial_cells(trial: TrialRow, objective: str) -> tuple[str, ...]:
             f"{known['tp']}×{known['pp']}" if "tp" in known and "pp" in known else "-",
             format_tokens(int(known["chunk"])) if "chunk" in known else "-", str(known.get("mode", "-")),
             ",".join(map(str, split)) if isinstance(split, list) else str(split or "-"), other or "-")
-
-
-def _setting(value: object) -> str:
-    """A parameter's value as `--fix` takes it (on/off for a switch), floats to three digits."""
-    if isinstance(value, bool):
-        return "on" if value else "off"
-    return f"{value:.3g}" if isinstance(value, float) else str(value)
 
 
 def engine_for(mode: str, preferred: str) -> str:
