@@ -9,7 +9,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from .errors import ScenarioError
 
@@ -39,14 +39,15 @@ def read_trace(path: Path) -> Trace:
     parsed: list[tuple[Any, int, int]] = []  # (seconds or datetime, prompt tokens, output tokens)
     columns: tuple[str, ...] = ()
     for number, row in _rows(path):
-        columns = columns or _columns(path, row)
-        time_col, prompt_col, output_col = columns
-        read_time = datetime.fromisoformat if columns == AZURE_COLUMNS else _seconds
+        if not columns:
+            columns = _columns(path, row)
+            checks = _checks(columns)
+            (time_col, read_time, _), (prompt_col, _, _), (output_col, _, _) = checks
         try:  # the whole row at once; a bad value is looked for again, column by column, for the message
             parsed.append((read_time(str(row.get(time_col)).strip()), _count(str(row.get(prompt_col)).strip()),
                            _count(str(row.get(output_col)).strip())))
         except ValueError:
-            _raise_for_value(f"{path}:{number}", row, columns)
+            _raise_for_value(f"{path}:{number}", row, checks)
     if not parsed:
         raise ScenarioError(f"{path}: must have at least one request row, got none")
     if columns == AZURE_COLUMNS:
@@ -93,18 +94,23 @@ def _columns(path: Path, row: dict[str, Any]) -> tuple[str, ...]:
     )
 
 
-def _raise_for_value(where: str, row: dict[str, Any], columns: tuple[str, ...]) -> None:
-    """Raise the one-line error naming the line, the first column whose value does not parse, and what it allows."""
+def _checks(columns: tuple[str, ...]) -> tuple[tuple[str, Callable[[str], Any], str], ...]:
+    """For each of a row's columns (time, prompt, output): its name, its parser and what it allows."""
     time_col, prompt_col, output_col = columns
     time_rule = (datetime.fromisoformat, _DATETIME) if columns == AZURE_COLUMNS else (_seconds, "seconds >= 0")
-    checks: tuple[tuple[str, Callable[[str], object], str], ...] = (
-        (time_col, *time_rule), (prompt_col, _count, "an integer >= 0"), (output_col, _count, "an integer >= 0"))
+    return (time_col, *time_rule), (prompt_col, _count, "an integer >= 0"), (output_col, _count, "an integer >= 0")
+
+
+def _raise_for_value(where: str, row: dict[str, Any], checks: tuple[tuple[str, Callable[[str], Any], str], ...]
+                     ) -> NoReturn:
+    """Raise the one-line error naming the line, the first column whose value does not parse, and what it allows."""
     for column, parse, allowed in checks:
         value = row.get(column)
         try:
             parse(str(value).strip())
         except ValueError:
             raise ScenarioError(f"{where}: {column}: must be {allowed}, got {value!r}") from None
+    raise AssertionError(f"{where}: a value failed to parse once and parsed the second time")
 
 
 def _seconds(text: str) -> float:
