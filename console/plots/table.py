@@ -13,7 +13,7 @@ from ...tuner.slo import SLO
 from .common import PlotRun, styled
 
 BETTER, WORSE, PLAIN = "#1e8449", "#c0392b", "#222"
-DELTAS_TITLE = "Metrics (deltas against the first run of the same scenario and rate; green is better)"
+DELTAS_NOTE = "deltas against the first run of the same scenario and rate; green is better"
 CELL_PX = 30
 
 
@@ -141,6 +141,6 @@ def metrics_table(runs: Sequence[PlotRun], slo: SLO | None = None) -> go.Figure:
         cells=dict(values=columns, align="left", font=dict(color=colours, size=13), height=CELL_PX,
                    fill_color=[["#ffffff", "#f8f9fb"] * len(rows)]),
     ))
-    fig = styled(fig, DELTAS_TITLE, 90 + (CELL_PX + 1) * (len(rows) + 1))
+    fig = styled(fig, f"Metrics ({DELTAS_NOTE})", 90 + (CELL_PX + 1) * (len(rows) + 1))
     fig.update_layout(margin=dict(l=20, r=20, t=60, b=10))
     return fig

@@ -13,7 +13,7 @@ from textual.screen import ModalScreen
 from textual.widgets import DataTable, Footer, Static
 
 from ..plots.naming import LEGEND_SEPARATOR
-from ..plots.table import PLAIN, Cell
+from ..plots.table import DELTAS_NOTE, PLAIN, Cell
 from .view import shown_path
 
 
@@ -62,8 +62,7 @@ class CompareScreen(ModalScreen[None]):
         yield Footer()
 
     def on_mount(self) -> None:
-        self.query_one("#compare-panel").border_title = ("comparison (deltas against the first run of the same "
-                                                         "scenario and rate; green is better)")
+        self.query_one("#compare-panel").border_title = f"comparison ({DELTAS_NOTE})"
         table = self.query_one(DataTable)
         table.add_columns("metric", *(name.split(LEGEND_SEPARATOR)[0] for name in self.names))
         for index, label in enumerate(self.rows):
