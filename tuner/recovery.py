@@ -46,8 +46,8 @@ def _alive(pid: int) -> bool:
     return True
 
 
-def recover_abandoned(study: optuna.Study, heartbeat: bool) -> int:
-    """Fail the trials dead workers left running and queue every abandoned trial again; how many were queued.
+def recover_abandoned(study: optuna.Study, heartbeat: bool) -> None:
+    """Fail the trials dead workers left running and queue every abandoned trial again.
 
     Take the study's lock around it. With a `heartbeat` (database storages),
     Optuna fails and queues the trials whose worker stopped beating, on any
@@ -60,20 +60,23 @@ def recover_abandoned(study: optuna.Study, heartbeat: bool) -> int:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
             fail_stale_trials(study)  # calls `retry` (the storage's stale-trial callback) for each
-    host = socket.gethostname()
-    workers = [key.split("/")[1:] for key in study.user_attrs if key.startswith("worker/")]
-    any_alive = any(h != host or _alive(int(pid)) for h, pid in workers)
     trials = study.get_trials(deepcopy=False)
     retried = {t.user_attrs.get("retry_of") for t in trials}
-    requeued = 0
     for t in trials:
-        worker = t.user_attrs.get("worker")
-        dead = (not any_alive) if worker is None else (worker["host"] == host and not _alive(worker["pid"]))
-        if t.state == TrialState.RUNNING and dead and not heartbeat:
+        if t.state == TrialState.RUNNING and not heartbeat and _left_by_dead_worker(study, t):
             study.tell(t.number, state=TrialState.FAIL)
         elif not (t.state == TrialState.FAIL and t.user_attrs.get("interrupted")):
             continue
         if t.number not in retried:
             retry(study, t)
-            requeued += 1
-    return requeued
+
+
+def _left_by_dead_worker(study: optuna.Study, trial: FrozenTrial) -> bool:
+    """Whether the worker running `trial` is a dead process of this host; for a trial that never named its
+    worker, whether no worker of the study is alive (other hosts' count as alive: this host cannot tell)."""
+    host = socket.gethostname()
+    worker = trial.user_attrs.get("worker")
+    if worker is not None:
+        return worker["host"] == host and not _alive(worker["pid"])
+    workers = [key.split("/")[1:] for key in study.user_attrs if key.startswith("worker/")]
+    return not any(h != host or _alive(int(pid)) for h, pid in workers)
