@@ -22,7 +22,7 @@ from .options import check_writable
 from .plots import PlotRun, Section, latency_cdfs, metrics_table, page, time_breakdown, timelines
 from .plots.common import slo_from_dict
 from .plots.gantt import MAX_SPANS
-from .plots.naming import legend_names, mismatch_warnings
+from .plots.naming import legend_names, mismatch_warnings, run_heads
 from .plots.server import scraped, server_gauges
 from .db import READ_LOCK_WAIT_S, db_option, db_path, local_time
 
@@ -35,14 +35,15 @@ class Comparison:
 
     stored: list[StoredRun]
     names: list[str]
+    heads: list[str]  # each name's start: the run, its backend and label (a table column's header)
     warnings: list[str]  # settings that make the runs' latencies incomparable
     notes: list[str]  # how the runs were chosen (a study's best and default, like with like)
 
 
 def comparison(stored: list[StoredRun], notes: list[str] | None = None) -> Comparison:
     """The comparison of these runs: legends naming the settings that differ, warnings for the ones that matter."""
-    ids, results = [s.id for s in stored], [s.result for s in stored]
-    return Comparison(stored, legend_names(ids, results, [s.label for s in stored]),
+    ids, results, labels = [s.id for s in stored], [s.result for s in stored], [s.label for s in stored]
+    return Comparison(stored, legend_names(ids, results, labels), run_heads(ids, results, labels),
                       mismatch_warnings(ids, results), list(notes or []))
 
 

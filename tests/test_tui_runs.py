@@ -19,7 +19,7 @@ def test_two_stored_runs_compare_with_deltas_and_a_report(tmp_path, monkeypatch)
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(webbrowser, "get", lambda: (_ for _ in ()).throw(webbrowser.Error("no browser")))
     db = tmp_path / "c.duckdb"
-    cpp, vpp = store_runs(db)
+    cpp, vpp = store_runs(db, labels=(None, "tp · pp"))  # a label with the legends' separator in it
 
     async def scenario() -> None:
         app = PipedeckApp(db)
@@ -38,12 +38,13 @@ def test_two_stored_runs_compare_with_deltas_and_a_report(tmp_path, monkeypatch)
             await wait_for(pilot, lambda: isinstance(app.screen, CompareScreen) and app.screen.query(DataTable))
             compare = app.screen
             rows = compare.query_one(DataTable)
-            # columns are headed by their run; above the table, what differs between them (no warning: the same
-            # scenario, model, hardware and rate)
-            assert rows.row_count >= 18 and [str(c.label) for c in rows.columns.values()][1:] == [f"run {vpp}",
-                                                                                              f"run {cpp}"]
+            # columns are headed by their run and its whole label; above the table, what differs between them (no
+            # warning: the same scenario, model, hardware and rate)
+            assert rows.row_count >= 18 and [str(c.label) for c in rows.columns.values()][1:] == [
+                f"run {vpp} tp · pp", f"run {cpp}"]
             notes = str(compare.query_one("#compare-notes", Static).render())
-            assert notes.splitlines() == [f"run {vpp} · vpp · split 12,12,12,12", f"run {cpp} · cpp · split 24,24"]
+            assert notes.splitlines() == [f"run {vpp} tp · pp · vpp · split 12,12,12,12",
+                                          f"run {cpp} · cpp · split 24,24"]
             throughput = next(compare.cells[1][i] for i, label in enumerate(compare.rows) if "throughput" in label)
             assert "%)" in throughput.text  # a delta against the first run
             await pilot.press("o")

@@ -40,12 +40,12 @@ def fill(screen: Widget, values: dict[str, object]) -> None:
         screen.query_one(f"#{control_id}").value = value  # type: ignore[attr-defined]
 
 
-def store_runs(db: Path) -> list[int]:
-    """Store two short runs of qwen2.5-14b (cpp, then vpp) and return their ids."""
+def store_runs(db: Path, labels: tuple[str | None, str | None] = (None, None)) -> list[int]:
+    """Store two short runs of qwen2.5-14b (cpp, then vpp), with these labels, and return their ids."""
     scenario = load_scenario("short-4k")
     with RunStore.open(db) as store:
-        return [store.save_run(SimBackend().run(scenario, QWEN.replace(mode=mode), num_requests=8))
-                for mode in ("cpp", "vpp")]
+        return [store.save_run(SimBackend().run(scenario, QWEN.replace(mode=mode), num_requests=8), label=label)
+                for mode, label in zip(("cpp", "vpp"), labels)]
 
 
 def screen_lines(app: App) -> list[str]:

@@ -72,14 +72,18 @@ def legend_names(ids: Sequence[int], results: Sequence[RunResult], labels: Seque
     """
     parts = differing(results)
     names = []
-    for index, (run_id, result, label) in enumerate(zip(ids, results, labels)):
-        backend = None if result.backend == "sim" else result.backend
-        base = " ".join(filter(None, (f"run {run_id}", backend, label)))
+    for index, base in enumerate(run_heads(ids, results, labels)):
         mine = [values[index] or f"no {name}" for name, values in parts]
         if len(mine) > MAX_PARTS:
             mine = [*mine[:MAX_PARTS], f"+{len(mine) - MAX_PARTS} more"]
         names.append(LEGEND_SEPARATOR.join([base, *mine]))
     return names
+
+
+def run_heads(ids: Sequence[int], results: Sequence[RunResult], labels: Sequence[str | None]) -> list[str]:
+    """`run <id> [<backend>] [<label>]`: what a legend name starts with, and a table column's header."""
+    return [" ".join(filter(None, (f"run {run_id}", None if result.backend == "sim" else result.backend, label)))
+            for run_id, result, label in zip(ids, results, labels)]
 
 
 def mismatch_warnings(ids: Sequence[int], results: Sequence[RunResult]) -> list[str]:

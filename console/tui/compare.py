@@ -12,7 +12,6 @@ from textual.containers import Vertical
 from textual.screen import ModalScreen
 from textual.widgets import DataTable, Footer, Static
 
-from ..plots.naming import LEGEND_SEPARATOR
 from ..plots.table import DELTAS_NOTE, PLAIN, Cell
 from .view import shown_path
 
@@ -43,15 +42,15 @@ class CompareScreen(ModalScreen[None]):
 
     BINDINGS = [Binding("o", "open", "Open report"), Binding("escape,q", "dismiss", "Close")]
 
-    def __init__(self, names: list[str], rows: list[str], cells: list[list[Cell]], report: Path,
+    def __init__(self, names: list[str], heads: list[str], rows: list[str], cells: list[list[Cell]], report: Path,
                  warnings: list[str] | None = None, notes: list[str] | None = None) -> None:
         super().__init__()
-        self.names, self.rows, self.cells, self.report = names, rows, cells, report
+        self.names, self.heads, self.rows, self.cells, self.report = names, heads, rows, cells, report
         self.warnings, self.notes = warnings or [], notes or []
 
     def compose(self) -> ComposeResult:
         # a column is headed by its run alone; what tells the runs apart goes above the table, where it wraps
-        legends = [Text(name, style="dim") for name in self.names if LEGEND_SEPARATOR in name]
+        legends = [Text(name, style="dim") for name, head in zip(self.names, self.heads) if name != head]
         with Vertical(id="compare-panel", classes="panel"):
             if self.warnings or self.notes or legends:
                 yield Static(Text("\n").join([*(Text(f"warning: {w}", style="bold yellow") for w in self.warnings),
@@ -64,7 +63,7 @@ class CompareScreen(ModalScreen[None]):
     def on_mount(self) -> None:
         self.query_one("#compare-panel").border_title = f"comparison ({DELTAS_NOTE})"
         table = self.query_one(DataTable)
-        table.add_columns("metric", *(name.split(LEGEND_SEPARATOR)[0] for name in self.names))
+        table.add_columns("metric", *self.heads)
         for index, label in enumerate(self.rows):
             table.add_row(label, *(Text(column[index].text, style="" if column[index].colour == PLAIN
                                         else column[index].colour) for column in self.cells))

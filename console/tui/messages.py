@@ -94,10 +94,12 @@ class StoreListed(Message):
 
 @dataclass
 class Compared(Message):
-    """Stored runs were compared: their names, the metric rows, per run its cells, the report written, and the
-    warnings (settings that make them incomparable) and notes (how they were chosen) the report opens with."""
+    """Stored runs were compared: their names and the heads they start with, the metric rows, per run its cells,
+    the report written, and the warnings (settings that make them incomparable) and notes (how they were chosen)
+    the report opens with."""
 
     names: list[str]
+    heads: list[str]
     rows: list[str]
     cells: list[list[Cell]]
     path: Path

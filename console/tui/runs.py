@@ -162,13 +162,13 @@ class RunsScreen(View):
         except Exception as err:  # noqa: BLE001 - store, file and plotting errors are shown, never a crash
             self.post_message(WorkFailed(one_line(err)))
             return
-        self.post_message(Compared(chosen.names, [row.label for row in metric_rows(slo)], cells, out,
+        self.post_message(Compared(chosen.names, chosen.heads, [row.label for row in metric_rows(slo)], cells, out,
                                    chosen.warnings, chosen.notes))
 
     def on_compared(self, message: Compared) -> None:
         self.report = message.path
         self._status(f"report: {shown_path(message.path)} (o opens it)")
-        self.app.push_screen(CompareScreen(message.names, message.rows, message.cells, message.path,
+        self.app.push_screen(CompareScreen(message.names, message.heads, message.rows, message.cells, message.path,
                                            message.warnings, message.notes))
 
     def on_work_failed(self, message: WorkFailed) -> None:
