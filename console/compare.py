@@ -82,20 +82,27 @@ def compare(run_ids: tuple[int, ...], **opts: object) -> None:
     db = db_path(opts)
     with RunStore.open(db, read_only=True, lock_timeout_s=READ_LOCK_WAIT_S) as store:
         stored = study_runs(store, str(opts["study"])) if opts["study"] else [store.get_run(i) for i in run_ids]
-    chosen = prepare(db, stored)
-    with RunStore.open(db, read_only=True, lock_timeout_s=READ_LOCK_WAIT_S) as store:
-        if slo is None:
-            slo = study_slo(store, chosen.stored)
-        intervals = trial_intervals(store, chosen.stored)
+    chosen, _, sections = compare_runs(db, stored, out, slo, int(opts["max_spans"]))
     for line in chosen.warnings:
         click.echo(f"pipedeck: warning: {line}", err=True)
-    sections = write_compare_page(chosen, slo, out, int(opts["max_spans"]), intervals)
     click.echo(f"wrote {out}")
     for line in chosen.notes:
         click.echo(line)
     if opts["png"]:
         for line in write_pngs(sections, out):
             click.echo(line)
+
+
+def compare_runs(db: Path, stored: list[StoredRun], out: Path, slo: SLO | None = None,
+                 max_spans: int = MAX_SPANS) -> tuple[Comparison, SLO | None, list[Section]]:
+    """Choose what to compare (a study's best and default like with like), take the SLO (else their study's) and
+    their trials' goodput intervals from the store, and write the page: what `pipedeck compare` and the
+    console's Runs view both do."""
+    chosen = prepare(db, stored)
+    with RunStore.open(db, read_only=True, lock_timeout_s=READ_LOCK_WAIT_S) as store:
+        slo = slo if slo is not None else study_slo(store, chosen.stored)
+        intervals = trial_intervals(store, chosen.stored)
+    return chosen, slo, write_compare_page(chosen, slo, out, max_spans, intervals)
 
 
 def write_compare_page(chosen: Comparison, slo: SLO | None, out: Path, max_spans: int = MAX_SPANS,

@@ -14,7 +14,7 @@ from textual.widgets import Button, DataTable, Input, Label, Static
 
 from ...store import RunRow, StudyRow
 from ...tuner.study import open_store
-from ..compare import prepare, study_slo, write_compare_page
+from ..compare import compare_runs
 from ..db import local_time
 from ..plots.table import metric_rows, run_cells
 from ..runs import row_cells
@@ -154,10 +154,7 @@ class RunsScreen(View):
         try:
             with open_store(self.session.db) as store:
                 stored = [store.get_run(i) for i in run_ids]
-            chosen = prepare(self.session.db, stored)  # a study's best and default: both at both rates
-            with open_store(self.session.db) as store:
-                slo = study_slo(store, chosen.stored)
-            write_compare_page(chosen, slo, out)
+            chosen, slo, _ = compare_runs(self.session.db, stored, out)  # a study's best and default: both rates
             cells = run_cells([s.result for s in chosen.stored], slo)
         except Exception as err:  # noqa: BLE001 - store, file and plotting errors are shown, never a crash
             self.post_message(WorkFailed(one_line(err)))
