@@ -39,8 +39,7 @@ def is_int(value: object) -> TypeGuard[int]:
 
 def is_number(value: object) -> TypeGuard[float]:
     """True for a finite real number, False for bools."""
-    return (is_int(value) or isinstance(value, numbers.Real)) and not isinstance(value, bool) and \
-        math.isfinite(value)
+    return isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def check_rate(rate: object) -> None:
