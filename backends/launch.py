@@ -90,6 +90,8 @@ class Release:
     note: str  # what sets it apart from the engine's other releases (export header, docs/export.md)
     candidate: bool = False  # a release candidate: exported for only when named, never the default
     reads_config_file: bool = True  # its `--config` loader takes the exported YAML
+    dcpp_under: str = ""  # vLLM-Ascend: the --additional-config key its DCPP settings sit under ("": the top level)
+    mixed_chunk_with_pp: bool = True  # SGLang: takes --enable-mixed-chunk with --pp-size > 1
 
 
 Render = Callable[[ResolvedConfig, Release], Launch]
@@ -318,12 +320,11 @@ def _vllm_check(config: ResolvedConfig, release: Release, launch: Launch) -> Non
 # 0.25.1rc1 reads them under "scheduler_config" (SchedulerConfig._get_config_value), the top-level keys only
 # as deprecated fallbacks. Both refuse profiling_chunk_config with balance scheduling on, which the env
 # VLLM_ASCEND_BALANCE_SCHEDULING=1 of vLLM-Ascend's DeepSeek tutorials turns on: the export sets it off.
-_DCPP_PARENT = {"0.23.0": (), "0.25.1rc1": ("scheduler_config",)}
 ASCEND_RELEASES = (
     Release("0.23.0", "newest release (latest on PyPI), on vLLM 0.23.0; reads profiling_chunk_config at the top "
                       "level of --additional-config (it ignores scheduler_config.profiling_chunk_config)"),
     Release("0.25.1rc1", "release candidate; reads scheduler_config.profiling_chunk_config (the top-level key "
-                         "only as a deprecated fallback)", candidate=True),
+                         "only as a deprecated fallback)", candidate=True, dcpp_under="scheduler_config"),
 )
 
 
@@ -353,8 +354,8 @@ def _ascend_dcpp(config: ResolvedConfig, release: Release) -> Launch:
         "profiling_chunk_config": {"enabled": True, "smooth_factor": config.smooth_factor, "min_chunk": min_chunk},
         "enable_balance_scheduling": False,
     }
-    for key in reversed(_DCPP_PARENT[release.version]):
-        settings = {key: settings}
+    if release.dcpp_under:
+        settings = {release.dcpp_under: settings}
     notes = () if min_chunk == config.min_chunk else (
         f"min_chunk {config.min_chunk} exceeds the chunk budget; exported as {min_chunk}, as simulated.",)
     return Launch(flags=(Flag("--additional-config", compact_json(settings)), Flag("--no-async-scheduling")),
@@ -383,18 +384,15 @@ def _ascend_vpp(config: ResolvedConfig, release: Release) -> Launch:
 # (sgl-project/sglang#16256, fixed by #16638; sglang/srt/server_args_config_parser.py): no YAML for those.
 SGLANG_RELEASES = (
     Release("0.5.7", "its --config YAML cannot carry switches, so no sglang-config.yaml is written; refuses "
-                     "--enable-mixed-chunk with --pp-size > 1", reads_config_file=False),
+                     "--enable-mixed-chunk with --pp-size > 1", reads_config_file=False, mixed_chunk_with_pp=False),
     Release("0.5.23", "newest; --config YAML takes switches as `key: true`; takes --enable-mixed-chunk with a pipeline"),
 )
 # Releases whose ServerArgs.check_server_args (sglang/srt/server_args.py, 0.5.7 and 0.5.8) asserts, for pp_size > 1:
 # "Pipeline parallelism is not compatible with overlap schedule, speculative decoding, mixed chunked prefill."
 # 0.5.23's check_pipeline_parallel_compat (sglang/srt/arg_groups/validation_hook.py) no longer names mixed chunks.
-_NO_MIXED_CHUNK_WITH_PP = {"0.5.7"}
-
-
 def _sglang_check(config: ResolvedConfig, release: Release, launch: Launch) -> None:
     """SGLang's own rules for the values exported, as the release checks them."""
-    if (release.version in _NO_MIXED_CHUNK_WITH_PP and int(launch.option("--pp-size")) > 1
+    if (not release.mixed_chunk_with_pp and int(launch.option("--pp-size")) > 1
             and any(flag.name == "--enable-mixed-chunk" for flag in launch.flags)):
         raise ExportError(f"mixed_batches: SGLang {release.version} refuses --enable-mixed-chunk with --pp-size "
                           f"{launch.option('--pp-size')} (ServerArgs.check_server_args in sglang/srt/server_args.py: "
