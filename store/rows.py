@@ -41,7 +41,7 @@ class RunRow:
     trial: int | None
     label: str | None
     requests: int
-    ttft_p90_s: float
+    ttft_p90_s: float | None  # None: no request was served (every one failed)
     tpot_p90_s: float | None  # None: no request decoded past its first token (one-token outputs)
     throughput_tok_s: float
     makespan_s: float

@@ -404,10 +404,15 @@ def _run_row(row: tuple) -> RunRow:
     return RunRow(
         id=rid, created_at=_utc(created), backend=backend, scenario=scenario, mode=mode, model=model,
         hardware=hardware, tp=tp, pp=pp, chunk=chunk, rate=rate, seed=seed, study=study, trial=trial, label=label,
-        requests=s["requests"], ttft_p90_s=s["ttft_s"]["p90"], tpot_p90_s=_tpot_p90(s["tpot_s"]),
+        requests=s["requests"], ttft_p90_s=_p90(s["ttft_s"]), tpot_p90_s=_tpot_p90(s["tpot_s"]),
         throughput_tok_s=s["throughput_tok_s"], makespan_s=makespan, bubble_ratio=s["bubble_ratio"],
         failed=s["live"]["failed"] if s.get("live") else None,
     )
+
+
+def _p90(latency: dict[str, float] | None) -> float | None:
+    """A stored summary's P90 of a latency; None where no request measured it (a run whose every request failed)."""
+    return None if latency is None else latency["p90"]
 
 
 def _tpot_p90(tpot: dict[str, float] | None) -> float | None:

@@ -13,6 +13,7 @@ import pytest
 from pipedeck.console.cli import cli
 from pipedeck.console.errors import run_cli
 from pipedeck.store import RunStore
+from tests.run_kinds import store_awkward_runs
 
 QWEN = ["--model", "qwen2.5-14b", "--hardware", "a100-40g-pcie", "--tp", "2", "--pp", "2"]
 SHORT = ["simulate", "--scenario", "short-4k", "--requests", "8", *QWEN]
@@ -264,3 +265,43 @@ def test_a_tpot_of_zero_stored_by_an_older_version_lists_as_na(capsys, db):
                           "'{\"tpot_s\": {\"mean\": 0, \"p50\": 0, \"p90\": 0, \"p99\": 0}}')")
         [row] = store.list_runs()
     assert row.tpot_p90_s is None
+
+
+# -- every kind of stored run lists, shows and compares ------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def awkward_store(tmp_path_factory) -> tuple[Path, dict[str, int]]:
+    db = tmp_path_factory.mktemp("kinds") / "runs.duckdb"
+    return db, store_awkward_runs(db)
+
+
+def test_every_kind_of_stored_run_lists(capsys, awkward_store):
+    """A run with no TTFT (every request failed), one request, or no TPOT never makes the store unreadable."""
+    db, ids = awkward_store
+    status, out, err = run(capsys, ["runs", "--db", db, "--json"])
+    assert status == 0, err
+    listed = {row["label"]: row for row in json.loads(out)}
+    assert {label: row["id"] for label, row in listed.items()} == ids
+    assert (listed["all-failed"]["requests"], listed["all-failed"]["failed"]) == (0, 3)
+    assert listed["all-failed"]["ttft_p90_s"] is None and listed["all-failed"]["tpot_p90_s"] is None
+    assert listed["no-output"]["ttft_p90_s"] == pytest.approx(0.1) and listed["no-output"]["tpot_p90_s"] is None
+    assert listed["one-request"]["requests"] == 1 and listed["interrupted"]["failed"] == 1
+    status, out, err = run(capsys, ["runs", "--db", db])
+    assert status == 0, err
+    [line] = [line for line in out.splitlines() if "all-failed" in line]
+    assert "3 failed" in line and line.split()[8:10] == ["n/a", "n/a"]  # id, date, time, scenario, model, config
+
+
+@pytest.mark.parametrize("kind", ["one-request", "all-failed", "no-output", "interrupted"])
+def test_every_kind_of_stored_run_shows_and_compares(capsys, awkward_store, kind, tmp_path):
+    db, ids = awkward_store
+    status, out, err = run(capsys, ["show", ids[kind], "--db", db])
+    assert status == 0, err
+    assert out.startswith(f"run {ids[kind]}  ") and f"label {kind}" in out
+    status, out, err = run(capsys, ["show", ids[kind], "--db", db, "--json"])
+    assert status == 0, err
+    assert json.loads(out)["run_id"] == ids[kind]
+    page = tmp_path / "compare.html"
+    status, out, err = run(capsys, ["compare", ids[kind], ids["simulated"], "--db", db, "--out", page])
+    assert status == 0, err
+    assert out.splitlines()[0] == f"wrote {page}" and "plotly" in page.read_text(encoding="utf-8")[:200000].lower()

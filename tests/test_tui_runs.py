@@ -10,8 +10,10 @@ from textual.widgets import DataTable, Static
 from pipedeck.backends.sim import SimBackend
 from pipedeck.console.tui import PipedeckApp
 from pipedeck.console.tui.compare import CompareScreen
+from pipedeck.console.tui.runs import RUN_COLUMNS
 from pipedeck.scenarios import load_scenario
 from pipedeck.store import RunStore
+from tests.run_kinds import store_awkward_runs
 from tests.tui_support import QWEN, SIZE, fill, store_runs, wait_for
 
 
@@ -76,5 +78,26 @@ def test_runs_of_different_scenarios_compare_with_a_warning(tmp_path, monkeypatc
             await wait_for(pilot, lambda: isinstance(app.screen, CompareScreen) and app.screen.query("#compare-notes"))
             notes = str(app.screen.query_one("#compare-notes", Static).render())
             assert f"warning: the runs differ in scenario (run {cpp}: short-4k; run {other}: short-8k)" in notes
+
+    asyncio.run(scenario())
+
+
+def test_the_console_starts_on_a_store_of_every_kind_of_run(tmp_path, monkeypatch):
+    """A stored run with no TTFT, one request or no TPOT: the console starts and its Runs view lists them all."""
+    monkeypatch.chdir(tmp_path)
+    db = tmp_path / "kinds.duckdb"
+    ids = store_awkward_runs(db)
+
+    async def scenario() -> None:
+        app = PipedeckApp(db)
+        async with app.run_test(size=SIZE) as pilot:
+            await pilot.press("3")
+            runs = app.screen
+            table = runs.query_one("#runs-table", DataTable)
+            await wait_for(pilot, lambda: table.row_count == len(ids))
+            failed = table.get_row(str(ids["all-failed"]))
+            assert failed[RUN_COLUMNS.index("TTFT p90")] == failed[RUN_COLUMNS.index("TPOT p90")] == "n/a"
+            assert "3 failed" in failed[RUN_COLUMNS.index("label")]
+            assert app.is_running
 
     asyncio.run(scenario())
