@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import datetime, timezone
@@ -45,6 +46,9 @@ _LIST_COLUMNS = ("id, timezone('UTC', created_at), backend, scenario, mode, mode
 _TRIAL_COLUMNS = "study, number, state, params, config, metrics, objective, duration_s, completed_at, run_id"
 _TRIAL_READ = _TRIAL_COLUMNS.replace("completed_at", "timezone('UTC', completed_at)")
 _STUDY_COLUMNS = "name, created_at, scenario, objective, slo, settings, storage, pipedeck_version"
+# One write transaction at a time among this process's connections, as DuckDB allows one writing process per file:
+# concurrent transactions would conflict on the same keys, and a check before an insert would miss the other's row.
+_WRITING = threading.RLock()
 
 
 def pipedeck_version() -> str:
@@ -109,7 +113,7 @@ class RunStore:
             raise StoreError(f"db: {self.path} was opened read-only")
         con = self.con
         try:
-            with transaction(con):
+            with _WRITING, transaction(con):
                 yield con
         except duckdb.Error as err:
             raise StoreError(f"db: could not write to {self.path}: {first_line(str(err))}") from None
@@ -127,8 +131,15 @@ class RunStore:
     # -- runs --------------------------------------------------------------------------
 
     def save_run(self, result: RunResult, *, study: str | None = None, trial: int | None = None,
-                 label: str | None = None, keep_timeline: bool = True) -> int:
-        """Write one run (config, summary, ranks, requests and, unless told not to, spans) in one transaction; return its id."""
+                 label: str | None = None, keep_timeline: bool = True, once: bool = False) -> int:
+        """Write one run (config, summary, ranks, requests and, unless told not to, spans) in one transaction; return its id.
+
+        `once`: the run of this study, trial and label is stored once (a study's best or default run): if one is
+        stored already, checked in the same transaction, its id is returned and nothing is written.
+        """
+        if once and (study is None or trial is None or label is None):
+            raise StoreError(f"once: a run saved once names its study, trial and label, got {study!r}, {trial!r}, "
+                             f"{label!r}")
         config = result.config
         row = [
             utcnow(), pipedeck_version(), result.backend, result.scenario, int(result.seed), _opt_float(result.rate),
@@ -144,6 +155,11 @@ class RunStore:
             tables.append(("spans", span_columns(0, result.spans), SPAN_NONE))
         marks = ", ".join("?" * len(row))
         with self._writing() as con:
+            if once:
+                (stored,) = con.execute("SELECT min(id) FROM runs WHERE study = ? AND trial = ? AND label = ?",
+                                        [study, int(trial), label]).fetchone()  # type: ignore[arg-type]
+                if stored is not None:
+                    return int(stored)
             (run_id,) = con.execute(f"INSERT INTO runs ({_RUN_COLUMNS}) VALUES ({marks}) RETURNING id", row).fetchone()
             for table, columns, none in tables:
                 columns["run_id"][:] = run_id

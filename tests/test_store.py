@@ -327,6 +327,39 @@ def test_a_trial_keeps_its_run_link_and_completion_time_when_synced_again(store,
         store.link_run("st", 0, run_id + 1)
 
 
+def test_a_study_s_run_saved_once_is_stored_once(store, sim_result):
+    """A study's best (or default) run is stored once per trial and label, whoever saves it again."""
+    first = store.save_run(sim_result, study="s", trial=3, label="best", once=True)
+    assert store.save_run(sim_result, study="s", trial=3, label="best", once=True) == first
+    other = store.save_run(sim_result, study="s", trial=3, label="default", once=True)
+    assert other != first
+    assert store.save_run(sim_result, study="s", trial=3, label="best") not in (first, other)  # without once: a new run
+    assert sorted(r.label for r in store.list_runs(study="s")) == ["best", "best", "default"]
+    with pytest.raises(StoreError, match="once: a run saved once names its study, trial and label"):
+        store.save_run(sim_result, study="s", label="best", once=True)
+
+
+def test_two_threads_saving_a_study_s_run_once_at_once_store_one_copy(tmp_path, sim_result):
+    for attempt in range(5):
+        path = tmp_path / f"study-{attempt}.duckdb"
+        RunStore.open(path).close()
+        start, ids = threading.Barrier(2), []
+
+        def save() -> None:
+            with RunStore.open(path) as s:
+                start.wait()
+                ids.append(s.save_run(sim_result, study="s", trial=0, label="best", once=True))
+
+        threads = [threading.Thread(target=save) for _ in range(2)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert len(ids) == 2 and ids[0] == ids[1]
+        with RunStore.open(path) as s:
+            assert [r.id for r in s.list_runs()] == ids[:1]
+
+
 def test_named_configs(store):
     config = QWEN.resolve().to_dict()
     store.save_config("qwen-tp2", config)

@@ -19,6 +19,7 @@ from pipedeck.backends.errors import ConfigError
 from pipedeck.console.cli import cli
 from pipedeck.console.errors import run_cli
 from pipedeck.store import RunStore
+from pipedeck.tuner.objective import Evaluator
 from pipedeck.tuner.space import (
     SpaceContext,
     default_params,
@@ -188,6 +189,34 @@ def test_stop_request_interrupts_and_the_study_resumes(tmp_path):
     assert first.interrupted and 2 <= first.trials < 200
     again = run_study(spec(tmp_path, trials=first.trials + 2), tmp_path / "runs.duckdb")
     assert not again.interrupted and again.trials == first.trials + 2
+
+
+def test_two_tunes_finishing_one_study_at_once_store_its_best_and_default_once(tmp_path, monkeypatch):
+    """Both tunes simulate the finalists' runs, then both store them: the store keeps one copy of each."""
+    run_study(spec(tmp_path, trials=3), tmp_path / "first.duckdb")  # the finished study, in the shared journal
+    both_simulated = threading.Barrier(2, timeout=60)
+    simulate = Evaluator.run
+
+    def simulate_then_wait(self, config, rate, timeline=False):
+        result = simulate(self, config, rate, timeline=timeline)
+        if timeline:  # a finalist's run, before it is stored: the other tune has checked the store too
+            both_simulated.wait()
+        return result
+
+    monkeypatch.setattr(Evaluator, "run", simulate_then_wait)
+    db, outcomes = tmp_path / "runs.duckdb", []
+    tunes = [threading.Thread(target=lambda: outcomes.append(run_study(spec(tmp_path, trials=3), db)))
+             for _ in range(2)]
+    for tune in tunes:
+        tune.start()
+    for tune in tunes:
+        tune.join()
+    assert len(outcomes) == 2
+    with RunStore.open(db) as store:
+        runs = store.list_runs(study="t")
+    assert sorted((r.trial, r.label) for r in runs) == sorted(
+        {(o.best.number, "best") for o in outcomes} | {(o.default.number, "default") for o in outcomes})
+    assert {r.id for r in runs} == {o.best_run_id for o in outcomes} | {o.default_run_id for o in outcomes}
 
 
 def measured_configs(tmp_path, name: str = "t") -> list[str]:

@@ -300,8 +300,8 @@ def _outcome(spec: TuneSpec, study: optuna.Study, db: str | Path, interrupted: b
                 rate = evaluator.scenario.rate
             result = evaluator.run(config, rate, timeline=True)
             label = "best" if best is not None and number == best.number else "default"
-            with open_store(db) as store:
-                run_ids[number] = store.save_run(result, study=spec.study, trial=number, label=label)
+            with open_store(db) as store:  # once: another tune finishing this study may have stored it meanwhile
+                run_ids[number] = store.save_run(result, study=spec.study, trial=number, label=label, once=True)
     link_runs(db, spec.study, {n: run_ids[n] for n in finalists if n in run_ids})
     return TuneOutcome(
         study=spec.study, direction=spec.direction, trials=counted(study.get_trials(deepcopy=False)),
