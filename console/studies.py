@@ -13,6 +13,7 @@ from optuna.trial import TrialState
 from ..store import RunStore, StudyRow
 from ..tuner.objective import OBJECTIVES
 from ..tuner.storage import open_storage, shown
+from ..tuner.study import recommended_trial
 from ..tuner.verdict import stored_verdict
 from .db import READ_LOCK_WAIT_S, db_option, db_path
 from .storage import check_existing_storage
@@ -73,7 +74,7 @@ def store_line(row: StudyRow, store: RunStore) -> StudyLine:
 
 
 def optuna_lines(url: str) -> list[StudyLine]:
-    """The studies in an Optuna storage, as every host's workers left them (best: Optuna's best trial)."""
+    """The studies in an Optuna storage, as every host's workers left them (best: the trial `tune` recommends)."""
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     storage = open_storage(url)
     lines = []
@@ -81,7 +82,7 @@ def optuna_lines(url: str) -> list[StudyLine]:
         study = optuna.load_study(study_name=summary.study_name, storage=storage)
         trials = study.get_trials(deepcopy=False)
         finished = [t for t in trials if t.state in (TrialState.COMPLETE, TrialState.PRUNED)]
-        best = _best(study)
+        best = recommended_trial(study)
         done = [t.datetime_complete for t in finished if t.datetime_complete is not None]
         lines.append(StudyLine(name=summary.study_name, storage=shown(url),
                                objective=summary.user_attrs.get("pipedeck", {}).get("objective"),
@@ -89,13 +90,6 @@ def optuna_lines(url: str) -> list[StudyLine]:
                                best_trial=best.number if best else None, best_value=best.value if best else None,
                                created_at=_aware(summary.datetime_start), updated_at=_aware(max(done) if done else None)))
     return sorted(lines, key=lambda line: (line.created_at is None, line.created_at or _EPOCH, line.name))
-
-
-def _best(study: optuna.Study) -> optuna.trial.FrozenTrial | None:
-    try:
-        return study.best_trial
-    except ValueError:  # no completed trial yet
-        return None
 
 
 def _aware(value: datetime | None) -> datetime | None:

@@ -11,6 +11,7 @@ from pipedeck.console.cli import cli
 from pipedeck.console.errors import run_cli
 from pipedeck.store import RunStore
 from pipedeck.tuner.storage import open_storage
+from pipedeck.tuner.study import pull_study
 
 NAME = "azure-conv-deepseek-v3.1-ascend-910c-16-goodput-ttft=2s,tpot=200ms"  # 66 characters, as tune names it
 SLO = {"ttft": {"limit_s": 2.0}, "tpot": {"limit_s": 0.2}}
@@ -94,3 +95,23 @@ def test_empty_and_missing_sources(capsys, tmp_path):
     status, out, err = run(capsys, ["studies", "--storage", missing])
     assert status == 2 and "--storage" in err and len(err.splitlines()) == 1, err
     assert not missing.exists(), "listing never creates a journal file"
+
+
+def test_the_run_store_and_the_optuna_storage_name_the_same_best(capsys, tmp_path):
+    """Optuna's best trial is the highest goodput; the tuner recommends, among those tied within the search's
+    precision, the one with most latency headroom: both listings name the tuner's recommendation."""
+    journal, db = tmp_path / "shared.optuna.jsonl", tmp_path / "runs.duckdb"
+    study = optuna.create_study(study_name=NAME, storage=open_storage(str(journal)), direction="maximize")
+    study.set_user_attr("pipedeck", {"backend": "sim", "scenario": "azure-conv", "objective": "goodput",
+                                     "slo": "ttft=2s,tpot=200ms"})
+    for number, chunk, goodput, ttft in ((0, 2048, 2.1, 1.0), (1, 8192, 3.0, 1.9), (2, 4096, 2.99, 0.5)):
+        study.add_trial(optuna.trial.create_trial(value=goodput, user_attrs={
+            "config": config(chunk), "metrics": metrics(goodput, ttft), **({"role": "default"} if number == 0 else {})}))
+    pull_study(str(journal), NAME, db)
+    listed = {}
+    for source in (["--db", db], ["--storage", journal]):
+        status, out, err = run(capsys, ["studies", *source, "--json"])
+        assert status == 0, err
+        [line] = json.loads(out)
+        listed[source[0]] = (line["best_trial"], line["best_value"])
+    assert listed["--storage"] == listed["--db"] == (2, 2.99)

@@ -31,7 +31,7 @@ from .objective import FINISHED, OBJECTIVE_LABELS, Evaluator, TuneSpec, search_p
 from .slo import parse_slo
 from .space import default_params, foreign_params
 from .storage import locked, open_storage, shown
-from .verdict import Finished, decide
+from .verdict import Finished, Verdict, decide
 from .workers import POLL_S, counted, storage_of, worker
 
 STORE_WAIT_S = 30.0  # how long a write waits for another process to release the run store
@@ -270,14 +270,31 @@ def _progress(study: optuna.Study, spec: TuneSpec) -> Progress:
                     sum(t.state == TrialState.RUNNING for t in trials))
 
 
+def study_verdict(study: optuna.Study, *, direction: str, precision: float, slo: str | None) -> Verdict | None:
+    """The tuner's verdict over the study's completed trials (ties within `precision`, the engine default as
+    baseline); None when none completed."""
+    default = _default_trial(study)
+    complete = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+    limits = {limit.metric: limit.limit_s for limit in parse_slo(slo).limits} if slo else {}
+    return decide([Finished(t.number, t.user_attrs.get("config", {}), t.user_attrs.get("metrics", {}), t.value)
+                   for t in complete], direction, precision, limits, default.user_attrs.get("config") if default else None)
+
+
+def recommended_trial(study: optuna.Study) -> FrozenTrial | None:
+    """The trial `tune` recommends, decided under the settings the study was created with: what `pipedeck studies`
+    names as its best, from its Optuna storage as from the run store (Optuna's best_trial ignores ties)."""
+    settings = study.user_attrs.get("pipedeck", {})
+    verdict = study_verdict(study, direction=study.direction.name.lower(),
+                            precision=search_precision(str(settings.get("backend", "sim"))), slo=settings.get("slo"))
+    return None if verdict is None else study.get_trials(deepcopy=False)[verdict.winner.number]
+
+
 def _outcome(spec: TuneSpec, study: optuna.Study, db: str | Path, interrupted: bool) -> TuneOutcome:
     """The verdict (best, ties, inert knobs), the finalists' intervals, and their runs stored with timelines."""
     default = _default_trial(study)
     complete = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
-    limits = {limit.metric: limit.limit_s for limit in parse_slo(spec.slo).limits} if spec.slo else {}
-    verdict = decide([Finished(t.number, t.user_attrs.get("config", {}), t.user_attrs.get("metrics", {}), t.value)
-                      for t in complete], spec.direction, search_precision(spec.backend, spec.precision), limits,
-                     default.user_attrs.get("config") if default else None)
+    verdict = study_verdict(study, direction=spec.direction, precision=search_precision(spec.backend, spec.precision),
+                            slo=spec.slo)
     best = next(t for t in complete if t.number == verdict.winner.number) if verdict else None
     finalists = {t.number: t for t in (best, default) if t is not None}
     intervals = {} if interrupted else {n: _interval(spec, study, t) for n, t in finalists.items()}
