@@ -1,7 +1,10 @@
 """docs/store.md's SQL gives the right answers: every query, on a store a real `pipedeck tune` wrote, against the API.
 
 The tune is study `demo` on azure-conv, as the queries name them; "run 7"
-in the queries is replaced by the id of the tune's best run.
+in the queries is replaced by the id of the tune's best run. The store also
+holds a run of another model on other hardware, which a query by mode must
+not mix in; and the trials' queries run again on a study whose tp was pinned
+with --fix (no trial's params has it).
 """
 
 from __future__ import annotations
@@ -25,24 +28,43 @@ TUNE = ["tune", "--model", "qwen2.5-14b", "--hardware", "a100-40g-pcie", "--devi
         "--json"]
 
 
+OTHER_CLUSTER = ["simulate", "--model", "qwen2.5-32b", "--hardware", "h100-sxm", "--tp", "2", "--pp", "2",
+                 "--mode", "cpp", "--scenario", "azure-conv", "--requests", "10"]
+
+
+def pipedeck(*args: str) -> str:
+    done = subprocess.run([sys.executable, "-m", "pipedeck.console", *args], capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
 @pytest.fixture(scope="module")
 def tuned(tmp_path_factory) -> tuple[Path, dict]:
     db = tmp_path_factory.mktemp("docs") / "pipedeck.duckdb"
-    done = subprocess.run([sys.executable, "-m", "pipedeck.console", *TUNE, "--db", str(db)], capture_output=True,
-                          text=True, timeout=300)
-    assert done.returncode == 0, done.stderr
-    return db, json.loads(done.stdout)
+    outcome = json.loads(pipedeck(*TUNE, "--db", str(db)))
+    pipedeck(*OTHER_CLUSTER, "--db", str(db))
+    return db, outcome
+
+
+@pytest.fixture(scope="module")
+def pinned(tmp_path_factory) -> Path:
+    """A store whose study `demo` pinned tp with --fix: the trials' params have no tp."""
+    db = tmp_path_factory.mktemp("pinned") / "pipedeck.duckdb"
+    pipedeck(*TUNE[:TUNE.index("--requests")], "--requests", "20", "--slo", "ttft=1s,tpot=100ms", "--trials", "4",
+             "--fix", "tp=2", "--study", "demo", "--db", str(db))
+    return db
 
 
 def sql_blocks() -> list[str]:
     return re.findall(r"```sql\n(.*?)```", DOC.read_text(encoding="utf-8"), flags=re.S)
 
 
-def answers(db: Path, best_run: int) -> list[list[dict]]:
+def answers(db: Path, best_run: int | None, blocks: list[str] | None = None) -> list[list[dict]]:
     con = duckdb.connect(str(db), read_only=True)
     try:
         out = []
-        for sql in sql_blocks():
+        for sql in sql_blocks() if blocks is None else blocks:
             cursor = con.execute(sql.replace("run_id = 7", f"run_id = {best_run}"))
             names = [d[0] for d in cursor.description]
             out.append([dict(zip(names, row)) for row in cursor.fetchall()])
@@ -60,25 +82,31 @@ def test_every_query_in_the_docs_gives_the_api_s_answer(tuned):
         stored = {r.id: store.get_run(r.id) for r in runs}
         trials = store.trials("demo")
         best = store.best_trial("demo")
+        fixed = store.get_study("demo").settings["fixed"]
     checks = [ttft_p90_by_mode, run_summaries, runs_of_the_last_day, busy_time, prefill_or_decode, best_trials,
               by_tp, pruned_trials, trials_with_runs]
     assert len(got) == len(checks), "a query in docs/store.md without a check here (or the other way round)"
-    context = dict(runs=runs, stored=stored, trials=trials, best=best, best_run=best_run, outcome=outcome)
+    context = dict(runs=runs, stored=stored, trials=trials, best=best, best_run=best_run, outcome=outcome, fixed=fixed)
     for rows, check in zip(got, checks):
         check(rows, **context)
 
 
 def ttft_p90_by_mode(rows, runs, stored, **_):
-    by_mode = defaultdict(list)
+    by_mode = defaultdict(list)  # latencies of one model on one hardware: another cluster's are not mixed in
     for run in runs:
         if run.scenario == "azure-conv":
-            by_mode[run.mode].append(stored[run.id].result.records)
-    assert rows and {r["mode"] for r in rows} == set(by_mode)
+            by_mode[run.model, run.hardware, run.mode].append(stored[run.id].result.records)
+    assert len({(model, hardware) for model, hardware, _ in by_mode}) == 2 and ("qwen2.5-32b", "h100-sxm", "cpp") in by_mode
+    assert rows and [(r["model"], r["hardware"], r["mode"]) for r in rows] == sorted(
+        by_mode, key=lambda key: (key[0], key[1], np.percentile(ttfts(by_mode[key]), 90)))
     for row in rows:
-        records = [q for records in by_mode[row["mode"]] for q in records]
-        ttft = [q.first_token_s - q.arrival_s for q in records]
-        assert row["ttft_p90_s"] == pytest.approx(np.percentile(ttft, 90), rel=1e-12)
-        assert (row["runs"], row["requests"]) == (len(by_mode[row["mode"]]), len(records))
+        key = (row["model"], row["hardware"], row["mode"])
+        assert row["ttft_p90_s"] == pytest.approx(np.percentile(ttfts(by_mode[key]), 90), rel=1e-12)
+        assert (row["runs"], row["requests"]) == (len(by_mode[key]), sum(map(len, by_mode[key])))
+
+
+def ttfts(runs_records) -> list[float]:
+    return [q.first_token_s - q.arrival_s for records in runs_records for q in records]
 
 
 def run_summaries(rows, runs, **_):
@@ -123,14 +151,29 @@ def best_trials(rows, trials, best, **_):
             (t.objective, (t.config or {}).get("mode"), t.params)
 
 
-def by_tp(rows, trials, **_):
+def by_tp(rows, trials, fixed, **_):
+    assert rows == tp_groups(trials, fixed)
+    assert any(r["pruned"] for r in rows)  # so the best column is known to leave pruned trials out
+
+
+def tp_groups(trials, fixed) -> list[dict]:
+    """The trials by the tp each ran (its config's; a trial that could not run: searched or pinned with --fix)."""
     groups = defaultdict(list)
     for t in trials:
-        groups[t.params["tp"]].append(t)
-    assert rows == [{"tp": tp, "trials": len(ts), "pruned": sum(t.state == "PRUNED" for t in ts),
-                     "best": max((t.objective for t in ts if t.state == "COMPLETE"), default=None)}
-                    for tp, ts in sorted(groups.items())]
-    assert any(r["pruned"] for r in rows)  # so the best column is known to leave pruned trials out
+        groups[(t.config or {}).get("tp") or t.params.get("tp") or fixed["tp"]].append(t)
+    return [{"tp": tp, "trials": len(ts), "pruned": sum(t.state == "PRUNED" for t in ts),
+             "best": max((t.objective for t in ts if t.state == "COMPLETE"), default=None)}
+            for tp, ts in sorted(groups.items())]
+
+
+def test_the_query_by_tp_groups_a_study_that_pinned_tp(pinned):
+    with RunStore.open(pinned, read_only=True) as store:
+        trials = store.trials("demo")
+        fixed = store.get_study("demo").settings["fixed"]
+    assert fixed == {"tp": 2} and not any("tp" in t.params for t in trials)
+    [query] = [sql for sql in sql_blocks() if "AS tp" in sql]
+    [rows] = answers(pinned, None, [query])
+    assert rows == tp_groups(trials, fixed) and [r["tp"] for r in rows] == [2]
 
 
 def pruned_trials(rows, trials, **_):
