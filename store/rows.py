@@ -79,6 +79,8 @@ class TrialRow:
     duration_s: float | None
     completed_at: datetime | None
     run_id: int | None
+    started_at: datetime | None = None  # None: stored before schema 4 recorded it
+    worker: str | None = None  # the tuner worker that ran it, "host:pid"; None: unknown (stored before schema 4)
 
 
 @dataclass(frozen=True)

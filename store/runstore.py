@@ -43,8 +43,10 @@ _RUN_COLUMNS = ("created_at, pipedeck_version, backend, scenario, seed, rate, mo
 # TIMESTAMPTZ columns are read as naive UTC (DuckDB before 2.0 needs pytz to fetch a zoned value), then tagged UTC
 _LIST_COLUMNS = ("id, timezone('UTC', created_at), backend, scenario, mode, model, hardware, tp, pp, chunk, rate, seed, study, trial, "
                  "label, makespan_s, summary")
-_TRIAL_COLUMNS = "study, number, state, params, config, metrics, objective, duration_s, completed_at, run_id"
-_TRIAL_READ = _TRIAL_COLUMNS.replace("completed_at", "timezone('UTC', completed_at)")
+_TRIAL_COLUMNS = ("study, number, state, params, config, metrics, objective, duration_s, completed_at, run_id, "
+                  "started_at, worker")
+_TRIAL_READ = (_TRIAL_COLUMNS.replace("completed_at", "timezone('UTC', completed_at)")
+               .replace("started_at", "timezone('UTC', started_at)"))
 _STUDY_COLUMNS = "name, created_at, scenario, objective, slo, settings, storage, pipedeck_version"
 # One write transaction at a time among this process's connections, as DuckDB allows one writing process per file:
 # concurrent transactions would conflict on the same keys, and a check before an insert would miss the other's row.
@@ -257,11 +259,13 @@ class RunStore:
 
     def save_trial(self, study: str, number: int, *, state: str, params: dict[str, object],
                    config: dict[str, object] | None, metrics: dict[str, object], objective: float | None,
-                   duration_s: float | None, run_id: int | None = None, completed_at: datetime | None = None) -> None:
+                   duration_s: float | None, run_id: int | None = None, completed_at: datetime | None = None,
+                   started_at: datetime | None = None, worker: str | None = None) -> None:
         """Insert or replace trial (study, number): syncing the same trial twice leaves one row.
 
         Only a COMPLETE trial has an objective. Without `run_id` the trial keeps the run it is linked to
-        (see `link_run`); without `completed_at` a finished trial keeps its first completion time.
+        (see `link_run`); without `completed_at` a finished trial keeps its first completion time; without
+        `started_at` (when it started) or `worker` (which tuner worker ran it, "host:pid") it keeps the stored ones.
         """
         state = _trial_state(state)
         if isinstance(number, bool) or not isinstance(number, (int, np.integer)) or number < 0:
@@ -270,17 +274,20 @@ class RunStore:
             raise StoreError(f"objective: only a COMPLETE trial has one, got {objective!r} for a {state} trial")
         row = [study, int(number), state, dumps(params, "params"), None if config is None else dumps(config, "config"),
                dumps(metrics, "metrics"), _opt_float(objective), _opt_float(duration_s),
-               None if completed_at is None else _zoned(completed_at), _opt_int(run_id)]
+               None if completed_at is None else _zoned(completed_at), _opt_int(run_id),
+               None if started_at is None else _zoned(started_at), _opt_str(worker)]
         with self._writing() as con:
             if con.execute("SELECT 1 FROM studies WHERE name = ?", [study]).fetchone() is None:
                 raise self._no_study(study)
-            old = con.execute("SELECT timezone('UTC', completed_at), run_id FROM trials WHERE study = ? AND number = ?",
-                              [study, int(number)]).fetchone() or (None, None)
+            old = con.execute("SELECT timezone('UTC', completed_at), run_id, timezone('UTC', started_at), worker "
+                              "FROM trials WHERE study = ? AND number = ?", [study, int(number)]).fetchone() or (None,) * 4
             if row[8] is None and state in FINISHED_STATES:
                 row[8] = _utc(old[0]) or utcnow()
-            if row[9] is None:
-                row[9] = old[1]
-            con.execute(f"INSERT OR REPLACE INTO trials ({_TRIAL_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", row)
+            for i, kept in ((9, old[1]), (10, _utc(old[2])), (11, old[3])):
+                if row[i] is None:
+                    row[i] = kept
+            marks = ", ".join("?" * len(row))
+            con.execute(f"INSERT OR REPLACE INTO trials ({_TRIAL_COLUMNS}) VALUES ({marks})", row)
 
     def link_run(self, study: str, number: int, run_id: int) -> None:
         """Point trial (study, number) at `run_id`, a stored run of it (the best or default config's)."""
@@ -448,7 +455,7 @@ def _study_row(row: tuple) -> StudyRow:
 
 
 def _trial_row(row: tuple) -> TrialRow:
-    study, number, state, params, config, metrics, objective, duration, completed, run_id = row
+    study, number, state, params, config, metrics, objective, duration, completed, run_id, started, worker = row
     return TrialRow(study=study, number=number, state=state, params=_loads(params), config=_loads(config),
                     metrics=_loads(metrics), objective=objective, duration_s=duration, completed_at=_utc(completed),
-                    run_id=run_id)
+                    run_id=run_id, started_at=_utc(started), worker=worker)

@@ -196,7 +196,13 @@ def _v3_params(params: dict[str, object], config: dict[str, object] | None, laye
     return named
 
 
-MIGRATIONS: list[Migration] = [_v1, _v2, _v3]
+def _v4(con: duckdb.DuckDBPyConnection) -> None:
+    """Trials say when they started and which worker ran them; NULL for the trials stored before."""
+    con.execute("ALTER TABLE trials ADD COLUMN started_at TIMESTAMPTZ")
+    con.execute("ALTER TABLE trials ADD COLUMN worker VARCHAR")
+
+
+MIGRATIONS: list[Migration] = [_v1, _v2, _v3, _v4]
 SCHEMA_VERSION = len(MIGRATIONS)
 
 

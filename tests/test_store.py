@@ -9,7 +9,7 @@ import sys
 import textwrap
 import threading
 import time
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import duckdb
@@ -327,6 +327,23 @@ def test_a_trial_keeps_its_run_link_and_completion_time_when_synced_again(store,
         store.link_run("st", 0, run_id + 1)
 
 
+def test_a_trial_records_when_it_started_and_which_worker_ran_it(store):
+    store.save_study("st", scenario="s", objective="goodput", slo={}, settings={}, storage="x")
+    started = datetime(2026, 1, 2, 9, 4, 5, tzinfo=timezone(timedelta(hours=5, minutes=30)))
+    store.save_trial("st", 0, state="RUNNING", params={}, config=None, metrics={}, objective=None, duration_s=None,
+                     started_at=started, worker="node-a:4242")
+    first = store.trials("st")[0]
+    assert (first.started_at, first.worker) == (started, "node-a:4242") and first.started_at.tzinfo is timezone.utc
+    store.save_trial("st", 0, state="COMPLETE", params={}, config=None, metrics={}, objective=1.0, duration_s=2.0)
+    again = store.trials("st")[0]
+    assert (again.started_at, again.worker) == (started, "node-a:4242")  # synced again without them: kept
+    store.save_trial("st", 1, state="FAIL", params={}, config=None, metrics={}, objective=None, duration_s=None)
+    assert (store.trials("st")[1].started_at, store.trials("st")[1].worker) == (None, None)
+    (kind,) = store.con.execute("SELECT data_type FROM information_schema.columns WHERE table_name = 'trials' "
+                                "AND column_name = 'started_at'").fetchone()
+    assert kind == "TIMESTAMP WITH TIME ZONE"
+
+
 def test_a_study_s_run_saved_once_is_stored_once(store, sim_result):
     """A study's best (or default) run is stored once per trial and label, whoever saves it again."""
     first = store.save_run(sim_result, study="s", trial=3, label="best", once=True)
@@ -456,7 +473,7 @@ def test_schema_version_is_recorded_once(db):
     RunStore.open(db).close()
     with RunStore.open(db) as s:
         assert s.con.execute(read).fetchall() == first
-    assert [v for v, _, _ in first] == list(range(1, SCHEMA_VERSION + 1)) == [1, 2, 3]
+    assert [v for v, _, _ in first] == list(range(1, SCHEMA_VERSION + 1)) == [1, 2, 3, 4]
     assert {kind for _, _, kind in first} == {"TIMESTAMP WITH TIME ZONE"}
 
 
@@ -465,10 +482,12 @@ def test_a_store_written_at_version_1_is_migrated_in_place_keeping_its_runs(db, 
         run_id = store.save_run(sim_result)
         store.con.execute("DELETE FROM schema_version WHERE version > 1")
         store.con.execute("ALTER TABLE runs DROP COLUMN live")
+        for column in ("started_at", "worker"):
+            store.con.execute(f"ALTER TABLE trials DROP COLUMN {column}")
         for column in ("steps", "chunks", "stage_executions"):
             store.con.execute(f"ALTER TABLE runs ALTER COLUMN {column} SET NOT NULL")
     with RunStore.open(db) as store:
-        assert [v for (v,) in store.con.execute("SELECT version FROM schema_version ORDER BY 1").fetchall()] == [1, 2, 3]
+        assert [v for (v,) in store.con.execute("SELECT version FROM schema_version ORDER BY 1").fetchall()] == [1, 2, 3, 4]
         back = store.get_run(run_id).result
         assert back.records == sim_result.records and back.steps == sim_result.steps and back.live is None
         nullable = store.con.execute("SELECT is_nullable FROM information_schema.columns WHERE table_name = 'runs' "

@@ -1,10 +1,12 @@
-"""Schema 3: a store written by the previous pipedeck (schema 2) is migrated in place, every row kept.
+"""Schemas 3 and 4: stores written by earlier pipedecks (schema 2, and schema 3) are migrated in place, every row kept.
 
 tests/data/store-v2.duckdb.xz was written by pipedeck 78356bc on DuckDB 1.1
 (tests/data/make_store_v2.py): a simulated run, a small tune with completed
 and pruned trials and its best and default runs, a named config, and trials
 that never ran. Each table is read before and after the migration and
-compared row by row.
+compared row by row. The schema-3 store is that file as the pipedeck of
+schema 3 left it after upgrading it (its own migration, frozen in
+store/schema.py).
 """
 
 from __future__ import annotations
@@ -18,6 +20,8 @@ import duckdb
 import pytest
 from pipedeck.backends.result import Span
 from pipedeck.store import RunStore, StoreError
+from pipedeck.store.schema import _v3
+from pipedeck.store.transaction import transaction
 
 from tests.flags import assert_flags_give_back
 
@@ -84,7 +88,7 @@ def test_reading_a_schema_2_store_read_only_is_refused_untouched(v2_store):
     data = v2_store.read_bytes()
     with pytest.raises(StoreError) as err:
         RunStore.open(v2_store, read_only=True)
-    assert str(err.value) == (f"db: {v2_store} has schema version 2, older than 3; open it once read-write "
+    assert str(err.value) == (f"db: {v2_store} has schema version 2, older than 4; open it once read-write "
                               "(any pipedeck simulate) to upgrade it")
     assert v2_store.read_bytes() == data
 
@@ -98,7 +102,7 @@ def test_a_schema_2_store_migrates_in_place_keeping_every_row(v2_store, far_from
 
     for table, column in ZONED.items():  # the same instants, now zoned
         assert types[table, column][0] == "TIMESTAMP WITH TIME ZONE"
-    assert [row["version"] for row in after["schema_version"]] == [1, 2, 3]
+    assert [row["version"] for row in after["schema_version"]] == [1, 2, 3, 4]
     assert after["schema_version"][:2] == before["schema_version"]
     for table in ("runs", "run_ranks", "requests", "studies", "configs"):
         assert after[table] == before[table], table
@@ -129,6 +133,38 @@ def test_a_schema_2_store_migrates_in_place_keeping_every_row(v2_store, far_from
     assert unrun[1] == {"tp": 2, "pp": 2, "mode": "vpp", "chunk": 4096, "max-running": 64, "layer-split": "13,12,11,12",
                         "delay-scheduling": False}
     assert unrun[2] == {"tp": 2, "pp": 2, "chunk": 999}
+
+
+@pytest.fixture()
+def v3_store(v2_store) -> Path:
+    """The schema-2 fixture upgraded to schema 3 as the pipedeck of schema 3 did it."""
+    con = duckdb.connect(str(v2_store))
+    try:
+        with transaction(con):
+            _v3(con)
+            con.execute("INSERT INTO schema_version VALUES (3, now())")
+    finally:
+        con.close()
+    return v2_store
+
+
+def test_a_schema_3_store_migrates_in_place_its_trials_gaining_a_null_start_and_worker(v3_store):
+    before = tables(v3_store)
+    assert [row["version"] for row in before["schema_version"]] == [1, 2, 3]
+    assert ("trials", "started_at") not in column_types(v3_store)
+    RunStore.open(v3_store).close()
+    after = tables(v3_store)
+    types = column_types(v3_store)
+
+    assert (types["trials", "started_at"], types["trials", "worker"]) == \
+        (("TIMESTAMP WITH TIME ZONE", "YES"), ("VARCHAR", "YES"))
+    assert [row["version"] for row in after["schema_version"]] == [1, 2, 3, 4]
+    assert after["schema_version"][:3] == before["schema_version"]
+    for table in ("runs", "run_ranks", "requests", "spans", "studies", "configs"):
+        assert after[table] == before[table], table
+    assert before["trials"] and after["trials"] == [{**t, "started_at": None, "worker": None} for t in before["trials"]]
+    with RunStore.open(v3_store, read_only=True) as store:
+        assert {(t.started_at, t.worker) for t in store.trials("v2-demo")} == {(None, None)}
 
 
 def check_params(old: dict[str, object], new: dict[str, object], config: dict[str, object] | None) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -160,6 +161,8 @@ def test_study_runs_seeds_the_default_and_syncs_the_store(tmp_path):
     assert len({t.number for t in trials}) == len(trials) >= 6
     assert {r.label for r in runs} >= {"best"} and best_run.spans
     assert best_run.config == outcome.best.config
+    for t in trials:  # when each started, and the worker (host:pid) that ran it
+        assert t.worker == f"{socket.gethostname()}:{os.getpid()}" and t.started_at <= t.completed_at
     linked = {t.number: t.run_id for t in trials if t.run_id is not None}
     assert linked == {outcome.best.number: outcome.best_run_id, 0: outcome.default_run_id}
     for t in trials:

@@ -187,11 +187,15 @@ class StoreSync:
         """
         duration = (t.datetime_complete - t.datetime_start).total_seconds() \
             if t.datetime_complete and t.datetime_start else None
+        worker = t.user_attrs.get("worker")
         with open_store(self.db) as store:
             store.save_trial(self.study.study_name, t.number, state=t.state.name,
                              params=t.user_attrs.get("flags", t.params), config=t.user_attrs.get("config"),
                              metrics={**t.user_attrs.get("metrics", {}), **(extra_metrics or {})},
-                             objective=t.value if t.state == TrialState.COMPLETE else None, duration_s=duration)
+                             objective=t.value if t.state == TrialState.COMPLETE else None, duration_s=duration,
+                             # Optuna's times are naive local time
+                             started_at=t.datetime_start.astimezone() if t.datetime_start else None,
+                             worker=f"{worker['host']}:{worker['pid']}" if worker else None)
         self.synced.add(t.number)
 
 
