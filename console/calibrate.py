@@ -72,8 +72,8 @@ def calibrate(**opts: object) -> None:
     points = plan(config)
     passes = QUICK_PASSES if opts["quick"] else PASSES
     store = None if opts["no_store"] else db_path(opts)
-    if store is not None:
-        RunStore.open(store).close()  # a bad --db fails here, before any work
+    if store is not None:  # a bad --db fails here, before any work; nothing is created until a run is stored
+        RunStore.check_writable(store)
     console = Console(stderr=True)
     run_ids: list[int] = []
     progress = make_progress(progress_mode(opts), console)

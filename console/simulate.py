@@ -56,8 +56,8 @@ def execute(opts: dict[str, object], backend_name: str, **backend_options: objec
                         timeline=bool(opts["timeline"]) or store)
     check_workload(scenario, opts)
     path = db_path(opts)
-    if store:
-        run_store.RunStore.open(path).close()  # a bad --db fails here, before any work; the file is not held while running
+    if store:  # a bad --db fails here, before any work; nothing is created until there is a run to store
+        run_store.RunStore.check_writable(path)
     result = backend.run(scenario, config, rate=opts["rate"], seed=opts["seed"], num_requests=opts["num_requests"],
                          timeline=bool(opts["timeline"]) or store)
     run_id = None

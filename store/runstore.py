@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -27,11 +28,11 @@ from .columns import (
     request_columns,
     span_columns,
 )
-from .connect import connect, first_line, translate
+from .connect import check_path, connect, first_line, translate
 from .errors import StoreError
 from .paths import default_db_path
 from .rows import ConfigRow, RunRow, StoredRun, StudyRow, TrialRow
-from .schema import migrate, utcnow
+from .schema import known_version, migrate, utcnow
 from .transaction import transaction
 
 TRIAL_STATES = ("RUNNING", "WAITING", "COMPLETE", "PRUNED", "FAIL")
@@ -85,6 +86,30 @@ class RunStore:
             con.close()
             raise
         return cls(con, resolved, read_only)
+
+    @staticmethod
+    def check_writable(path: str | Path | None = None) -> None:
+        """Refuse, before any work and without creating or changing a file, a store a run could not be saved in.
+
+        A missing file needs a folder that exists and can be written (the file is created by the first write);
+        an existing one must be a writable pipedeck store of a schema this pipedeck knows (it is upgraded by the
+        first write).
+        """
+        resolved = default_db_path(path)
+        if not resolved.exists():
+            check_path(resolved, read_only=False)
+            if not os.access(resolved.parent, os.W_OK | os.X_OK):
+                raise StoreError(f"db: folder {resolved.parent} is not writable")
+            return
+        con = connect(resolved, read_only=True)
+        try:
+            known_version(con, resolved)
+        except duckdb.Error as err:
+            raise translate(err, resolved) from None
+        finally:
+            con.close()
+        if not os.access(resolved, os.W_OK):
+            raise StoreError(f"db: {resolved} is not writable")
 
     def close(self) -> None:
         """Close the file (idempotent); its lock is released for other processes."""

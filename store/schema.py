@@ -231,10 +231,16 @@ def migrate(con: duckdb.DuckDBPyConnection, path: Path, *, read_only: bool = Fal
         return _migrate(con, path, read_only)
 
 
-def _migrate(con: duckdb.DuckDBPyConnection, path: Path, read_only: bool) -> int:
+def known_version(con: duckdb.DuckDBPyConnection, path: Path) -> int:
+    """The file's schema version (as `current_version`); StoreError if it is newer than this pipedeck knows."""
     found = current_version(con, path)
     if found > SCHEMA_VERSION:
         raise StoreError(f"db: {path} has schema version {found}, newer than this pipedeck knows ({SCHEMA_VERSION}); upgrade pipedeck")
+    return found
+
+
+def _migrate(con: duckdb.DuckDBPyConnection, path: Path, read_only: bool) -> int:
+    found = known_version(con, path)
     if found == SCHEMA_VERSION:
         return found
     if read_only:

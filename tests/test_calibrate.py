@@ -152,6 +152,21 @@ def test_an_unreachable_endpoint_is_one_line_and_keeps_the_old_profile(tiny, tmp
     assert out.read_text() == "the previous calibration"
 
 
+def test_a_failed_calibrate_creates_no_store_or_log_and_leaves_an_existing_store_untouched(tiny, tmp_path, capsys):
+    db, log, out = tmp_path / "runs.duckdb", tmp_path / "serve.log", tmp_path / "x.toml"
+    dead = calibrate_argv(tiny, out, "--endpoint", "http://127.0.0.1:9", "--db", str(db))
+    missing = calibrate_argv(tiny, out, "--launch", "llama-server", "--model-path", "t.gguf", "--program",
+                             str(tmp_path / "no-such-llama-server"), "--log", str(log), "--db", str(db))
+    for argv in (dead, missing):
+        assert run_cli(cli, argv) == 2
+        assert capsys.readouterr().err.count("\n") == 1
+        assert not db.exists() and not log.exists()
+    RunStore.open(db).close()
+    kept = db.read_bytes()
+    assert run_cli(cli, dead) == 2
+    assert db.read_bytes() == kept
+
+
 def test_an_unwritable_or_unloadable_out_is_refused_before_any_work(tiny, tmp_path, capsys):
     assert run_cli(cli, calibrate_argv(tiny, tmp_path / "missing" / "x.toml", "--endpoint", "http://x")) == 2
     assert capsys.readouterr().err.startswith("pipedeck: error: Invalid value for --out: folder ")

@@ -116,6 +116,17 @@ def test_simulate_into_a_missing_folder_is_one_line(capsys, tmp_path):
     assert_one_line_error(status, out, err, "db: folder ")
 
 
+def test_a_failed_run_creates_no_store_and_leaves_an_existing_one_untouched(capsys, db):
+    dead = ["run", "--backend", "live", "--endpoint", "http://127.0.0.1:9", "--scenario", "short-4k",
+            "--requests", "2", "--db", db]
+    assert_one_line_error(*run(capsys, dead), "endpoint: http://127.0.0.1:9/v1/models lists no model")
+    assert not db.exists(), "nothing to store: no store file"
+    run(capsys, [*SHORT, "--db", db])
+    stored = db.read_bytes()
+    assert_one_line_error(*run(capsys, dead), "endpoint: http://127.0.0.1:9/v1/models lists no model")
+    assert db.read_bytes() == stored
+
+
 # -- runs --------------------------------------------------------------------------------------------------
 
 def test_runs_lists_stored_runs_newest_first(capsys, db):

@@ -610,6 +610,30 @@ def test_read_only_store_refuses_writes_and_missing_files(tmp_path, db, sim_resu
             s.save_run(sim_result)
 
 
+def test_check_writable_creates_and_changes_nothing_and_refuses_what_could_not_take_a_run(tmp_path, db, sim_result,
+                                                                                        monkeypatch):
+    RunStore.check_writable(db)
+    assert not db.exists()
+    with pytest.raises(StoreError, match="^db: folder .* does not exist$"):
+        RunStore.check_writable(tmp_path / "missing" / "runs.duckdb")
+    with RunStore.open(db) as store:
+        store.save_run(sim_result)
+    stored = db.read_bytes()
+    RunStore.check_writable(db)
+    assert db.read_bytes() == stored
+    garbage = tmp_path / "garbage.duckdb"
+    garbage.write_bytes(b"garbage" * 100)
+    with pytest.raises(StoreError, match="is not a pipedeck DuckDB store"):
+        RunStore.check_writable(garbage)
+    (tmp_path / "new").mkdir()
+    monkeypatch.setattr(runstore_module.os, "access", lambda path, mode: False)  # as a folder or file not ours
+    with pytest.raises(StoreError, match=f"^db: folder {tmp_path / 'new'} is not writable$"):
+        RunStore.check_writable(tmp_path / "new" / "runs.duckdb")
+    with pytest.raises(StoreError, match=f"^db: {db} is not writable$"):
+        RunStore.check_writable(db)
+    assert db.read_bytes() == stored
+
+
 def test_bad_locations_are_one_line(tmp_path):
     with pytest.raises(StoreError, match="does not exist"):
         RunStore.open(tmp_path / "no-such-dir" / "runs.duckdb")
