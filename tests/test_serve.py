@@ -77,14 +77,29 @@ def test_a_server_that_never_gets_healthy_is_one_line_and_leaves_nothing_running
     assert started and not alive(started[0].pid)
 
 
-def test_a_missing_engine_program_is_one_line(tmp_path, capsys):
+@pytest.mark.parametrize("earlier_log", [None, "the last serve's output\n"])
+def test_a_missing_engine_program_is_one_line_and_leaves_the_log_as_it_was(tmp_path, capsys, earlier_log):
+    log = tmp_path / "log"
+    if earlier_log is not None:
+        log.write_text(earlier_log)
     status = run_cli(cli, ["serve", "--engine", "llama-server", "--model-path", "tiny.gguf", "--model", "qwen2.5-14b",
                            "--hardware", "a100-40g-pcie", "--tp", "1", "--pp", "1", "--kv-capacity", "4096",
-                           "--program", str(tmp_path / "no-such-llama-server"), "--log", str(tmp_path / "log")])
+                           "--program", str(tmp_path / "no-such-llama-server"), "--log", str(log)])
     assert status == 2
     missing = str(tmp_path / "no-such-llama-server")
     assert capsys.readouterr().err.strip() == (f"pipedeck: error: engine: {missing!r} not found; "
                                                "install llama-server or give its program")
+    assert (log.read_text() if log.exists() else None) == earlier_log, "no empty log; an earlier one kept"
+
+
+def test_a_program_that_cannot_start_leaves_no_log(tmp_path):
+    program = tmp_path / "not-a-program"
+    program.write_bytes(b"\x00\x01")  # executable by its mode, but the system cannot run it (exec format error)
+    program.chmod(0o755)
+    log = tmp_path / "log"
+    with pytest.raises(LaunchError, match="^log: cannot start llama-server"):
+        start_server(ServingConfig(**CPU).resolve(), "llama-server", "tiny.gguf", log, program=(str(program),))
+    assert not log.exists()
 
 
 def _ignore_sigint() -> None:

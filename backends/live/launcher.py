@@ -9,6 +9,7 @@ PID: SIGTERM, then SIGKILL after a grace period.
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -93,14 +94,17 @@ def start_server(config: ResolvedConfig, engine: str, model_path: str, log_path:
     """
     port = port or free_port(host)
     argv, env = server_command(config, engine, model_path, host, port, program)
+    if shutil.which(argv[0]) is None:  # before the log is opened: an earlier log is not emptied for nothing
+        raise LaunchError(f"engine: {argv[0]!r} not found; install {engine} or give its program")
     log = Path(log_path)
+    created = not log.exists()
     try:
         with log.open("wb") as out:
             process = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                        env={**user_environment(), **env}, start_new_session=True)
-    except FileNotFoundError:
-        raise LaunchError(f"engine: {argv[0]!r} not found; install {engine} or give its program") from None
     except OSError as err:
+        if created:  # no engine ran: no output to keep
+            log.unlink(missing_ok=True)
         raise LaunchError(f"log: cannot start {engine} logging to {log}: {err.strerror or err}") from None
     server = Server(engine, f"http://{host}:{port}", process, log)
     try:
