@@ -49,8 +49,8 @@ _TRIAL_COLUMNS = ("study, number, state, params, config, metrics, objective, dur
 _TRIAL_READ = (_TRIAL_COLUMNS.replace("completed_at", "timezone('UTC', completed_at)")
                .replace("started_at", "timezone('UTC', started_at)"))
 _STUDY_COLUMNS = "name, created_at, scenario, objective, slo, settings, storage, pipedeck_version"
-# One write transaction at a time among this process's connections, as DuckDB allows one writing process per file:
-# concurrent transactions would conflict on the same keys, and a check before an insert would miss the other's row.
+# One write transaction at a time in this process (DuckDB lets one process write a file; its connections'
+# concurrent transactions would conflict on the same keys, and a check before an insert would miss the other's row).
 _WRITING = threading.RLock()
 
 
@@ -305,7 +305,8 @@ class RunStore:
             if con.execute("SELECT 1 FROM studies WHERE name = ?", [study]).fetchone() is None:
                 raise self._no_study(study)
             old = con.execute("SELECT timezone('UTC', completed_at), run_id, timezone('UTC', started_at), worker "
-                              "FROM trials WHERE study = ? AND number = ?", [study, int(number)]).fetchone() or (None,) * 4
+                              "FROM trials WHERE study = ? AND number = ?",
+                              [study, int(number)]).fetchone() or (None,) * 4
             if row[8] is None and state in FINISHED_STATES:
                 row[8] = _utc(old[0]) or utcnow()
             for i, kept in ((9, old[1]), (10, _utc(old[2])), (11, old[3])):

@@ -281,7 +281,8 @@ def study_verdict(study: optuna.Study, *, direction: str, precision: float, slo:
     complete = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
     limits = {limit.metric: limit.limit_s for limit in parse_slo(slo).limits} if slo else {}
     return decide([Finished(t.number, t.user_attrs.get("config", {}), t.user_attrs.get("metrics", {}), t.value)
-                   for t in complete], direction, precision, limits, default.user_attrs.get("config") if default else None)
+                   for t in complete], direction, precision, limits,
+                  default.user_attrs.get("config") if default else None)
 
 
 def recommended_trial(study: optuna.Study) -> FrozenTrial | None:
