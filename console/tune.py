@@ -119,19 +119,18 @@ def _spec_from_options(opts: dict[str, object], live: LivePlan) -> tuple[TuneSpe
         spec = build_spec(inputs, str(opts["db"]))
     except TuneInputError as err:
         raise click.BadParameter(str(err), param_hint=f"--{err.field}") from None
-    if opts["export_dir"]:
-        spec = _resumed_search(spec, inputs.fixes)
     live.check(spec)
-    return spec, int(opts["jobs"])
+    return _resumed_search(spec, inputs.fixes), int(opts["jobs"])  # last: it opens the study's storage
 
 
 def _resumed_search(spec: TuneSpec, fixes: tuple[str, ...]) -> TuneSpec:
     """A study that exists keeps the search it was created with; --export then only picks what its winner is
     written for (refused in one line if that engine cannot run it).
 
-    The export engine chooses the baseline engine, the modes searched and, for an engine without delay
-    scheduling, a delay_scheduling=off pin of a new study; those would not match a study created without
-    --export (or for another --format), which resumes with its own.
+    The engine tuned for (--format, else the hardware's default) chooses the baseline engine, the modes
+    searched and, for an engine without delay scheduling, a delay_scheduling=off pin of a new study; those
+    would not match a study created for another --format (or by a pipedeck that searched every mode), which
+    resumes with its own.
     """
     saved = saved_settings(spec)
     if saved is None:

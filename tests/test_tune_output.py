@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shlex
 from types import SimpleNamespace
 
 import optuna
@@ -82,6 +83,21 @@ def test_piped_tune_prints_progress_lines_the_reason_the_files_and_the_next_comm
     # piped, nothing is folded: each sentence on one line, the table at its natural width with one line per row
     assert any(line.startswith("best / default: ") and line.endswith("on the same traffic") for line in lines)
     assert len({len(line) for line in lines if line[:1] in "┏┃┡│└"}) == 1
+
+
+def test_every_next_command_tune_prints_runs_as_printed(tmp_path, capsys, monkeypatch):
+    """On Ascend without --format the study is tuned for vLLM-Ascend, so its `next: pipedeck export` runs."""
+    monkeypatch.chdir(tmp_path)
+    ascend = [*SMALL[:2], "--hardware", "ascend-910c", *SMALL[4:]]
+    status = run_cli(cli, ["tune", *ascend, "--trials", "8", "--repeats", "1", "--db", "r.duckdb"])
+    out, err = capsys.readouterr()
+    assert status == 0, err
+    lines = out.splitlines()
+    nexts = [line.strip() for line in lines[lines.index("next:") + 1:]]
+    assert nexts[0].startswith("pipedeck export ") and "--format vllm-ascend" in nexts[0]
+    for step in nexts:
+        assert run_cli(cli, shlex.split(step)[1:]) == 0, (step, capsys.readouterr().err)
+    assert (tmp_path / "deploy" / "serve.sh").is_file() and (tmp_path / "study.html").is_file()
 
 
 def test_tune_json_carries_the_effects(tmp_path, capsys):
