@@ -138,11 +138,16 @@ def test_dcpp_on_vllm_ascend_puts_profiling_chunk_config_where_the_release_reads
     assert flags["--max-num-batched-tokens"] == "32768" and flags["--enable-chunked-prefill"] is True
 
 
-def test_dcpp_min_chunk_above_the_chunk_is_clamped_as_simulated(tmp_path):
-    path = export(tmp_path, "vllm-ascend", **DSV3, pp=2, mode="dcpp", chunk=2048, min_chunk=4096)["serve.sh"]
-    config = json.loads(options(parse_script(path)[1])["--additional-config"])
-    assert config["profiling_chunk_config"]["min_chunk"] == 2048
-    assert "min_chunk 4096 exceeds the chunk budget" in path.read_text()
+def test_dcpp_whose_min_chunk_reaches_the_chunk_is_exported_as_the_cpp_it_is(tmp_path):
+    """Its floor is the whole chunk, so it never shrinks one: the launch is plain chunked prefill, and says why."""
+    files = export(tmp_path, "vllm-ascend", **DSV3, pp=2, mode="dcpp", chunk=2048, min_chunk=4096)
+    text = files["serve.sh"].read_text()
+    assert "profiling_chunk_config\":" not in text and "--no-async-scheduling" not in text
+    notes = [line for line in text.splitlines() if "In force" in line]
+    assert notes == ["# In force: mode cpp. The study's dcpp has min_chunk 4096 >= chunk 2048, so it never shrinks "
+                     "a chunk and runs as cpp."], text
+    record = json.loads(files["pipedeck-best.json"].read_text())
+    assert record["config"]["mode"] == "cpp" and record["config"]["min_chunk"] == ServingConfig().min_chunk
 
 
 @pytest.mark.parametrize("mode", VPP_MODES)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pipedeck.backends.config import ServingConfig
 from pipedeck.tuner.objective import search_precision
-from pipedeck.tuner.verdict import Finished, changes, decide, inert_knobs
+from pipedeck.tuner.verdict import Finished, changes, decide, in_force, inert_knobs
 
 LIMITS = {"ttft": 2.0, "tpot": 0.2}
 BASE = ServingConfig(chunk=2048, max_running=256).to_dict()
@@ -47,3 +47,16 @@ def test_ties_on_a_live_server_use_its_coarser_goodput_bracket():
     trials = [trial(1, 3.0), trial(2, 2.9, chunk=8192)]  # 3.4% apart: a tie only at the live bracket
     assert len(decide(trials, "maximize", search_precision("sim"), LIMITS, BASE).ties) == 1
     assert len(decide(trials, "maximize", search_precision("live"), LIMITS, BASE).ties) == 2
+
+
+def test_dcpp_whose_min_chunk_reaches_its_chunk_counts_as_the_cpp_it_is():
+    """Its floor is the whole chunk, so DCPP changes nothing: the tie goes to it for its one real change."""
+    inert_dcpp = trial(1, 3.0, mode="dcpp", chunk=4096, min_chunk=8192, smooth_factor=0.5, pp=2)
+    other = trial(2, 3.0, chunk=4096, max_running=64, pp=2)
+    assert in_force(inert_dcpp.config) == ({**BASE, "chunk": 4096, "pp": 2}, "mode cpp. The study's dcpp has "
+                                           "min_chunk 8192 >= chunk 4096, so it never shrinks a chunk and runs as cpp.")
+    live_dcpp = {**inert_dcpp.config, "min_chunk": 2048}
+    assert in_force(live_dcpp) == (live_dcpp, "")
+    verdict = decide([inert_dcpp, other], "maximize", 0.02, LIMITS, {**BASE, "pp": 2})
+    assert verdict.winner.number == 1 and changes(inert_dcpp.config, {**BASE, "pp": 2}) == 1
+    assert verdict.inert == ("max-running",)

@@ -8,6 +8,9 @@ is the one with the most latency headroom at its goodput rate (P90 TTFT and
 TPOT over their SLO limits, summed), and among those (again within the
 precision) the one that changes the fewest knobs from the baseline. A knob
 whose value differs between tied configs did not change the result.
+
+Configs are compared as they act (`in_force`): a setting that has no effect
+(DCPP whose minimum chunk is its whole chunk) is not counted as a change.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from ..backends.config import ServingConfig
 from ..store import StudyRow, TrialRow
 from .objective import OBJECTIVES, config_key, search_precision
 from .space import DIMENSIONS
@@ -55,18 +59,35 @@ def decide(trials: Sequence[Finished], direction: str, precision: float, limits:
     return Verdict(winner, tuple(sorted(ties, key=lambda t: t.number)), inert_knobs([t.config for t in ties]))
 
 
+def in_force(config: Mapping[str, object]) -> tuple[dict[str, object], str]:
+    """The config as it acts, and a one-line note when that differs from what it sets ("" otherwise).
+
+    DCPP floors each chunk at min_chunk; with min_chunk >= chunk no chunk
+    ever shrinks, so it runs exactly as cpp (the same goodput to the last
+    digit) and its smooth factor does nothing either.
+    """
+    if config.get("mode") != "dcpp" or int(config["min_chunk"]) < int(config["chunk"]):
+        return dict(config), ""
+    default = ServingConfig()
+    note = (f"mode cpp. The study's dcpp has min_chunk {config['min_chunk']} >= chunk {config['chunk']}, so it never "
+            "shrinks a chunk and runs as cpp.")
+    return {**config, "mode": "cpp", "smooth_factor": default.smooth_factor, "min_chunk": default.min_chunk}, note
+
+
 def changes(config: Mapping[str, object], baseline: Mapping[str, object] | None) -> int:
     """How many searched knobs `config` sets differently from `baseline` (0 without a baseline)."""
     if baseline is None:
         return 0
-    return sum(_knob(config, dim.fields) != _knob(baseline, dim.fields) for dim in DIMENSIONS if dim.searched)
+    acting, base = in_force(config)[0], in_force(baseline)[0]
+    return sum(_knob(acting, dim.fields) != _knob(base, dim.fields) for dim in DIMENSIONS if dim.searched)
 
 
 def inert_knobs(configs: Sequence[Mapping[str, object]]) -> tuple[str, ...]:
     """The knobs (by --fix name) that take more than one value among `configs`."""
     if len(configs) < 2:
         return ()
-    return tuple(dim.flag for dim in DIMENSIONS if dim.searched and len({_knob(c, dim.fields) for c in configs}) > 1)
+    acting = [in_force(c)[0] for c in configs]
+    return tuple(dim.flag for dim in DIMENSIONS if dim.searched and len({_knob(c, dim.fields) for c in acting}) > 1)
 
 
 def _knob(config: Mapping[str, object], fields: tuple[str, ...]) -> str:
@@ -85,10 +106,10 @@ def _load(trial: Finished, limits: Mapping[str, float]) -> float:
 
 
 def _distinct(trials: Sequence[Finished]) -> list[Finished]:
-    """One trial per config (the first measured), in trial order."""
+    """One trial per config as it acts (the first measured), in trial order."""
     seen: dict[str, Finished] = {}
     for t in sorted(trials, key=lambda t: t.number):
-        seen.setdefault(config_key(t.config), t)
+        seen.setdefault(config_key(in_force(t.config)[0]), t)
     return list(seen.values())
 
 
