@@ -8,6 +8,7 @@ import shlex
 
 import click
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from ..backends.config import ServingConfig
@@ -15,6 +16,7 @@ from ..backends.launch import get_engine
 from ..backends.registry import BACKENDS
 from ..backends.tokens import format_tokens
 from ..store import RunStore, default_db_path
+from ..tuner.confidence import win_text
 from ..tuner.explain import KnobEffect, effects_json, knob_effects
 from ..tuner.export import export_best
 from ..tuner.objective import OBJECTIVE_NAMES, OBJECTIVES, TuneSpec
@@ -210,12 +212,9 @@ def _print_outcome(spec: TuneSpec, outcome: TuneOutcome, console: Console) -> No
 
 
 def _win_text(outcome: TuneOutcome) -> str:
-    """Whether the intervals call it a win (nothing without intervals)."""
-    if outcome.clear_win is None:
-        return ""
-    seeds = len(outcome.best_ci["seeds"])
-    return f"; a clear win over {seeds} seeds" if outcome.clear_win else \
-        f"; [yellow]not a clear win[/]: the 95% intervals over {seeds} seeds overlap"
+    """Whether the paired seeds call it a win, as the report says it (nothing without intervals)."""
+    text = win_text(outcome.best_ci, outcome.default_ci, outcome.direction)
+    return f"; {escape(text)}" if text else ""
 
 
 def _interval_cell(spec: TuneSpec, outcome: TuneOutcome, trial) -> str:

@@ -22,6 +22,7 @@ from pipedeck.console.cli import cli
 from pipedeck.console.errors import run_cli
 from pipedeck.console.tunespec import TuneInputs, build_spec
 from pipedeck.store import RunStore
+from pipedeck.tuner.confidence import clear_win
 from pipedeck.tuner.space import (
     SpaceContext,
     default_params,
@@ -280,7 +281,7 @@ def test_tune_json_reports_best_default_ratio_ties_and_intervals(tmp_path, capsy
         assert ci["seeds"] == [0, 1, 2] and ci["values"][0] == out[key]["goodput_rps"]  # its own seed first
         assert ci["low"] <= ci["mean"] <= ci["high"] and ci["mean"] == pytest.approx(sum(ci["values"]) / 3)
     assert out["ratio"] == pytest.approx(out["best"]["goodput_rps"] / out["default"]["goodput_rps"])
-    assert out["clear_win"] == (out["best"]["goodput_ci"]["low"] > out["default"]["goodput_ci"]["high"])
+    assert out["clear_win"] == clear_win(out["best"]["goodput_ci"], out["default"]["goodput_ci"], "maximize")
     tied = [t["goodput_rps"] for t in out["ties"]]
     assert out["best"]["trial"] in [t["trial"] for t in out["ties"]]
     assert max(tied) <= min(tied) * 1.02  # every tie within the precision of the best

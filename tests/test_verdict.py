@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 from pipedeck.backends.config import ServingConfig
+from pipedeck.console.plots.study import best_vs_default
+from pipedeck.console.report import confidence_note
+from pipedeck.store import TrialRow
+from pipedeck.tuner.confidence import clear_win, interval, win_text
 from pipedeck.tuner.objective import search_precision
 from pipedeck.tuner.verdict import Finished, changes, decide, in_force, inert_knobs
 
@@ -60,3 +64,41 @@ def test_dcpp_whose_min_chunk_reaches_its_chunk_counts_as_the_cpp_it_is():
     verdict = decide([inert_dcpp, other], "maximize", 0.02, LIMITS, {**BASE, "pp": 2})
     assert verdict.winner.number == 1 and changes(inert_dcpp.config, {**BASE, "pp": 2}) == 1
     assert verdict.inert == ("max-running",)
+
+
+def ci(values: list[float]) -> dict[str, object]:
+    return interval(values, list(range(len(values))))
+
+
+DEFAULT_CI = ci([2.0, 3.0, 4.0, 2.5, 3.5])  # seeds differ a lot from one another
+
+
+def test_a_clear_win_pairs_the_seeds_both_configs_ran_on():
+    best = ci([2.1, 3.12, 4.09, 2.61, 3.6])  # about 0.1 req/s better on every seed
+    assert best["low"] < DEFAULT_CI["high"], "the unpaired intervals overlap"
+    assert clear_win(best, DEFAULT_CI, "maximize") is True
+    assert clear_win(DEFAULT_CI, best, "maximize") is False
+    assert clear_win(ci([1.9, 2.85, 3.9, 2.45, 3.41]), DEFAULT_CI, "minimize") is True  # lower is better
+    mixed = ci([2.5, 2.6, 4.4, 2.0, 3.9])  # higher mean, but better on some seeds and worse on others
+    assert mixed["mean"] > DEFAULT_CI["mean"] and clear_win(mixed, DEFAULT_CI, "maximize") is False
+    assert clear_win(ci([3.0]), ci([2.0]), "maximize") is None, "one seed gives no interval"
+
+
+def test_intervals_apart_are_a_paired_win_too():
+    """The paired half-width is at most the sum of the two unpaired ones, so separate intervals stay a win."""
+    best = ci([5.1, 5.3, 4.9, 5.2, 5.0])
+    assert best["low"] > DEFAULT_CI["high"]
+    assert clear_win(best, DEFAULT_CI, "maximize") is True
+
+
+def test_the_report_and_tune_give_the_same_verdict_on_the_same_figures():
+    mixed = ci([2.5, 2.6, 4.4, 2.0, 3.9])
+    text = win_text(mixed, DEFAULT_CI, "maximize")
+    assert text.startswith("not a clear win: ")
+    config = ServingConfig(chunk=2048, max_running=256).resolve().to_dict()
+    best = TrialRow("s", 3, "COMPLETE", {}, config, {"goodput_ci": mixed}, mixed["values"][0], None, None, None)
+    default = TrialRow("s", 0, "COMPLETE", {}, config, {"goodput_ci": DEFAULT_CI}, DEFAULT_CI["values"][0], None,
+                       None, None)
+    table = best_vs_default(best, default, "goodput", "maximize").data[0].cells.values
+    assert "1.25× better" not in str(table) and "not a clear win" in str(table)
+    assert text in confidence_note(best, default, direction="maximize")

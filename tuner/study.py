@@ -26,7 +26,7 @@ from optuna.trial import FrozenTrial, TrialState
 from ..backends.config import ServingConfig
 from ..backends.errors import ConfigError
 from ..store import RunStore
-from .confidence import interval, separated
+from .confidence import clear_win, interval
 from .objective import FINISHED, OBJECTIVE_LABELS, Evaluator, TuneSpec, search_precision, space_context
 from .slo import parse_slo
 from .space import default_params, foreign_params
@@ -77,10 +77,8 @@ class TuneOutcome:
 
     @property
     def clear_win(self) -> bool | None:
-        """Whether the best's interval lies above the default's; None without intervals."""
-        if self.best_ci is None or self.default_ci is None:
-            return None
-        return separated(self.best_ci, self.default_ci, self.direction)
+        """Whether the best beats the default on their paired seeds (confidence.clear_win); None without intervals."""
+        return clear_win(self.best_ci, self.default_ci, self.direction)
 
     @property
     def ratio(self) -> float | None:
