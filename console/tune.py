@@ -19,7 +19,8 @@ from ..store import RunStore, default_db_path
 from ..tuner.confidence import win_text
 from ..tuner.explain import KnobEffect, effects_json, knob_effects
 from ..tuner.export import export_best
-from ..tuner.objective import OBJECTIVE_NAMES, OBJECTIVES, TuneSpec
+from ..tuner.objective import OBJECTIVES, TuneSpec, better_by
+from ..tuner.slo import METRICS, Limit, parse_slo
 from ..tuner.space import knob_settings, parse_fixes
 from ..tuner.study import TuneOutcome, open_store, run_study, saved_settings
 from ..tuner.storage import GRACE_BEATS, HEARTBEAT_S, shown
@@ -189,7 +190,7 @@ def _print_outcome(spec: TuneSpec, outcome: TuneOutcome, console: Console) -> No
     for label, trial in shown:
         name = f"{spec.engine} default" if label == "default" else label  # the baseline is that engine's own
         table.add_column(f"{name} (trial {trial.number})", justify="right")
-    for name, cell in _ROWS:
+    for name, cell in [*_ROWS, *_latency_rows(spec)]:
         if name == "attainment" and spec.slo is None:
             continue
         table.add_row(name, *(cell(spec, t) for _, t in shown))
@@ -206,7 +207,7 @@ def _print_outcome(spec: TuneSpec, outcome: TuneOutcome, console: Console) -> No
                       "latency headroom, then the fewest changes from the default")
         console.print(f"knobs that did not change the result: {', '.join(outcome.inert) or 'none'}")
     if outcome.ratio is not None:
-        console.print(f"best / default: [bold]{outcome.ratio:.2f}x[/] {OBJECTIVE_NAMES[spec.objective]} on the "
+        console.print(f"best / default: [bold]{better_by(spec.objective, outcome.ratio)}[/] on the "
                       f"same traffic{_win_text(outcome)}")
 
 
@@ -237,9 +238,17 @@ _ROWS = [
     ("knobs", lambda spec, t: ", ".join(knob_settings(t.config)) or "-"),
     ("objective", lambda spec, t: value_text(spec.objective, t.value)),
     ("attainment", _metric("attainment", ".1%")),
-    ("TTFT P90 (s)", _metric("ttft_p90_s", ".3f")),
-    ("TPOT P90 (s)", _metric("tpot_p90_s", ".3f")),
 ]
+
+
+def _latency_rows(spec: TuneSpec) -> list[tuple[str, object]]:
+    """TTFT and TPOT rows at the percentile the SLO limits (P90 where it names none)."""
+    limits = {limit.metric: limit for limit in parse_slo(spec.slo).limits} if spec.slo else {}
+    rows = []
+    for metric in METRICS:
+        limit = limits.get(metric, Limit(metric, 0.0))
+        rows.append((f"{metric.upper()} P{limit.percentile:g} (s)", _metric(limit.key, ".3f")))
+    return rows
 
 
 def _trial_json(trial, ci: dict[str, object] | None = None) -> dict[str, object] | None:

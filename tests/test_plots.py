@@ -444,7 +444,7 @@ def test_report_shows_history_importances_chunks_and_best(capsys, study, tmp_pat
     assert found["chunk"]["layout"]["xaxis"]["type"] == "log"
     table = found["best"]["data"][0]
     assert table["header"]["values"][1:3] == [f"<b>best (trial {best.number})</b>", "<b>default (trial 0)</b>"]
-    assert "better" in " ".join(table["cells"]["values"][3])
+    assert "higher goodput" in " ".join(table["cells"]["values"][3])
 
 
 def test_report_builds_the_history_from_the_store_when_optuna_storage_is_gone(capsys, study, tmp_path):

@@ -15,7 +15,9 @@ from pipedeck.console.output import PIPE_WIDTH, output_console
 from pipedeck.console.progress import PlainProgress
 from pipedeck.console.effects import print_effects
 from pipedeck.tuner.explain import KnobEffect, knob_effects
-from pipedeck.tuner.objective import Evaluator, TuneSpec, space_context
+from pipedeck.console.tune import _print_outcome
+from pipedeck.tuner.objective import Evaluator, TuneSpec, better_by, space_context
+from pipedeck.tuner.study import TrialSummary, TuneOutcome
 from pipedeck.tuner.space import default_params, suggest_config
 from tests.tune_support import SMALL
 from tests.tune_support import spec as small_spec
@@ -143,3 +145,28 @@ def test_when_the_default_wins_nothing_suggests_comparing_it_with_itself(tmp_pat
     assert run_store.endswith(": the default is the best)"), run_store
     nexts = lines[lines.index("next:") + 1:]
     assert nexts and not [line for line in nexts if "pipedeck compare" in line], nexts
+
+
+def test_a_minimised_objective_is_worded_as_a_reduction(tmp_path):
+    assert better_by("ttft", 1.33) == "1.33x lower mean TTFT"
+    assert better_by("goodput", 1.79) == "1.79x higher goodput"
+    assert better_by("ttft", 1.33, percent=True) == "-25% mean TTFT"
+    assert better_by("goodput", 1.056, percent=True) == "+5.6% goodput"
+    spec = small_spec(tmp_path, objective="ttft", slo=None)
+    console = Console(record=True, width=200)
+    print_effects(spec, SimpleNamespace(best=SimpleNamespace(number=7)),
+                  [KnobEffect("chunk", 512, 2048, 1.33, 0.33)], console)
+    assert "chunk 512 (default 2k): -25% mean TTFT" in console.export_text()
+
+
+def test_the_summary_shows_the_percentile_the_slo_names(tmp_path):
+    spec = small_spec(tmp_path, slo="ttft@p99=3s,tpot=200ms")
+    config = ServingConfig(chunk=2048, max_running=256).resolve().to_dict()
+    metrics = {"goodput_rps": 2.0, "attainment": 0.99, "ttft_p90_s": 1.0, "ttft_p99_s": 2.5, "tpot_p90_s": 0.1,
+               "tpot_p99_s": 0.3}
+    trial = TrialSummary(0, config, metrics, 2.0)
+    console = Console(record=True, width=200)
+    _print_outcome(spec, TuneOutcome("t", "maximize", 1, trial, trial, None, None, False), console)
+    rows = {line.split("│")[1].strip(): line.split("│")[2].strip() for line in console.export_text().splitlines()
+            if line.count("│") > 2}
+    assert rows["TTFT P99 (s)"] == "2.500" and rows["TPOT P90 (s)"] == "0.100" and "TTFT P90 (s)" not in rows

@@ -13,7 +13,7 @@ from ...backends.policies.modes import MODES
 from ...backends.tokens import format_tokens
 from ...store import TrialRow
 from ...tuner.confidence import clear_win
-from ...tuner.objective import OBJECTIVE_LABELS
+from ...tuner.objective import OBJECTIVE_LABELS, OBJECTIVE_NAMES, better_by
 from .common import run_colour, styled
 from .table import CELL_PX
 
@@ -153,12 +153,15 @@ def improvement(best: float, default: float, direction: str) -> float | None:
     return best / default if direction == "maximize" else default / best
 
 
-def _gain_cell(best: TrialRow, default: TrialRow | None, gain: float | None, direction: str) -> str:
-    """The objective's ratio, called better (in bold) unless the paired seeds say it is not a clear win."""
+def _gain_cell(best: TrialRow, default: TrialRow | None, gain: float | None, objective: str | None,
+               direction: str) -> str:
+    """How much better the best is, in the objective's terms (in bold unless the paired seeds say it is not a
+    clear win, as `tune` says it)."""
     if gain is None or default is None:
         return ""
+    text = better_by(objective, gain) if objective in OBJECTIVE_NAMES else f"{gain:.2f}x better"
     win = clear_win(best.metrics.get("goodput_ci"), default.metrics.get("goodput_ci"), direction)
-    return f"{gain:.2f}×: not a clear win" if win is False else f"<b>{gain:.2f}× better</b>"
+    return f"{text}: not a clear win" if win is False else f"<b>{text}</b>"
 
 
 def best_vs_default(best: TrialRow, default: TrialRow | None, objective: str | None, direction: str) -> go.Figure:
@@ -169,7 +172,7 @@ def best_vs_default(best: TrialRow, default: TrialRow | None, objective: str | N
     for name, cell in _CONFIG_ROWS:
         rows.append([name, *(cell(t.config) if t.config else "-" for t in shown), ""])
     gain = improvement(best.objective, default.objective, direction) if default is not None else None
-    rows.append([f"<b>{label}</b>", *(f"<b>{t.objective:.4g}</b>" for t in shown), _gain_cell(best, default, gain, direction)])
+    rows.append([f"<b>{label}</b>", *(f"<b>{t.objective:.4g}</b>" for t in shown), _gain_cell(best, default, gain, objective, direction)])
     for key, name, scale, fmt in _METRIC_ROWS:
         if key == OBJECTIVE_METRICS.get(objective or "") or not any(key in t.metrics for t in shown):
             continue
