@@ -39,5 +39,5 @@ def print_effects(spec: TuneSpec, outcome: TuneOutcome, effects: list[KnobEffect
             continue
         size = better_by(spec.objective, 1 + e.gain, percent=True) + (f", {e.note}" if e.note else "")
         if abs(e.gain) < spec.precision:
-            size += f"; within the search's {spec.precision:.0%} precision, so it did not matter"
+            size += f"; within the search's {spec.precision:.0%} precision: alone, it moves nothing measurable"
         console.print(f"  {escape(moved)}: {escape(size)}")

@@ -10,7 +10,7 @@ import optuna
 from ..store import RunStore, StudyRow, TrialRow
 from ..tuner.confidence import interval_text, win_text
 from ..tuner.objective import OBJECTIVES
-from ..tuner.verdict import Verdict, stored_verdict
+from ..tuner.verdict import FREE_KNOBS, Verdict, stored_verdict
 from ..tuner.storage import open_storage, shown
 from ..tuner.study import pull_study
 from .options import check_writable
@@ -125,14 +125,14 @@ def report_sections(row: StudyRow, trials: list[TrialRow], verdict: Verdict | No
 
 
 def verdict_note(verdict: Verdict | None) -> str:
-    """How many configs tie with the best and which knobs did not change the result."""
+    """How many configs tie with the best and which knobs are free within the tie set."""
     if verdict is None or len(verdict.ties) < 2:
         return ""
-    inert = ", ".join(verdict.inert) or "none"
+    free = ", ".join(verdict.free) or "none"
     return (f"{len(verdict.ties)} configs tie within the goodput search's precision (trials "
             f"{', '.join(str(t.number) for t in verdict.ties)}); trial {verdict.winner.number} is recommended for "
-            f"its latency headroom, then for changing the fewest knobs from the default. Knobs that did not change "
-            f"the result: {inert}.")
+            f"its latency headroom, then for changing the fewest knobs from the default. {FREE_KNOBS[0].upper()}"
+            f"{FREE_KNOBS[1:]}: {free}.")
 
 
 def confidence_note(best: TrialRow | None, default: TrialRow | None, *, direction: str) -> str:

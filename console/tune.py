@@ -24,6 +24,7 @@ from ..tuner.slo import METRICS, Limit, parse_slo
 from ..tuner.space import knob_settings, parse_fixes
 from ..tuner.study import TuneOutcome, open_store, run_study, saved_settings
 from ..tuner.storage import GRACE_BEATS, HEARTBEAT_S, shown
+from ..tuner.verdict import FREE_KNOBS
 from ..tuner.workers import SAMPLERS
 from .confirm import (LivePlan, confirm_json, interrupted_by_signals, live_plan, print_live, run_confirm,
                       server_errors, server_options)
@@ -205,7 +206,7 @@ def _print_outcome(spec: TuneSpec, outcome: TuneOutcome, console: Console) -> No
         console.print(f"{len(outcome.ties)} configs tie within the search's {spec.precision:.0%} precision (trials "
                       f"{', '.join(str(t.number) for t in outcome.ties)}); trial {outcome.best.number} has the most "
                       "latency headroom, then the fewest changes from the default")
-        console.print(f"knobs that did not change the result: {', '.join(outcome.inert) or 'none'}")
+        console.print(f"{FREE_KNOBS}: {', '.join(outcome.free) or 'none'}")
     if outcome.ratio is not None:
         console.print(f"best / default: [bold]{better_by(spec.objective, outcome.ratio)}[/] on the "
                       f"same traffic{_win_text(outcome)}")
@@ -264,7 +265,7 @@ def _outcome_json(spec: TuneSpec, outcome: TuneOutcome, exported: list) -> dict[
             "scenario": spec.scenario, "devices": spec.devices, "storage": shown(spec.storage),
             "baseline_engine": spec.engine, "precision": spec.precision,
             "best": _trial_json(outcome.best, outcome.best_ci), "default": _trial_json(outcome.default, outcome.default_ci),
-            "ties": [_trial_json(t) for t in outcome.ties], "inert": list(outcome.inert),
+            "ties": [_trial_json(t) for t in outcome.ties], "free_in_ties": list(outcome.free),
             "clear_win": outcome.clear_win, "ratio": outcome.ratio,
             "best_run_id": outcome.best_run_id, "default_run_id": outcome.default_run_id,
             "interrupted": outcome.interrupted, "exported": [str(p) for p in exported]}

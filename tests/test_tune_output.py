@@ -18,6 +18,8 @@ from pipedeck.tuner.explain import KnobEffect, knob_effects
 from pipedeck.console.tune import _print_outcome
 from pipedeck.tuner.objective import Evaluator, TuneSpec, better_by, space_context
 from pipedeck.tuner.study import TrialSummary, TuneOutcome
+from pipedeck.tuner.verdict import Finished, Verdict
+from pipedeck.console.report import verdict_note
 from pipedeck.tuner.space import default_params, suggest_config
 from tests.tune_support import SMALL
 from tests.tune_support import spec as small_spec
@@ -170,3 +172,24 @@ def test_the_summary_shows_the_percentile_the_slo_names(tmp_path):
     rows = {line.split("│")[1].strip(): line.split("│")[2].strip() for line in console.export_text().splitlines()
             if line.count("│") > 2}
     assert rows["TTFT P99 (s)"] == "2.500" and rows["TPOT P90 (s)"] == "0.100" and "TTFT P90 (s)" not in rows
+
+
+def test_knobs_that_vary_among_ties_are_free_within_the_tie_set_not_said_to_not_matter(tmp_path):
+    """A knob free among the ties may still beat the default: its effect line must not contradict it."""
+    spec = small_spec(tmp_path)
+    config = ServingConfig(chunk=2048, max_running=256).resolve().to_dict()
+    metrics = {"goodput_rps": 2.0, "attainment": 0.99, "ttft_p90_s": 1.0, "tpot_p90_s": 0.1}
+    best, other = TrialSummary(3, {**config, "chunk": 7072}, metrics, 2.0), TrialSummary(5, config, metrics, 1.99)
+    outcome = TuneOutcome("t", "maximize", 6, best, other, None, None, False, ties=(best, other), free=("chunk",))
+    console = Console(record=True, width=300)
+    _print_outcome(spec, outcome, console)
+    print_effects(spec, outcome, [KnobEffect("chunk", 7072, 2048, 1.894, 0.056), KnobEffect("max-running", 64, 256,
+                                                                                           2.0, 0.001)], console)
+    text = console.export_text()
+    assert "knobs free within the tie set" in text and ": chunk" in text
+    assert "did not change the result" not in text and "did not matter" not in text
+    assert "chunk 7072 (default 2k): +5.6% goodput" in text
+    report = verdict_note(Verdict(Finished(3, best.config, metrics, 2.0),
+                                  (Finished(3, best.config, metrics, 2.0), Finished(5, config, metrics, 1.99)),
+                                  ("chunk",)))
+    assert "Knobs free within the tie set (" in report and report.endswith("): chunk.") and "did not change" not in report

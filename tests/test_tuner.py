@@ -285,7 +285,7 @@ def test_tune_json_reports_best_default_ratio_ties_and_intervals(tmp_path, capsy
     tied = [t["goodput_rps"] for t in out["ties"]]
     assert out["best"]["trial"] in [t["trial"] for t in out["ties"]]
     assert max(tied) <= min(tied) * 1.02  # every tie within the precision of the best
-    assert set(out["inert"]) <= {"parallelism", "mode", "chunk", "max-running", "layer-split", "delay-scheduling",
+    assert set(out["free_in_ties"]) <= {"parallelism", "mode", "chunk", "max-running", "layer-split", "delay-scheduling",
                                  "waiting-tok-threshold", "load-alpha", "base-unit", "delay-mode", "smooth-factor",
                                  "min-chunk", "kv-free-threshold", "tpot-violation", "ttft-low", "ttft-high",
                                  "tpot-safe", "alp-window-s", "slo-tpot-coeff", "rls-forgetting",

@@ -1,4 +1,4 @@
-"""The study's verdict: ties within the search's precision, the tie-break, and the knobs that did not matter."""
+"""The study's verdict: ties within the search's precision, the tie-break, and the knobs free among the ties."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pipedeck.console.report import confidence_note
 from pipedeck.store import TrialRow
 from pipedeck.tuner.confidence import clear_win, interval, win_text
 from pipedeck.tuner.objective import search_precision
-from pipedeck.tuner.verdict import Finished, changes, decide, in_force, inert_knobs
+from pipedeck.tuner.verdict import Finished, changes, decide, free_knobs, in_force
 
 LIMITS = {"ttft": 2.0, "tpot": 0.2}
 BASE = ServingConfig(chunk=2048, max_running=256).to_dict()
@@ -23,27 +23,27 @@ def test_configs_within_the_precision_tie_and_the_one_with_most_headroom_wins():
               trial(3, 2.90, ttft=0.5, chunk=4096)]
     verdict = decide(trials, "maximize", 0.02, LIMITS, BASE)
     assert [t.number for t in verdict.ties] == [1, 2]  # 2.90 is more than 2% below 3.00
-    assert verdict.winner.number == 2 and verdict.inert == ("chunk",)
+    assert verdict.winner.number == 2 and verdict.free == ("chunk",)
 
 
 def test_equal_headroom_goes_to_the_fewest_changes_from_the_baseline():
     trials = [trial(1, 3.0, chunk=8192, max_running=64, delay_scheduling=True), trial(2, 3.0, chunk=8192)]
     verdict = decide(trials, "maximize", 0.02, LIMITS, BASE)
-    assert verdict.winner.number == 2 and set(verdict.inert) == {"max-running", "delay-scheduling"}
+    assert verdict.winner.number == 2 and set(verdict.free) == {"max-running", "delay-scheduling"}
     assert changes(trials[0].config, BASE) == 3 and changes(trials[1].config, BASE) == 1
 
 
-def test_a_lower_is_better_objective_ties_from_below_and_one_config_has_no_inert_knobs():
+def test_a_lower_is_better_objective_ties_from_below_and_one_config_has_no_free_knobs():
     trials = [trial(0, 1.00), trial(1, 1.01, chunk=4096), trial(2, 1.5, chunk=512)]
     verdict = decide(trials, "minimize", 0.02, LIMITS, BASE)
     assert [t.number for t in verdict.ties] == [0, 1] and verdict.winner.number == 0
-    assert decide([trials[2]], "minimize", 0.02, LIMITS, BASE).inert == ()
-    assert inert_knobs([BASE, BASE]) == () and decide([], "maximize", 0.02, LIMITS, BASE) is None
+    assert decide([trials[2]], "minimize", 0.02, LIMITS, BASE).free == ()
+    assert free_knobs([BASE, BASE]) == () and decide([], "maximize", 0.02, LIMITS, BASE) is None
 
 
 def test_the_same_config_twice_is_one_tie():
     verdict = decide([trial(3, 3.0, chunk=8192), trial(5, 3.0, chunk=8192)], "maximize", 0.02, LIMITS, BASE)
-    assert [t.number for t in verdict.ties] == [3] and verdict.inert == ()
+    assert [t.number for t in verdict.ties] == [3] and verdict.free == ()
 
 
 def test_ties_on_a_live_server_use_its_coarser_goodput_bracket():
@@ -63,7 +63,7 @@ def test_dcpp_whose_min_chunk_reaches_its_chunk_counts_as_the_cpp_it_is():
     assert in_force(live_dcpp) == (live_dcpp, "")
     verdict = decide([inert_dcpp, other], "maximize", 0.02, LIMITS, {**BASE, "pp": 2})
     assert verdict.winner.number == 1 and changes(inert_dcpp.config, {**BASE, "pp": 2}) == 1
-    assert verdict.inert == ("max-running",)
+    assert verdict.free == ("max-running",)
 
 
 def ci(values: list[float]) -> dict[str, object]:

@@ -71,7 +71,7 @@ class TuneOutcome:
     default_run_id: int | None
     interrupted: bool
     ties: tuple[TrialSummary, ...] = ()  # distinct configs within the precision of the best, the best included
-    inert: tuple[str, ...] = ()  # knobs (--fix names) whose value differs among the ties
+    free: tuple[str, ...] = ()  # knobs (--fix names) whose value differs among the ties: free within the tie set
     best_ci: dict[str, object] | None = None  # goodput over --repeats seeds: mean, 95% interval
     default_ci: dict[str, object] | None = None
 
@@ -269,7 +269,7 @@ def _progress(study: optuna.Study, spec: TuneSpec) -> Progress:
 
 
 def _outcome(spec: TuneSpec, study: optuna.Study, db: str | Path, interrupted: bool) -> TuneOutcome:
-    """The verdict (best, ties, inert knobs), the finalists' intervals, and their runs stored with timelines."""
+    """The verdict (best, ties, knobs free among them), the finalists' intervals, and their runs stored with timelines."""
     default = _default_trial(study)
     complete = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
     limits = {limit.metric: limit.limit_s for limit in parse_slo(spec.slo).limits} if spec.slo else {}
@@ -308,7 +308,7 @@ def _outcome(spec: TuneSpec, study: optuna.Study, db: str | Path, interrupted: b
         default_run_id=run_ids.get(default.number) if default else None, interrupted=interrupted,
         ties=tuple(summarize(next(t for t in complete if t.number == tie.number)) for tie in verdict.ties)
         if verdict else (),
-        inert=verdict.inert if verdict else (),
+        free=verdict.free if verdict else (),
         best_ci=intervals.get(best.number) if best else None,
         default_ci=intervals.get(default.number) if default else None)
 
