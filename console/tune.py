@@ -17,6 +17,7 @@ from ..backends.registry import BACKENDS
 from ..backends.tokens import format_tokens
 from ..store import RunStore, default_db_path
 from ..tuner.confidence import win_text
+from ..tuner.importance import MIN_TRIALS, too_few_text
 from ..tuner.explain import KnobEffect, effects_json, knob_effects
 from ..tuner.export import export_best
 from ..tuner.objective import OBJECTIVES, TuneSpec, better_by
@@ -210,6 +211,17 @@ def _print_outcome(spec: TuneSpec, outcome: TuneOutcome, console: Console) -> No
     if outcome.ratio is not None:
         console.print(f"best / default: [bold]{better_by(spec.objective, outcome.ratio)}[/] on the "
                       f"same traffic{_win_text(outcome)}")
+    importances = _importances_text(outcome)
+    if importances:
+        console.print(importances, highlight=False)
+
+
+def _importances_text(outcome: TuneOutcome) -> str:
+    """The parameter importances with the trials they rest on, or why there are none ("" when Optuna has none)."""
+    if outcome.importances is not None:
+        shares = ", ".join(f"{name} {share:.0%}" for name, share in outcome.importances.items())
+        return f"parameter importances over {outcome.completed} completed trials (fANOVA): {escape(shares)}"
+    return too_few_text(outcome.completed) if outcome.completed < MIN_TRIALS else ""
 
 
 
@@ -267,6 +279,7 @@ def _outcome_json(spec: TuneSpec, outcome: TuneOutcome, exported: list) -> dict[
             "best": _trial_json(outcome.best, outcome.best_ci), "default": _trial_json(outcome.default, outcome.default_ci),
             "ties": [_trial_json(t) for t in outcome.ties], "free_in_ties": list(outcome.free),
             "clear_win": outcome.clear_win, "ratio": outcome.ratio,
+            "completed": outcome.completed, "importances": outcome.importances,
             "best_run_id": outcome.best_run_id, "default_run_id": outcome.default_run_id,
             "interrupted": outcome.interrupted, "exported": [str(p) for p in exported]}
 

@@ -84,6 +84,8 @@ def test_piped_tune_prints_progress_lines_the_reason_the_files_and_the_next_comm
     nexts = lines[lines.index("next:") + 1:]
     assert nexts[0].startswith("  pipedeck export --study ") and "--format vllm --out deploy --db " in nexts[0]
     assert nexts[-1].startswith("  pipedeck report --study ")
+    assert "Parameter importances need at least 10 completed trials (Optuna's fANOVA ranks noise on fewer); this " \
+           "study has " in out
     # piped, nothing is folded: each sentence on one line, the table at its natural width with one line per row
     assert any(line.startswith("best / default: ") and line.endswith("on the same traffic") for line in lines)
     assert len({len(line) for line in lines if line[:1] in "┏┃┡│└"}) == 1

@@ -27,6 +27,7 @@ from ..backends.config import ServingConfig
 from ..backends.errors import ConfigError
 from ..store import RunStore
 from .confidence import clear_win, interval
+from .importance import param_importances
 from .objective import FINISHED, OBJECTIVE_LABELS, Evaluator, TuneSpec, search_precision, space_context
 from .slo import parse_slo
 from .space import default_params, foreign_params
@@ -74,6 +75,8 @@ class TuneOutcome:
     free: tuple[str, ...] = ()  # knobs (--fix names) whose value differs among the ties: free within the tie set
     best_ci: dict[str, object] | None = None  # goodput over --repeats seeds: mean, 95% interval
     default_ci: dict[str, object] | None = None
+    completed: int = 0  # completed trials (not pruned), those importances rest on
+    importances: dict[str, float] | None = None  # fANOVA shares by parameter; None below importance.MIN_TRIALS
 
     @property
     def clear_win(self) -> bool | None:
@@ -310,7 +313,8 @@ def _outcome(spec: TuneSpec, study: optuna.Study, db: str | Path, interrupted: b
         if verdict else (),
         free=verdict.free if verdict else (),
         best_ci=intervals.get(best.number) if best else None,
-        default_ci=intervals.get(default.number) if default else None)
+        default_ci=intervals.get(default.number) if default else None, completed=len(complete),
+        importances=None if interrupted else param_importances(study))
 
 
 def link_runs(db: str | Path, study: str, run_ids: dict[int, int]) -> None:

@@ -13,6 +13,7 @@ from ...backends.policies.modes import MODES
 from ...backends.tokens import format_tokens
 from ...store import TrialRow
 from ...tuner.confidence import clear_win
+from ...tuner.importance import MIN_TRIALS, too_few_text
 from ...tuner.objective import OBJECTIVE_LABELS, OBJECTIVE_NAMES, better_by
 from .common import run_colour, styled
 from .table import CELL_PX
@@ -60,20 +61,23 @@ def _history_axes(fig: go.Figure, label: str, last: int) -> go.Figure:
 
 
 def optuna_importances(study: optuna.Study) -> go.Figure | str:
-    """Optuna's parameter importances, or the reason they cannot be computed."""
+    """Optuna's parameter importances over the completed trials (at least `MIN_TRIALS`), or why they are not shown."""
     done = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
     varying = {name for name in {p for t in done for p in t.params}
                if len({repr(t.params.get(name)) for t in done}) > 1}
-    if len(done) < 2 or not varying:
-        return (f"Parameter importances need at least two completed trials whose parameters differ; "
-                f"this study has {len(done)} completed trial(s).")
+    if len(done) < MIN_TRIALS:
+        return f"{too_few_text(len(done))}."
+    if not varying:
+        return f"Parameter importances need parameters that differ; no parameter differs among the {len(done)} " \
+               "completed trials."
     try:
         with warnings.catch_warnings():  # "some regimes have less than 2 trials" on small studies
             warnings.simplefilter("ignore")
             fig = optuna.visualization.plot_param_importances(study)
     except (ValueError, RuntimeError) as err:
         return f"Optuna could not compute parameter importances: {str(err).splitlines()[0]}"
-    return styled(fig, "Parameter importances (share of the objective's variance)", 120 + 36 * len(varying))
+    return styled(fig, f"Parameter importances over {len(done)} completed trials (share of the objective's variance)",
+                  120 + 36 * len(varying))
 
 
 def _chunk_ticks(chunks: Sequence[int]) -> list[int]:
