@@ -66,8 +66,8 @@ def win_text(best: Mapping[str, object] | None, default: Mapping[str, object] | 
     win, paired = clear_win(best, default, direction), paired_difference(best, default)
     if win is None or paired is None:
         return ""
-    figures = (f"best - default over {paired['seeds']} paired seeds is {paired['mean']:+.3g} "
-               f"(95% {paired['low']:+.3g} to {paired['high']:+.3g})")
+    figures = (f"best - default over {paired['seeds']} paired seeds is {paired['mean']:+.3g} req/s "
+               f"(95% {paired['low']:+.3g} to {paired['high']:+.3g})")  # intervals are of goodputs
     return f"a clear win: {figures}" if win else f"not a clear win: {figures}, which includes 0"
 
 
