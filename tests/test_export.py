@@ -144,7 +144,7 @@ def test_dcpp_whose_min_chunk_reaches_the_chunk_is_exported_as_the_cpp_it_is(tmp
     text = files["serve.sh"].read_text()
     assert "profiling_chunk_config\":" not in text and "--no-async-scheduling" not in text
     notes = [line for line in text.splitlines() if "In force" in line]
-    assert notes == ["# In force: mode cpp. The study's dcpp has min_chunk 4096 >= chunk 2048, so it never shrinks "
+    assert notes == ["# In force: mode cpp. It sets dcpp with min_chunk 4096 >= chunk 2048, so it never shrinks "
                      "a chunk and runs as cpp."], text
     record = json.loads(files["pipedeck-best.json"].read_text())
     assert record["config"]["mode"] == "cpp" and record["config"]["min_chunk"] == ServingConfig().min_chunk

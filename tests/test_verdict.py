@@ -57,7 +57,7 @@ def test_dcpp_whose_min_chunk_reaches_its_chunk_counts_as_the_cpp_it_is():
     """Its floor is the whole chunk, so DCPP changes nothing: the tie goes to it for its one real change."""
     inert_dcpp = trial(1, 3.0, mode="dcpp", chunk=4096, min_chunk=8192, smooth_factor=0.5, pp=2)
     other = trial(2, 3.0, chunk=4096, max_running=64, pp=2)
-    assert in_force(inert_dcpp.config) == ({**BASE, "chunk": 4096, "pp": 2}, "mode cpp. The study's dcpp has "
+    assert in_force(inert_dcpp.config) == ({**BASE, "chunk": 4096, "pp": 2}, "mode cpp. It sets dcpp with "
                                            "min_chunk 8192 >= chunk 4096, so it never shrinks a chunk and runs as cpp.")
     live_dcpp = {**inert_dcpp.config, "min_chunk": 2048}
     assert in_force(live_dcpp) == (live_dcpp, "")

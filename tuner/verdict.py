@@ -74,7 +74,7 @@ def in_force(config: Mapping[str, object]) -> tuple[dict[str, object], str]:
     if config.get("mode") != "dcpp" or int(config["min_chunk"]) < int(config["chunk"]):
         return dict(config), ""
     default = ServingConfig()
-    note = (f"mode cpp. The study's dcpp has min_chunk {config['min_chunk']} >= chunk {config['chunk']}, so it never "
+    note = (f"mode cpp. It sets dcpp with min_chunk {config['min_chunk']} >= chunk {config['chunk']}, so it never "
             "shrinks a chunk and runs as cpp.")
     return {**config, "mode": "cpp", "smooth_factor": default.smooth_factor, "min_chunk": default.min_chunk}, note
 
