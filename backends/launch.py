@@ -125,6 +125,7 @@ class ServingEngine:
     check: Check | None = None  # the engine's own rules for the values it accepts; ExportError when one is broken
     hub_env: dict[str, str] = field(default_factory=dict)  # hub -> the variable that makes it download from there
     fork: str = ""  # what it is when it is not an upstream engine (says so in every launch)
+    upstream: Callable[[Launch], tuple[str, ...]] | None = None  # a fork: notes on how its upstream takes the launch
 
     def release(self, version: str | None = None) -> Release:
         """The release `version` names (the default when None); ExportError listing the allowed ones otherwise."""
@@ -206,6 +207,8 @@ def plan_launch(config: ResolvedConfig, engine_name: str, version: str | None = 
         launch += engine.delay_scheduling.render(config, release)
     if weights and not engine.model_file:
         launch += _weights(engine, checkpoint)
+    if engine.upstream is not None:
+        launch += Launch(notes=engine.upstream(launch))
     if engine.check is not None:
         engine.check(config, release, launch)
     return Plan(engine, release, checkpoint, launch)
@@ -463,8 +466,12 @@ register_engine(ServingEngine("llama-server", ("llama-server",), "--model", _lla
 # -- FastPP (an SGLang 0.4.1 fork) ------------------------------------------------------
 
 FASTPP = "FastPP fork of SGLang 0.4.1"
-# The fork's own switches (knobs.md); upstream SGLang has none of them: 0.5.23 refuses --enable-dynamic-chunk's
-# --dynamic-chunk-strategy and --enable-batch-rebalancing outright.
+# How upstream SGLang takes the fork's own switches (knobs.md): its prepare_server_args (sglang/srt/server_args.py)
+# parses with an argparse.ArgumentParser that leaves allow_abbrev on, so --enable-dynamic-chunk is taken as a
+# prefix of its own --enable-dynamic-chunking (SGLang's dynamic chunking, not FastPP's controller); it has no
+# --dynamic-chunk-strategy or --enable-batch-rebalancing and refuses them.
+FASTPP_REFUSED_UPSTREAM = ("--dynamic-chunk-strategy", "--enable-batch-rebalancing")
+FASTPP_READ_AS_UPSTREAM = {"--enable-dynamic-chunk": "--enable-dynamic-chunking"}
 FASTPP_RELEASES = (Release("0.4.1-fastpp", f"the {FASTPP}: SGLang 0.4.1 plus its pipeline, dynamic-chunk "
                                            "and batch-rebalancing options; no --config file"),)
 _FASTPP_DEFAULTS = {"kv_free_threshold": 0.10, "tpot_violation": 1.08, "ttft_low": 0.1, "ttft_high": 0.3,
@@ -475,10 +482,21 @@ _FASTPP_DEFAULTS = {"kv_free_threshold": 0.10, "tpot_violation": 1.08, "ttft_low
 
 def _fastpp_common(config: ResolvedConfig, release: Release) -> Launch:
     return _sglang_common(config, release) + Launch(
-        flags=(Flag("--disable-radix-cache"), Flag("--disable-overlap-schedule")),
-        notes=(f"This launch is for the {FASTPP}, installed in place of upstream SGLang: upstream SGLang",
-               "has no --enable-dynamic-chunk, --dynamic-chunk-strategy or --enable-batch-rebalancing.",
-               "Its pipeline options (--pp-size, SGLANG_PP_LAYER_PARTITION) are spelled as upstream SGLang's."))
+        flags=(Flag("--disable-radix-cache"), Flag("--disable-overlap-schedule")))
+
+
+def _fastpp_upstream(launch: Launch) -> tuple[str, ...]:
+    """Whether upstream SGLang runs this launch as written, and if not, what it does with the fork's switches."""
+    names = {flag.name for flag in launch.flags}
+    refused = [name for name in FASTPP_REFUSED_UPSTREAM if name in names]
+    read_as = [f"reads {name} as its own {own} (argparse prefix matching)"
+               for name, own in FASTPP_READ_AS_UPSTREAM.items() if name in names]
+    if not refused and not read_as:
+        return (f"uses no FastPP-only flag: runs on upstream SGLang {SGLANG_RELEASES[-1].version} as written (the "
+                "--format sglang launch plus --disable-radix-cache --disable-overlap-schedule).",)
+    which = " and ".join(([f"refuses {' and '.join(refused)}"] if refused else []) + read_as)
+    return (f"This launch is for the {FASTPP}, installed in place of upstream SGLang, which {which}.",
+            "Its pipeline options (--pp-size, SGLANG_PP_LAYER_PARTITION) are spelled as upstream SGLang's.")
 
 
 def _fastpp_tuned(config: ResolvedConfig, fields: tuple[str, ...]) -> tuple[str, ...]:
@@ -507,7 +525,7 @@ def _fastpp_rebalancing(config: ResolvedConfig, release: Release) -> Launch:
 
 register_engine(ServingEngine("fastpp", ("python", "-m", "sglang.launch_server"), "--model-path", _fastpp_common,
                               FASTPP_RELEASES, ("cuda",), delay_scheduling=ModeSupport(_fastpp_rebalancing),
-                              fork=FASTPP))
+                              fork=FASTPP, upstream=_fastpp_upstream))
 for _name in ENGINES:
     register_support(_name, "cpp", ModeSupport(_nothing))
 register_support("vllm-ascend", "dcpp", ModeSupport(_ascend_dcpp, min_pp=2))

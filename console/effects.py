@@ -7,7 +7,7 @@ from rich.markup import escape
 
 from ..backends.tokens import format_tokens
 from ..tuner.explain import KnobEffect
-from ..tuner.objective import OBJECTIVE_NAMES, TuneSpec
+from ..tuner.objective import TuneSpec, better_by
 from ..tuner.study import TuneOutcome
 from ..backends.knobs import setting_text
 
@@ -27,7 +27,6 @@ def knob_text(knob: str, value: object) -> str:
 
 def print_effects(spec: TuneSpec, outcome: TuneOutcome, effects: list[KnobEffect], console: Console) -> None:
     """Why the best wins, largest effect first; effects inside the search's precision are called so."""
-    objective = OBJECTIVE_NAMES[spec.objective]
     if not effects:
         console.print(f"why: trial {outcome.best.number} is the default config; nothing was moved")
         return
@@ -38,8 +37,7 @@ def print_effects(spec: TuneSpec, outcome: TuneOutcome, effects: list[KnobEffect
         if e.gain is None:
             console.print(f"  {escape(moved)}: not measured, {escape(e.note)}")
             continue
-        size = f"{e.gain:+.0%}" if abs(e.gain) >= 0.1 else f"{e.gain:+.1%}"
-        size += f" {objective}" + (f", {e.note}" if e.note else "")
+        size = better_by(spec.objective, 1 + e.gain, percent=True) + (f", {e.note}" if e.note else "")
         if abs(e.gain) < spec.precision:
-            size += f"; within the search's {spec.precision:.0%} precision, so it did not matter"
+            size += f"; within the search's {spec.precision:.0%} precision: alone, it moves nothing measurable"
         console.print(f"  {escape(moved)}: {escape(size)}")

@@ -8,9 +8,9 @@ import click
 import optuna
 
 from ..store import RunStore, StudyRow, TrialRow
-from ..tuner.confidence import interval_text
+from ..tuner.confidence import interval_text, win_text
 from ..tuner.objective import OBJECTIVES
-from ..tuner.verdict import Verdict, stored_verdict
+from ..tuner.verdict import FREE_KNOBS, Verdict, stored_verdict
 from ..tuner.storage import open_storage, shown
 from ..tuner.study import pull_study
 from .options import check_writable
@@ -118,25 +118,30 @@ def report_sections(row: StudyRow, trials: list[TrialRow], verdict: Verdict | No
                 note="Each completed trial at its chunk size (the per-step token budget), one colour per pipeline "
                      "mode; a pruned trial sits at the rate at which it already failed the SLO."),
         Section("Best config", best_vs_default(best, default, row.objective, direction), key="best",
-                note=" ".join(filter(None, (verdict_note(verdict), confidence_note(best, default),
+                note=" ".join(filter(None, (verdict_note(verdict), confidence_note(best, default, direction=direction),
                                             None if default is not None else
                                             "The engine-default trial (trial 0) has not completed.")))),
     ]
 
 
 def verdict_note(verdict: Verdict | None) -> str:
-    """How many configs tie with the best and which knobs did not change the result."""
+    """How many configs tie with the best and which knobs are free within the tie set."""
     if verdict is None or len(verdict.ties) < 2:
         return ""
-    inert = ", ".join(verdict.inert) or "none"
+    free = ", ".join(verdict.free) or "none"
     return (f"{len(verdict.ties)} configs tie within the goodput search's precision (trials "
             f"{', '.join(str(t.number) for t in verdict.ties)}); trial {verdict.winner.number} is recommended for "
-            f"its latency headroom, then for changing the fewest knobs from the default. Knobs that did not change "
-            f"the result: {inert}.")
+            f"its latency headroom, then for changing the fewest knobs from the default. {FREE_KNOBS[0].upper()}"
+            f"{FREE_KNOBS[1:]}: {free}.")
 
 
-def confidence_note(*trials: TrialRow | None) -> str:
-    """Each trial's goodput as a 95% interval over arrival traces, where `tune --repeats` measured one."""
-    parts = [f"trial {t.number}: {interval_text(t.metrics['goodput_ci'])}" for t in trials
+def confidence_note(best: TrialRow | None, default: TrialRow | None, *, direction: str) -> str:
+    """Each trial's goodput as a 95% interval over arrival traces, where `tune --repeats` measured one, and
+    whether the best is a clear win on the paired seeds (the verdict `tune` prints)."""
+    parts = [f"trial {t.number}: {interval_text(t.metrics['goodput_ci'])}" for t in (best, default)
              if t is not None and t.metrics.get("goodput_ci")]
-    return "Goodput over arrival traces (mean and 95% interval): " + "; ".join(parts) + "." if parts else ""
+    if not parts:
+        return ""
+    verdict = win_text(*(t.metrics.get("goodput_ci") if t else None for t in (best, default)), direction)
+    return ("Goodput over arrival traces (mean and 95% interval): " + "; ".join(parts) + "."
+            + (f" Best against default: {verdict}." if verdict else ""))

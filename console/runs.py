@@ -31,12 +31,21 @@ def runs(**opts: object) -> None:
     path = db_path(opts)
     with run_store.RunStore.open(path, read_only=True, lock_timeout_s=READ_LOCK_WAIT_S) as store:
         rows = store.list_runs(study=opts["study"], scenario=opts["scenario"], mode=opts["mode"], limit=opts["limit"])
+        studies = [study.name for study in store.list_studies()] if opts["study"] and not rows else []
     if opts["as_json"]:
         click.echo(json.dumps([row_json(row) for row in rows], indent=2))
     elif not rows:
-        click.echo(f"no runs in {path}")
+        click.echo(_none_text(path, opts, studies))
     else:
         output_console().print(runs_table(rows, path))
+
+
+def _none_text(path: Path, opts: dict[str, object], studies: list[str]) -> str:
+    """Why nothing is listed: no runs at all, no runs of that study (and the studies there), or none matching."""
+    if opts["study"]:
+        return f"no runs of study {opts['study']} in {path}; studies there: {', '.join(studies) or 'none'}"
+    filters = [f"--{name} {opts[name]}" for name in ("scenario", "mode") if opts[name]]
+    return f"no runs in {path} match {' '.join(filters)}" if filters else f"no runs in {path}"
 
 
 def row_json(row: RunRow) -> dict[str, object]:

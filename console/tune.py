@@ -8,6 +8,7 @@ import shlex
 
 import click
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from ..backends.config import ServingConfig
@@ -15,12 +16,16 @@ from ..backends.launch import get_engine
 from ..backends.registry import BACKENDS
 from ..backends.tokens import format_tokens
 from ..store import RunStore, default_db_path
+from ..tuner.confidence import win_text
+from ..tuner.importance import MIN_TRIALS, too_few_text
 from ..tuner.explain import KnobEffect, effects_json, knob_effects
 from ..tuner.export import export_best
-from ..tuner.objective import OBJECTIVE_NAMES, OBJECTIVES, TuneSpec
+from ..tuner.objective import OBJECTIVES, TuneSpec, better_by
+from ..tuner.slo import METRICS, Limit, parse_slo
 from ..tuner.space import knob_settings, parse_fixes
 from ..tuner.study import TuneOutcome, open_store, run_study, saved_settings
 from ..tuner.storage import GRACE_BEATS, HEARTBEAT_S, shown
+from ..tuner.verdict import FREE_KNOBS
 from ..tuner.workers import SAMPLERS
 from .confirm import (LivePlan, confirm_json, interrupted_by_signals, live_plan, print_live, run_confirm,
                       server_errors, server_options)
@@ -119,19 +124,18 @@ def _spec_from_options(opts: dict[str, object], live: LivePlan) -> tuple[TuneSpe
         spec = build_spec(inputs, str(opts["db"]))
     except TuneInputError as err:
         raise click.BadParameter(str(err), param_hint=f"--{err.field}") from None
-    if opts["export_dir"]:
-        spec = _resumed_search(spec, inputs.fixes)
     live.check(spec)
-    return spec, int(opts["jobs"])
+    return _resumed_search(spec, inputs.fixes), int(opts["jobs"])  # last: it opens the study's storage
 
 
 def _resumed_search(spec: TuneSpec, fixes: tuple[str, ...]) -> TuneSpec:
     """A study that exists keeps the search it was created with; --export then only picks what its winner is
     written for (refused in one line if that engine cannot run it).
 
-    The export engine chooses the baseline engine, the modes searched and, for an engine without delay
-    scheduling, a delay_scheduling=off pin of a new study; those would not match a study created without
-    --export (or for another --format), which resumes with its own.
+    The engine tuned for (--format, else the hardware's default) chooses the baseline engine, the modes
+    searched and, for an engine without delay scheduling, a delay_scheduling=off pin of a new study; those
+    would not match a study created for another --format (or by a pipedeck that searched every mode), which
+    resumes with its own.
     """
     saved = saved_settings(spec)
     if saved is None:
@@ -188,7 +192,7 @@ def _print_outcome(spec: TuneSpec, outcome: TuneOutcome, console: Console) -> No
     for label, trial in shown:
         name = f"{spec.engine} default" if label == "default" else label  # the baseline is that engine's own
         table.add_column(f"{name} (trial {trial.number})", justify="right")
-    for name, cell in _ROWS:
+    for name, cell in [*_ROWS, *_latency_rows(spec)]:
         if name == "attainment" and spec.slo is None:
             continue
         table.add_row(name, *(cell(spec, t) for _, t in shown))
@@ -203,20 +207,28 @@ def _print_outcome(spec: TuneSpec, outcome: TuneOutcome, console: Console) -> No
         console.print(f"{len(outcome.ties)} configs tie within the search's {spec.precision:.0%} precision (trials "
                       f"{', '.join(str(t.number) for t in outcome.ties)}); trial {outcome.best.number} has the most "
                       "latency headroom, then the fewest changes from the default")
-        console.print(f"knobs that did not change the result: {', '.join(outcome.inert) or 'none'}")
+        console.print(f"{FREE_KNOBS}: {', '.join(outcome.free) or 'none'}")
     if outcome.ratio is not None:
-        console.print(f"best / default: [bold]{outcome.ratio:.2f}x[/] {OBJECTIVE_NAMES[spec.objective]} on the "
+        console.print(f"best / default: [bold]{better_by(spec.objective, outcome.ratio)}[/] on the "
                       f"same traffic{_win_text(outcome)}")
+    importances = _importances_text(outcome)
+    if importances:
+        console.print(importances, highlight=False)
+
+
+def _importances_text(outcome: TuneOutcome) -> str:
+    """The parameter importances with the trials they rest on, or why there are none ("" when Optuna has none)."""
+    if outcome.importances is not None:
+        shares = ", ".join(f"{name} {share:.0%}" for name, share in outcome.importances.items())
+        return f"parameter importances over {outcome.completed} completed trials (fANOVA): {escape(shares)}"
+    return too_few_text(outcome.completed) if outcome.completed < MIN_TRIALS else ""
 
 
 
 def _win_text(outcome: TuneOutcome) -> str:
-    """Whether the intervals call it a win (nothing without intervals)."""
-    if outcome.clear_win is None:
-        return ""
-    seeds = len(outcome.best_ci["seeds"])
-    return f"; a clear win over {seeds} seeds" if outcome.clear_win else \
-        f"; [yellow]not a clear win[/]: the 95% intervals over {seeds} seeds overlap"
+    """Whether the paired seeds call it a win, as the report says it (nothing without intervals)."""
+    text = win_text(outcome.best_ci, outcome.default_ci, outcome.direction)
+    return f"; {escape(text)}" if text else ""
 
 
 def _interval_cell(spec: TuneSpec, outcome: TuneOutcome, trial) -> str:
@@ -239,9 +251,17 @@ _ROWS = [
     ("knobs", lambda spec, t: ", ".join(knob_settings(t.config)) or "-"),
     ("objective", lambda spec, t: value_text(spec.objective, t.value)),
     ("attainment", _metric("attainment", ".1%")),
-    ("TTFT P90 (s)", _metric("ttft_p90_s", ".3f")),
-    ("TPOT P90 (s)", _metric("tpot_p90_s", ".3f")),
 ]
+
+
+def _latency_rows(spec: TuneSpec) -> list[tuple[str, object]]:
+    """TTFT and TPOT rows at the percentile the SLO limits (P90 where it names none)."""
+    limits = {limit.metric: limit for limit in parse_slo(spec.slo).limits} if spec.slo else {}
+    rows = []
+    for metric in METRICS:
+        limit = limits.get(metric, Limit(metric, 0.0))
+        rows.append((f"{metric.upper()} P{limit.percentile:g} (s)", _metric(limit.key, ".3f")))
+    return rows
 
 
 def _trial_json(trial, ci: dict[str, object] | None = None) -> dict[str, object] | None:
@@ -257,8 +277,9 @@ def _outcome_json(spec: TuneSpec, outcome: TuneOutcome, exported: list) -> dict[
             "scenario": spec.scenario, "devices": spec.devices, "storage": shown(spec.storage),
             "baseline_engine": spec.engine, "precision": spec.precision,
             "best": _trial_json(outcome.best, outcome.best_ci), "default": _trial_json(outcome.default, outcome.default_ci),
-            "ties": [_trial_json(t) for t in outcome.ties], "inert": list(outcome.inert),
+            "ties": [_trial_json(t) for t in outcome.ties], "free_in_ties": list(outcome.free),
             "clear_win": outcome.clear_win, "ratio": outcome.ratio,
+            "completed": outcome.completed, "importances": outcome.importances,
             "best_run_id": outcome.best_run_id, "default_run_id": outcome.default_run_id,
             "interrupted": outcome.interrupted, "exported": [str(p) for p in exported]}
 

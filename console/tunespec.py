@@ -11,7 +11,6 @@ import optuna
 
 from ..backends.config import ServingConfig
 from ..backends.errors import ConfigError
-from ..backends.launch import get_engine
 from ..backends.memory import weight_bytes_per_device
 from ..backends.policies.modes import MODES
 from ..backends.profiles import load_hardware
@@ -20,7 +19,7 @@ from ..backends.sim.footprint import check_footprint
 from ..scenarios import PipedeckError, load_scenario
 from ..tuner.objective import TuneSpec, space_context
 from ..tuner.slo import parse_slo
-from ..tuner.space import default_params, parse_fixes, suggest_config
+from ..tuner.space import default_params, engine_search, parse_fixes, suggest_config
 from ..tuner.storage import HEARTBEAT_S, check_storage, default_storage
 from ..tuner.workers import make_sampler
 
@@ -55,7 +54,7 @@ class TuneInputs:
     seed: int = 0
     rate: float | None = None
     requests: int | None = None
-    engine: str | None = None  # search only the modes this engine can run
+    engine: str | None = None  # the engine tuned for, whose modes alone are searched (None: the hardware's default)
     backend: str = "sim"  # the registered backend trials run on
     backend_options: dict[str, object] = field(default_factory=dict)  # its make_backend options (a live launch)
     repeats: int = 1  # seeds the best and the default are measured on, for their intervals
@@ -114,13 +113,8 @@ def build_spec(inputs: TuneInputs, db: str | Path) -> TuneSpec:
         raise ConfigError(f"fix: tp x pp = {int(fixed['tp']) * int(fixed['pp'])} but --devices is {devices}")
     runs_on = backend_entry(inputs.backend).capabilities
     modes = None if set(MODES) <= set(runs_on.modes) else tuple(m for m in MODES if m in runs_on.modes)
-    if inputs.engine:  # search only what that engine can run
-        engine = get_engine(inputs.engine)
-        modes = tuple(m for m in (modes or MODES) if m in engine.modes)
-        if engine.delay_scheduling is None:
-            if fixed.get("delay_scheduling"):
-                raise ConfigError(f"fix: delay scheduling cannot run on {engine.name}, the --format of --export")
-            fixed.setdefault("delay_scheduling", False)
+    engine = inputs.engine or default_engine(inputs.hardware)
+    modes, fixed = engine_search(engine, modes, fixed)  # every winner must launch on the engine tuned for
     trials = inputs.trials if inputs.trials is not None else (None if inputs.timeout else DEFAULT_TRIALS)
     slo_text = slo.text() if slo else ""
     name = inputs.study or default_study_name(scenario.name, inputs.model, inputs.hardware, devices, objective,
@@ -132,7 +126,7 @@ def build_spec(inputs: TuneInputs, db: str | Path) -> TuneSpec:
                     sampler=inputs.sampler, trials=trials,
                     deadline=None if inputs.timeout is None else time.time() + inputs.timeout, modes=modes,
                     backend=inputs.backend, backend_options=dict(inputs.backend_options),
-                    engine=inputs.engine or default_engine(inputs.hardware), repeats=inputs.repeats,
+                    engine=engine, repeats=inputs.repeats,
                     heartbeat_s=inputs.heartbeat_s)
     ctx = space_context(spec)
     default = suggest_config(optuna.trial.FixedTrial(default_params(ctx, fixed)), ctx, fixed)

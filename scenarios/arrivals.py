@@ -120,6 +120,6 @@ class TraceArrivals:
         if rate is None:
             return times
         span = times[-1] - times[0]
-        require(span > 0, "rate", "None for a trace whose arrivals are all simultaneous", rate)
+        require(span > 0, "rate", "left unset for a trace whose arrivals are all simultaneous", rate)
         scale = (n - 1) / span / rate
         return [t * scale for t in times]

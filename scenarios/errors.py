@@ -29,7 +29,12 @@ class ScenarioError(PipedeckError):
 def require(ok: bool, field: str, allowed: str, got: object) -> None:
     """Raise ``ScenarioError("<field>: must be <allowed>, got <got>")`` unless ok."""
     if not ok:
-        raise ScenarioError(f"{field}: must be {allowed}, got {got!r}")
+        raise ScenarioError(f"{field}: must be {allowed}, got {got_text(got)}")
+
+
+def got_text(value: object) -> str:
+    """A value an error quotes: its repr, or "no value" for a missing one (never Python's None)."""
+    return "no value" if value is None else repr(value)
 
 
 def is_int(value: object) -> TypeGuard[int]:

@@ -85,7 +85,7 @@ class Scenario:
     def _check_rate(self, rate: object) -> None:
         """Check a rate against these arrivals: allowed at all, and positive."""
         process = self.arrivals.process
-        require(self.accepts_rate, "rate", f"None for {process} arrivals (they take no rate)", rate)
+        require(self.accepts_rate, "rate", f"left unset for {process} arrivals (they take no rate)", rate)
         check_rate(rate)
 
 

@@ -11,7 +11,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, NoReturn
 
-from .errors import ScenarioError
+from .errors import ScenarioError, got_text
 
 PIPEDECK_COLUMNS = ("arrival_s", "prompt_tokens", "output_tokens")
 AZURE_COLUMNS = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
@@ -109,7 +109,7 @@ def _raise_for_value(where: str, row: dict[str, Any], checks: tuple[tuple[str, C
         try:
             parse(str(value).strip())
         except ValueError:
-            raise ScenarioError(f"{where}: {column}: must be {allowed}, got {value!r}") from None
+            raise ScenarioError(f"{where}: {column}: must be {allowed}, got {got_text(value)}") from None
     raise AssertionError(f"{where}: a value failed to parse once and parsed the second time")
 
 

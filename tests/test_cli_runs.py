@@ -165,6 +165,16 @@ def test_runs_with_no_runs_says_so(capsys, db):
     assert status == 0 and out.strip() == f"no runs in {db}"
 
 
+def test_a_study_filter_that_matches_nothing_names_the_studies_there(capsys, db):
+    with RunStore.open(db) as store:
+        for name in ("prod-2k", "prod-8k"):
+            store.save_study(name, scenario="azure-conv", objective="goodput", slo={}, settings={}, storage="-")
+    status, out, _ = run(capsys, ["runs", "--db", db, "--study", "prod"])
+    assert status == 0 and out.strip() == f"no runs of study prod in {db}; studies there: prod-2k, prod-8k"
+    status, out, _ = run(capsys, ["runs", "--db", db, "--mode", "vpp"])
+    assert status == 0 and out.strip() == f"no runs in {db} match --mode vpp"
+
+
 @pytest.mark.parametrize("argv, start", [
     (["runs", "--mode", "nope"], "Invalid value for '--mode'"),
     (["runs", "--limit", "0"], "Invalid value for '--limit'"),

@@ -5,6 +5,7 @@ import pytest
 from pipedeck.backends.config import ServingConfig
 from pipedeck.backends.errors import ConfigError
 from pipedeck.backends.launch import ExportError
+from pipedeck.backends.live.client import http_error_line
 from pipedeck.backends.profiles import ProfileError, load_hardware
 from pipedeck.console.tunespec import TuneInputError, TuneInputs, build_spec
 from pipedeck.scenarios import PipedeckError, ScenarioError, load_scenario
@@ -29,3 +30,15 @@ def test_the_error_names_its_field(fail, field):
     with pytest.raises(PipedeckError) as err:
         fail()
     assert err.value.field == field and "\n" not in str(err.value)
+
+
+def test_a_long_http_error_is_cut_at_a_word_with_an_ellipsis():
+    body = '{"error": "The engine ran out of KV cache blocks while scheduling the prefill of request 17; ' + \
+           "raise --gpu-memory-utilization or lower --max-num-seqs, " * 6 + 'then retry."}\nTraceback ...'
+    line = http_error_line(500, body, "Internal Server Error")
+    assert line.startswith('http 500: {"error": "The engine ran out of KV cache blocks') and line.endswith(" ...")
+    assert len(line) <= len("http 500: ") + 200 and body.splitlines()[0].startswith(line[10:-4].rstrip(","))
+    assert not line[10:-4].endswith(("memory-utilizati", "--max-num-se")), "cut between words"
+    assert http_error_line(503, "", "Service Unavailable") == "http 503: Service Unavailable"
+    assert http_error_line(500, '{"error": "mock failure"}', "x") == 'http 500: {"error": "mock failure"}'
+    assert http_error_line(500, "x" * 300, "x") == "http 500: " + "x" * 196 + " ...", "one long word is still cut"

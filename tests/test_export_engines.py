@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from pipedeck.backends.config import ServingConfig
-from pipedeck.backends.launch import ENGINES
+from pipedeck.backends.launch import ENGINES, FASTPP_REFUSED_UPSTREAM
 from pipedeck.tuner.export import BestConfig, write_export
 
 
@@ -211,12 +211,10 @@ def test_sglang_parses_and_accepts_every_export(tmp_path, sglang_args, monkeypat
                   f"chunk {resolved.chunk}: parsed, YAML equal, model-independent resolution passed")
 
 
-@pytest.mark.parametrize("mode, fork_flags", [
-    ("fastpp-alp", ["--enable-dynamic-chunk", "--dynamic-chunk-strategy"]),
-    ("fastpp-greedy", ["--enable-dynamic-chunk", "--dynamic-chunk-strategy"]),
-])
-def test_upstream_sglang_refuses_the_fastpp_forks_launch(tmp_path, sglang_args, capsys, mode, fork_flags):
-    """Why a FastPP launch is written for the fork, not for SGLang: upstream refuses its options."""
+@pytest.mark.parametrize("mode", ["fastpp-alp", "fastpp-greedy"])
+def test_upstream_sglang_refuses_the_fastpp_forks_launch(tmp_path, sglang_args, capsys, mode):
+    """Why a FastPP launch is written for the fork: upstream refuses two of its switches and takes the third,
+    --enable-dynamic-chunk, as a prefix of its own --enable-dynamic-chunking (argparse's allow_abbrev)."""
     config = dict(**QWEN, tp=1, pp=4, mode=mode, chunk=2048, delay_scheduling=True)
     files = exported(tmp_path, "fastpp", "0.4.1-fastpp", config)
     _, argv = launch_line(files["serve.sh"])
@@ -224,7 +222,14 @@ def test_upstream_sglang_refuses_the_fastpp_forks_launch(tmp_path, sglang_args, 
         sglang_args(argv[3:])
     refused = capsys.readouterr().err
     assert "unrecognized arguments" in refused
-    assert all(flag in refused for flag in [*fork_flags, "--enable-batch-rebalancing"])
-    without = [word for i, word in enumerate(argv[3:]) if word not in (*fork_flags, "--enable-batch-rebalancing")
+    assert all(flag in refused for flag in FASTPP_REFUSED_UPSTREAM) and "--enable-dynamic-chunk " not in refused
+    without = [word for i, word in enumerate(argv[3:]) if word not in FASTPP_REFUSED_UPSTREAM
                and not (i and argv[3:][i - 1] == "--dynamic-chunk-strategy")]
-    sglang_args(without)  # the rest of the launch is SGLang's
+    assert sglang_args(without).enable_dynamic_chunking  # the rest of the launch is SGLang's
+
+
+def test_upstream_sglang_runs_a_fastpp_launch_with_no_fork_only_flag(tmp_path, sglang_args):
+    files = exported(tmp_path, "fastpp", "0.4.1-fastpp", dict(**QWEN, tp=2, pp=2))
+    _, argv = launch_line(files["serve.sh"])
+    assert "uses no FastPP-only flag" in files["serve.sh"].read_text()
+    sglang_args(argv[3:])

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+import optuna
 import pytest
 
 from pipedeck.backends.config import ServingConfig
@@ -21,8 +22,10 @@ from pipedeck.console.cli import cli
 from pipedeck.console.errors import run_cli
 from pipedeck.console.plots import legend_names
 from pipedeck.console.plots.gantt import common_window
+from pipedeck.console.plots.study import optuna_importances
 from pipedeck.scenarios import load_scenario
 from pipedeck.store import RunStore, StoredRun
+from pipedeck.tuner.importance import param_importances
 from pipedeck.tuner.objective import TuneSpec
 from pipedeck.tuner.space import foreign_params
 from pipedeck.tuner.study import run_study
@@ -444,7 +447,7 @@ def test_report_shows_history_importances_chunks_and_best(capsys, study, tmp_pat
     assert found["chunk"]["layout"]["xaxis"]["type"] == "log"
     table = found["best"]["data"][0]
     assert table["header"]["values"][1:3] == [f"<b>best (trial {best.number})</b>", "<b>default (trial 0)</b>"]
-    assert "better" in " ".join(table["cells"]["values"][3])
+    assert "higher goodput" in " ".join(table["cells"]["values"][3])
 
 
 def test_report_builds_the_history_from_the_store_when_optuna_storage_is_gone(capsys, study, tmp_path):
@@ -475,3 +478,20 @@ def test_report_errors_are_one_line_with_status_2(capsys, study, tmp_path, argv,
     db, _ = study
     status, _, err = cli_run(capsys, ["report", *argv, "--db", str(db), "--out", str(tmp_path / "r.html")])
     assert status == 2 and message in err and len(err.strip().splitlines()) == 1
+
+
+def test_importances_are_hidden_below_ten_completed_trials_and_say_what_they_rest_on():
+    study = optuna.create_study(direction="maximize", sampler=optuna.samplers.RandomSampler(seed=0))
+
+    def objective(trial: optuna.Trial) -> float:
+        return 2 * trial.suggest_float("chunk", 0, 1) + 0.1 * trial.suggest_float("tp", 0, 1)
+
+    study.optimize(objective, n_trials=9)
+    note = optuna_importances(study)
+    assert note == ("Parameter importances need at least 10 completed trials (Optuna's fANOVA ranks noise on fewer); "
+                    "this study has 9.")
+    assert param_importances(study) is None
+    study.optimize(objective, n_trials=3)
+    figure = optuna_importances(study)
+    assert not isinstance(figure, str) and "over 12 completed trials" in figure.layout.title.text
+    assert list(param_importances(study)) == ["chunk", "tp"]

@@ -281,10 +281,10 @@ def test_bad_workload_arguments(kwargs, message):
 
 def test_rate_for_scenarios_that_take_none():
     assert error_of(catalog()["mixed-gsm8k"].workload, rate=4.0) == (
-        "rate: must be None for closed-loop arrivals (they take no rate), got 4.0"
+        "rate: must be left unset for closed-loop arrivals (they take no rate), got 4.0"
     )
     assert error_of(catalog()["long-1m"].workload, rate=1) == (
-        "rate: must be None for all-at-once arrivals (they take no rate), got 1"
+        "rate: must be left unset for all-at-once arrivals (they take no rate), got 1"
     )
 
 
@@ -306,7 +306,7 @@ def test_missing_file(tmp_path):
 def test_invalid_scenario_construction():
     base = catalog()["azure-conv"]
     assert error_of(dataclasses.replace, base, rate=None) == (
-        "rate: must be a positive number of requests per second, got None"
+        "rate: must be a positive number of requests per second, got no value"
     )
     assert error_of(dataclasses.replace, base, num_requests=0) == (
         "num_requests: must be an integer >= 1, got 0"
@@ -343,7 +343,7 @@ def test_bad_trace_files(tmp_path, text, message):
     [
         ("0,ten,1", "3: prompt_tokens: must be an integer >= 0, got 'ten'"),
         ("-1,10,1", "3: arrival_s: must be seconds >= 0, got '-1'"),
-        ("1,10", "3: output_tokens: must be an integer >= 0, got None"),
+        ("1,10", "3: output_tokens: must be an integer >= 0, got no value"),
     ],
 )
 def test_bad_trace_values_name_the_line(tmp_path, row, message):
@@ -372,7 +372,7 @@ def test_trace_limits(tmp_path):
         "num_requests: must be at most 3 (the trace's rows), got 4"
     )
     assert error_of(scenario.workload, rate=2.0) == (
-        "rate: must be None for a trace whose arrivals are all simultaneous, got 2.0"
+        "rate: must be left unset for a trace whose arrivals are all simultaneous, got 2.0"
     )
 
 
@@ -392,7 +392,7 @@ def test_trace_limits(tmp_path):
          "arrivals.burstiness: must be a positive number, got 0"),
         (("num_requests = 50", "num_requests = 0"), "num_requests: must be an integer >= 1, got 0"),
         (("num_requests = 50", ""), "num_requests: is required"),
-        (("rate = 2.5", ""), "rate: must be a positive number of requests per second, got None"),
+        (("rate = 2.5", ""), "rate: must be a positive number of requests per second, got no value"),
         (("rate = 2.5", "rates = 2.5"), "rates: is not a known key; allowed keys are description,"
          " source, assumptions, num_requests, rate, arrivals, prompt, output"),
         (('source = "a guess"', "source = 3"), "source: must be a string, got 3"),

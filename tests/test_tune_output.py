@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shlex
 from types import SimpleNamespace
 
 import optuna
@@ -14,7 +15,11 @@ from pipedeck.console.output import PIPE_WIDTH, output_console
 from pipedeck.console.progress import PlainProgress
 from pipedeck.console.effects import print_effects
 from pipedeck.tuner.explain import KnobEffect, knob_effects
-from pipedeck.tuner.objective import Evaluator, TuneSpec, space_context
+from pipedeck.console.tune import _print_outcome
+from pipedeck.tuner.objective import Evaluator, TuneSpec, better_by, space_context
+from pipedeck.tuner.study import TrialSummary, TuneOutcome
+from pipedeck.tuner.verdict import Finished, Verdict
+from pipedeck.console.report import verdict_note
 from pipedeck.tuner.space import default_params, suggest_config
 from tests.tune_support import SMALL
 from tests.tune_support import spec as small_spec
@@ -79,9 +84,26 @@ def test_piped_tune_prints_progress_lines_the_reason_the_files_and_the_next_comm
     nexts = lines[lines.index("next:") + 1:]
     assert nexts[0].startswith("  pipedeck export --study ") and "--format vllm --out deploy --db " in nexts[0]
     assert nexts[-1].startswith("  pipedeck report --study ")
+    assert "Parameter importances need at least 10 completed trials (Optuna's fANOVA ranks noise on fewer); this " \
+           "study has " in out
     # piped, nothing is folded: each sentence on one line, the table at its natural width with one line per row
     assert any(line.startswith("best / default: ") and line.endswith("on the same traffic") for line in lines)
     assert len({len(line) for line in lines if line[:1] in "┏┃┡│└"}) == 1
+
+
+def test_every_next_command_tune_prints_runs_as_printed(tmp_path, capsys, monkeypatch):
+    """On Ascend without --format the study is tuned for vLLM-Ascend, so its `next: pipedeck export` runs."""
+    monkeypatch.chdir(tmp_path)
+    ascend = [*SMALL[:2], "--hardware", "ascend-910c", *SMALL[4:]]
+    status = run_cli(cli, ["tune", *ascend, "--trials", "8", "--repeats", "1", "--db", "r.duckdb"])
+    out, err = capsys.readouterr()
+    assert status == 0, err
+    lines = out.splitlines()
+    nexts = [line.strip() for line in lines[lines.index("next:") + 1:]]
+    assert nexts[0].startswith("pipedeck export ") and "--format vllm-ascend" in nexts[0]
+    for step in nexts:
+        assert run_cli(cli, shlex.split(step)[1:]) == 0, (step, capsys.readouterr().err)
+    assert (tmp_path / "deploy" / "serve.sh").is_file() and (tmp_path / "study.html").is_file()
 
 
 def test_tune_json_carries_the_effects(tmp_path, capsys):
@@ -127,3 +149,49 @@ def test_when_the_default_wins_nothing_suggests_comparing_it_with_itself(tmp_pat
     assert run_store.endswith(": the default is the best)"), run_store
     nexts = lines[lines.index("next:") + 1:]
     assert nexts and not [line for line in nexts if "pipedeck compare" in line], nexts
+
+
+def test_a_minimised_objective_is_worded_as_a_reduction(tmp_path):
+    assert better_by("ttft", 1.33) == "1.33x lower mean TTFT"
+    assert better_by("goodput", 1.79) == "1.79x higher goodput"
+    assert better_by("ttft", 1.33, percent=True) == "-25% mean TTFT"
+    assert better_by("goodput", 1.056, percent=True) == "+5.6% goodput"
+    spec = small_spec(tmp_path, objective="ttft", slo=None)
+    console = Console(record=True, width=200)
+    print_effects(spec, SimpleNamespace(best=SimpleNamespace(number=7)),
+                  [KnobEffect("chunk", 512, 2048, 1.33, 0.33)], console)
+    assert "chunk 512 (default 2k): -25% mean TTFT" in console.export_text()
+
+
+def test_the_summary_shows_the_percentile_the_slo_names(tmp_path):
+    spec = small_spec(tmp_path, slo="ttft@p99=3s,tpot=200ms")
+    config = ServingConfig(chunk=2048, max_running=256).resolve().to_dict()
+    metrics = {"goodput_rps": 2.0, "attainment": 0.99, "ttft_p90_s": 1.0, "ttft_p99_s": 2.5, "tpot_p90_s": 0.1,
+               "tpot_p99_s": 0.3}
+    trial = TrialSummary(0, config, metrics, 2.0)
+    console = Console(record=True, width=200)
+    _print_outcome(spec, TuneOutcome("t", "maximize", 1, trial, trial, None, None, False), console)
+    rows = {line.split("│")[1].strip(): line.split("│")[2].strip() for line in console.export_text().splitlines()
+            if line.count("│") > 2}
+    assert rows["TTFT P99 (s)"] == "2.500" and rows["TPOT P90 (s)"] == "0.100" and "TTFT P90 (s)" not in rows
+
+
+def test_knobs_that_vary_among_ties_are_free_within_the_tie_set_not_said_to_not_matter(tmp_path):
+    """A knob free among the ties may still beat the default: its effect line must not contradict it."""
+    spec = small_spec(tmp_path)
+    config = ServingConfig(chunk=2048, max_running=256).resolve().to_dict()
+    metrics = {"goodput_rps": 2.0, "attainment": 0.99, "ttft_p90_s": 1.0, "tpot_p90_s": 0.1}
+    best, other = TrialSummary(3, {**config, "chunk": 7072}, metrics, 2.0), TrialSummary(5, config, metrics, 1.99)
+    outcome = TuneOutcome("t", "maximize", 6, best, other, None, None, False, ties=(best, other), free=("chunk",))
+    console = Console(record=True, width=300)
+    _print_outcome(spec, outcome, console)
+    print_effects(spec, outcome, [KnobEffect("chunk", 7072, 2048, 1.894, 0.056), KnobEffect("max-running", 64, 256,
+                                                                                           2.0, 0.001)], console)
+    text = console.export_text()
+    assert "knobs free within the tie set" in text and ": chunk" in text
+    assert "did not change the result" not in text and "did not matter" not in text
+    assert "chunk 7072 (default 2k): +5.6% goodput" in text
+    report = verdict_note(Verdict(Finished(3, best.config, metrics, 2.0),
+                                  (Finished(3, best.config, metrics, 2.0), Finished(5, config, metrics, 1.99)),
+                                  ("chunk",)))
+    assert "Knobs free within the tie set (" in report and report.endswith("): chunk.") and "did not change" not in report

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import signal
@@ -17,9 +18,12 @@ import pytest
 from pipedeck.backends.config import ServingConfig
 from pipedeck.backends.engine_defaults import engine_defaults
 from pipedeck.backends.errors import ConfigError
+from pipedeck.backends.launch import ENGINES
 from pipedeck.console.cli import cli
 from pipedeck.console.errors import run_cli
+from pipedeck.console.tunespec import TuneInputs, build_spec
 from pipedeck.store import RunStore
+from pipedeck.tuner.confidence import clear_win
 from pipedeck.tuner.objective import Evaluator
 from pipedeck.tuner.space import (
     SpaceContext,
@@ -309,11 +313,11 @@ def test_tune_json_reports_best_default_ratio_ties_and_intervals(tmp_path, capsy
         assert ci["seeds"] == [0, 1, 2] and ci["values"][0] == out[key]["goodput_rps"]  # its own seed first
         assert ci["low"] <= ci["mean"] <= ci["high"] and ci["mean"] == pytest.approx(sum(ci["values"]) / 3)
     assert out["ratio"] == pytest.approx(out["best"]["goodput_rps"] / out["default"]["goodput_rps"])
-    assert out["clear_win"] == (out["best"]["goodput_ci"]["low"] > out["default"]["goodput_ci"]["high"])
+    assert out["clear_win"] == clear_win(out["best"]["goodput_ci"], out["default"]["goodput_ci"], "maximize")
     tied = [t["goodput_rps"] for t in out["ties"]]
     assert out["best"]["trial"] in [t["trial"] for t in out["ties"]]
     assert max(tied) <= min(tied) * 1.02  # every tie within the precision of the best
-    assert set(out["inert"]) <= {"parallelism", "mode", "chunk", "max-running", "layer-split", "delay-scheduling",
+    assert set(out["free_in_ties"]) <= {"parallelism", "mode", "chunk", "max-running", "layer-split", "delay-scheduling",
                                  "waiting-tok-threshold", "load-alpha", "base-unit", "delay-mode", "smooth-factor",
                                  "min-chunk", "kv-free-threshold", "tpot-violation", "ttft-low", "ttft-high",
                                  "tpot-safe", "alp-window-s", "slo-tpot-coeff", "rls-forgetting",
@@ -321,12 +325,13 @@ def test_tune_json_reports_best_default_ratio_ties_and_intervals(tmp_path, capsy
 
 
 def test_tune_summary_shows_the_knobs_of_the_chosen_mode(tmp_path, capsys):
-    args = ["tune", *SMALL, "--trials", "2", "--db", str(tmp_path / "r.duckdb"), "--fix", "mode=dcpp",
-            "--fix", "smooth-factor=0.5", "--fix", "delay-scheduling=on", "--fix", "delay-mode=tpot_first"]
+    args = ["tune", *SMALL, "--trials", "2", "--db", str(tmp_path / "r.duckdb"), "--export", str(tmp_path / "out"),
+            "--format", "fastpp", "--fix", "mode=fastpp-greedy", "--fix", "ttft-low=0.05",
+            "--fix", "delay-scheduling=on", "--fix", "delay-mode=tpot_first"]
     assert run_cli(cli, args) == 0
     rows = [line for line in capsys.readouterr().out.splitlines() if "=" in line]
     text = " ".join(rows)
-    for setting in ("smooth-factor=0.5", "min-chunk=", "delay-scheduling=on", "delay-mode=tpot_first"):
+    for setting in ("ttft-low=0.05", "kv-free-threshold=", "delay-scheduling=on", "delay-mode=tpot_first"):
         assert setting in text
     assert "alp-window-s" not in text  # a knob of another mode
 
@@ -339,7 +344,10 @@ def test_tune_summary_shows_the_knobs_of_the_chosen_mode(tmp_path, capsys):
     (["--jobs", "0"], "pipedeck: error: Invalid value for --jobs: must be a positive integer, got 0"),
     (["--sampler", "grid"], "pipedeck: error: Invalid value for '--sampler'"),
     (["--export", "out", "--format", "vllm", "--fix", "delay-scheduling=on"],
-     "pipedeck: error: fix: delay scheduling cannot run on vllm, the --format of --export"),
+     "pipedeck: error: fix: delay scheduling cannot run on vllm, the engine tuned for (--format)"),
+    (["--fix", "mode=dcpp"],
+     "pipedeck: error: fix: mode dcpp cannot run on vllm, the engine tuned for (--format); engines that can: "
+     "vllm-ascend, sglang"),
 ])
 def test_tune_rejects_bad_input_with_one_line(tmp_path, capsys, extra, message):
     status = run_cli(cli, ["tune", *SMALL, "--trials", "2", "--db", str(tmp_path / "r.duckdb"), *extra])
@@ -395,3 +403,17 @@ def test_report_and_compare_show_the_finalists_intervals(tmp_path, capsys):
     report = tmp_path / "report.html"
     assert run_cli(cli, ["report", "--study", out["study"], "--db", db, "--out", str(report)]) == 0
     assert "Goodput over arrival traces (mean and 95% interval)" in report.read_text()
+
+
+def test_a_tune_searches_only_what_its_engine_can_run(tmp_path):
+    """No --format: the engine is the hardware's default (vLLM-Ascend on Ascend), and so are the modes searched."""
+    inputs = TuneInputs(model="qwen2.5-14b", hardware="ascend-910c", devices=4, slo="ttft=2s,tpot=200ms",
+                        requests=20)
+    spec = build_spec(inputs, tmp_path / "x.duckdb")
+    assert spec.engine == "vllm-ascend"
+    assert set(spec.modes) == set(ENGINES["vllm-ascend"].modes) and "fastpp-alp" not in spec.modes
+    assert spec.fixed["delay_scheduling"] is False  # vLLM-Ascend has no delay scheduling
+    with pytest.raises(ConfigError, match="^fix: mode fastpp-alp cannot run on vllm-ascend, the engine tuned for"):
+        build_spec(dataclasses.replace(inputs, fixes=("mode=fastpp-alp",)), tmp_path / "x.duckdb")
+    fastpp = build_spec(dataclasses.replace(inputs, hardware="a100-40g-pcie", engine="fastpp"), tmp_path / "x.duckdb")
+    assert "delay_scheduling" not in fastpp.fixed and "fastpp-greedy" in fastpp.modes

@@ -2,7 +2,12 @@
 
 One seed is one draw of the arrival process, and a config's goodput moves
 with it. Measuring a finalist on N seeds gives a mean and a 95% Student-t
-interval; one config beats another only when their intervals do not overlap.
+interval. The best and the default run on the same seeds, so whether one
+beats the other is read from the paired differences, seed by seed: a clear
+win when the 95% t-interval of their mean lies wholly on the better side of
+zero. Pairing removes what a seed does to both configs alike; the paired
+interval is never wider than the two unpaired ones together, so intervals
+that do not overlap are always a paired win, and overlapping ones may be.
 """
 
 from __future__ import annotations
@@ -16,26 +21,54 @@ CONFIDENCE = 0.95
 
 def interval(values: Sequence[float], seeds: Sequence[int]) -> dict[str, object]:
     """Mean and 95% t-interval of `values` (one per seed); with one value the interval is that value."""
+    mean, low, high = _t_interval(values)
+    return {"mean": mean, "low": max(0.0, low), "high": high, "values": [float(v) for v in values],
+            "seeds": list(seeds), "confidence": CONFIDENCE}
+
+
+def _t_interval(values: Sequence[float]) -> tuple[float, float, float]:
+    """Mean and the ends of its 95% Student-t interval (the mean itself for one value)."""
     from scipy import stats  # imported here: only a tune with --repeats pays for it
 
     data = np.asarray(values, dtype=float)
     mean = float(data.mean())
     if data.size < 2:
-        low = high = mean
-    else:
-        half = float(stats.t.ppf(0.5 + CONFIDENCE / 2, data.size - 1) * data.std(ddof=1) / np.sqrt(data.size))
-        low, high = mean - half, mean + half
-    return {"mean": mean, "low": max(0.0, low), "high": high, "values": [float(v) for v in data],
-            "seeds": list(seeds), "confidence": CONFIDENCE}
+        return mean, mean, mean
+    half = float(stats.t.ppf(0.5 + CONFIDENCE / 2, data.size - 1) * data.std(ddof=1) / np.sqrt(data.size))
+    return mean, mean - half, mean + half
 
 
-def separated(better: Mapping[str, object] | None, worse: Mapping[str, object] | None, direction: str) -> bool:
-    """Whether `better`'s interval lies wholly on the better side of `worse`'s."""
-    if not better or not worse:
-        return False
-    if direction == "maximize":
-        return float(better["low"]) > float(worse["high"])
-    return float(better["high"]) < float(worse["low"])
+def paired_difference(best: Mapping[str, object] | None, default: Mapping[str, object] | None
+                      ) -> dict[str, float] | None:
+    """Mean and 95% t-interval of best - default over the seeds both were measured on; None under two such seeds."""
+    if not best or not default:
+        return None
+    theirs = dict(zip(default["seeds"], default["values"]))
+    differences = [float(value) - float(theirs[seed]) for seed, value in zip(best["seeds"], best["values"])
+                   if seed in theirs]
+    if len(differences) < 2:
+        return None
+    mean, low, high = _t_interval(differences)
+    return {"mean": mean, "low": low, "high": high, "seeds": len(differences)}
+
+
+def clear_win(best: Mapping[str, object] | None, default: Mapping[str, object] | None, direction: str) -> bool | None:
+    """Whether the best beats the default on their shared seeds (the paired interval excludes zero on the better
+    side); None without two shared seeds. `tune` and `report` both decide by it."""
+    paired = paired_difference(best, default)
+    if paired is None:
+        return None
+    return paired["low"] > 0 if direction == "maximize" else paired["high"] < 0
+
+
+def win_text(best: Mapping[str, object] | None, default: Mapping[str, object] | None, direction: str) -> str:
+    """The verdict in words, with the paired interval: "a clear win: ...", "not a clear win: ...", or ""."""
+    win, paired = clear_win(best, default, direction), paired_difference(best, default)
+    if win is None or paired is None:
+        return ""
+    figures = (f"best - default over {paired['seeds']} paired seeds is {paired['mean']:+.3g} req/s "
+               f"(95% {paired['low']:+.3g} to {paired['high']:+.3g})")  # intervals are of goodputs
+    return f"a clear win: {figures}" if win else f"not a clear win: {figures}, which includes 0"
 
 
 def interval_text(ci: Mapping[str, object]) -> str:

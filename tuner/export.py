@@ -21,7 +21,7 @@ from ..backends.config import ResolvedConfig, ServingConfig
 from ..backends.launch import EnvVar, ExportError, Plan, plan_launch
 from ..backends.profiles.schema import Checkpoint
 from .objective import OBJECTIVES
-from .verdict import stored_verdict
+from .verdict import in_force, stored_verdict
 
 __all__ = ["BestConfig", "ExportError", "best_from_json", "best_from_store", "export_best", "export_warnings",
            "write_export"]
@@ -51,15 +51,17 @@ def write_export(best: BestConfig, engine: str, out_dir: str | os.PathLike[str],
 
     `version` picks the engine release (None: the newest release). `warn`
     gets each way the launch differs from what was predicted, the lines
-    serve.sh opens with.
+    serve.sh opens with. The config is written as it acts (`in_force`), with
+    a note in serve.sh where that is not what it sets.
     """
-    config = best.config
+    acting, in_force_note = in_force(best.config.to_dict())
+    config = ServingConfig.from_dict(acting).resolve()
     plan = plan_launch(config, engine, version)
     model = plan.checkpoint.id
     if _UNSAFE_IN_DOUBLE_QUOTES.search(model):
         raise ExportError(f"model: checkpoint {model!r} has a character a shell would expand: one of $ ` \" \\ }}")
     warnings = export_warnings(best, plan)
-    files = {SCRIPT: (render_script(best, config, plan, warnings), 0o755)}
+    files = {SCRIPT: (render_script(best, config, plan, warnings, in_force_note=in_force_note), 0o755)}
     if plan.engine.config_file and plan.release.reads_config_file:
         files[plan.engine.config_file] = (render_yaml(config, plan), 0o644)
     files[RECORD] = (render_record(best, config, plan), 0o644)
@@ -95,12 +97,15 @@ def export_warnings(best: BestConfig, plan: Plan) -> list[str]:
     return found
 
 
-def render_script(best: BestConfig, config: ServingConfig, plan: Plan, warnings: list[str]) -> str:
+def render_script(best: BestConfig, config: ServingConfig, plan: Plan, warnings: list[str],
+                  in_force_note: str = "") -> str:
     """The bash launch script: warnings, header, environment and the launch command, one option per line."""
     engine, launch = plan.engine, plan.launch
     rule = "# " + "=" * 76
     lines = ["#!/usr/bin/env bash", *([rule, *(_comment(w) for w in warnings), rule] if warnings else [])]
     lines += [_comment(line) for line in _header(best, config, plan)]
+    if in_force_note:
+        lines.append(_comment(f"In force: {in_force_note}"))
     if launch.notes:
         lines += [rule, *(_comment(note) for note in launch.notes), rule]
     lines += ["set -euo pipefail", ""]

@@ -26,6 +26,19 @@ from .storage import HEARTBEAT_S, has_heartbeat
 OBJECTIVES = {"goodput": "maximize", "ttft": "minimize", "throughput": "maximize"}
 OBJECTIVE_NAMES = {"goodput": "goodput", "ttft": "mean TTFT", "throughput": "throughput"}
 OBJECTIVE_LABELS = {"goodput": "goodput (req/s)", "ttft": "mean TTFT (s)", "throughput": "throughput (tok/s)"}
+
+
+def better_by(objective: str, ratio: float, *, percent: bool = False) -> str:
+    """How a config that is `ratio` times better than another (above 1 = better, whatever the direction) reads in
+    the objective's own terms: "1.79x higher goodput", "1.33x lower mean TTFT"; with `percent`, the change of the
+    objective itself: "+79% goodput", "-25% mean TTFT"."""
+    name, lower = OBJECTIVE_NAMES[objective], OBJECTIVES[objective] == "minimize"
+    if not percent:
+        return f"{ratio:.2f}x {'lower' if lower else 'higher'} {name}"
+    change = (1 / ratio if lower else ratio) - 1
+    return f"{change:+.0%} {name}" if abs(change) >= 0.1 else f"{change:+.1%} {name}"
+
+
 PRECISION = 0.02  # relative width of a goodput search's final bracket; objectives this close tie
 FINISHED = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED)
 LIVE_PRECISION = 0.05  # goodput bracket for live servers: their goodput moves more than 2% between repeats
@@ -159,14 +172,19 @@ class Evaluator:
             metrics = {"goodput_rps": found.rate, "attainment": found.attainment, "evaluations": found.evaluations,
                        "capped": found.capped}
             if found.result is not None:
-                metrics.update(_latency_metrics(found.result))
+                metrics.update(self._latency(found.result))
             return Measurement(found.rate, metrics, found.result, found.rate)
         result = self.run(config, self.scenario.rate)
-        metrics = _latency_metrics(result)
+        metrics = self._latency(result)
         if self.slo is not None:
             metrics["attainment"] = self.slo.attainment(result)
         value = metrics["ttft_mean_s"] if self.spec.objective == "ttft" else metrics["throughput_tok_s"]
         return Measurement(value, metrics, result, self.scenario.rate)
+
+
+    def _latency(self, result: RunResult) -> dict[str, float]:
+        """The run's latency metrics, with each percentile the SLO limits (ttft_p95_s) where they lack it."""
+        return {**(self.slo.observed(result) if self.slo else {}), **_latency_metrics(result)}
 
 
 class _StopObserver(RunObserver):

@@ -28,6 +28,11 @@ class Limit:
     limit_s: float
     percentile: float = DEFAULT_PERCENTILE
 
+    @property
+    def key(self) -> str:
+        """The metric's name at this percentile, as a trial's metrics have it: ttft_p90_s."""
+        return f"{self.metric}_p{self.percentile:g}_s"
+
     def text(self) -> str:
         pct = "" if self.percentile == DEFAULT_PERCENTILE else f"@p{self.percentile:g}"
         value = f"{self.limit_s * 1e3:g}ms" if self.limit_s < 1 else f"{self.limit_s:g}s"
@@ -68,6 +73,10 @@ class SLO:
         for l in self.limits:
             ok &= ~(values[l.metric] > l.limit_s)  # NaN (no TPOT) is never over a limit
         return float(ok.mean())
+
+    def observed(self, result: RunResult) -> dict[str, float]:
+        """Each limited percentile as the run measured it, by `Limit.key`."""
+        return {l.key: _percentile(_values(result, l.metric), l.percentile) for l in self.limits}
 
     def undefined(self, result: RunResult) -> tuple[str, ...]:
         """The limited metrics the run has no value of (TPOT when every output is one token)."""

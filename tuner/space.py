@@ -26,6 +26,7 @@ from ..backends.config import ServingConfig, default_layer_split, parse_layer_sp
 from ..backends.engine_defaults import EngineDefaults, engine_defaults
 from ..backends.errors import ConfigError
 from ..backends.knobs import KNOB_BY_FIELD, setting_text
+from ..backends.launch import engines_for, get_engine
 from ..backends.policies.modes import MODES
 from ..backends.profiles.schema import HardwareProfile
 from ..backends.tokens import parse_tokens
@@ -164,6 +165,27 @@ def parse_fixes(items: tuple[str, ...] | list[str]) -> dict[str, object]:
         dim = dimension_for(key)
         fixed[key.strip().replace("-", "_")] = dim.parse(value.strip())
     return fixed
+
+
+def engine_search(engine: str, modes: tuple[str, ...] | None,
+                  fixed: dict[str, object]) -> tuple[tuple[str, ...], dict[str, object]]:
+    """The modes to search and the pins that keep every trial launchable on `engine`.
+
+    From the table `export` launches by (backends/launch.py): only the modes
+    the engine can run, and delay scheduling pinned off on an engine without
+    it. A pin of something the engine cannot run is refused in one line.
+    """
+    target = get_engine(engine)
+    pinned = fixed.get("mode")
+    if pinned is not None and pinned not in target.modes:
+        raise ConfigError(f"fix: mode {pinned} cannot run on {engine}, the engine tuned for (--format); "
+                          f"engines that can: {', '.join(engines_for(str(pinned))) or 'none'}")
+    searched = tuple(m for m in (modes or MODES) if m in target.modes)
+    if target.delay_scheduling is not None:
+        return searched, fixed
+    if fixed.get("delay_scheduling"):
+        raise ConfigError(f"fix: delay scheduling cannot run on {engine}, the engine tuned for (--format)")
+    return searched, {**fixed, "delay_scheduling": fixed.get("delay_scheduling", False)}
 
 
 def suggest_config(trial: optuna.Trial, ctx: SpaceContext, fixed: dict[str, object]) -> Draft:

@@ -26,7 +26,8 @@ from optuna.trial import FrozenTrial, TrialState
 from ..backends.config import ServingConfig
 from ..backends.errors import ConfigError
 from ..store import RunStore
-from .confidence import interval, separated
+from .confidence import clear_win, interval
+from .importance import param_importances
 from .objective import FINISHED, OBJECTIVE_LABELS, Evaluator, TuneSpec, search_precision, space_context
 from .slo import parse_slo
 from .space import default_params, foreign_params
@@ -71,16 +72,16 @@ class TuneOutcome:
     default_run_id: int | None
     interrupted: bool
     ties: tuple[TrialSummary, ...] = ()  # distinct configs within the precision of the best, the best included
-    inert: tuple[str, ...] = ()  # knobs (--fix names) whose value differs among the ties
+    free: tuple[str, ...] = ()  # knobs (--fix names) whose value differs among the ties: free within the tie set
     best_ci: dict[str, object] | None = None  # goodput over --repeats seeds: mean, 95% interval
     default_ci: dict[str, object] | None = None
+    completed: int = 0  # completed trials (not pruned), those importances rest on
+    importances: dict[str, float] | None = None  # fANOVA shares by parameter; None below importance.MIN_TRIALS
 
     @property
     def clear_win(self) -> bool | None:
-        """Whether the best's interval lies above the default's; None without intervals."""
-        if self.best_ci is None or self.default_ci is None:
-            return None
-        return separated(self.best_ci, self.default_ci, self.direction)
+        """Whether the best beats the default on their paired seeds (confidence.clear_win); None without intervals."""
+        return clear_win(self.best_ci, self.default_ci, self.direction)
 
     @property
     def ratio(self) -> float | None:
@@ -295,7 +296,7 @@ def recommended_trial(study: optuna.Study) -> FrozenTrial | None:
 
 
 def _outcome(spec: TuneSpec, study: optuna.Study, db: str | Path, interrupted: bool) -> TuneOutcome:
-    """The verdict (best, ties, inert knobs), the finalists' intervals, and their runs stored with timelines."""
+    """The verdict (best, ties, knobs free among them), the finalists' intervals, and their runs stored with timelines."""
     default = _default_trial(study)
     complete = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
     verdict = study_verdict(study, direction=spec.direction, precision=search_precision(spec.backend, spec.precision),
@@ -332,9 +333,10 @@ def _outcome(spec: TuneSpec, study: optuna.Study, db: str | Path, interrupted: b
         default_run_id=run_ids.get(default.number) if default else None, interrupted=interrupted,
         ties=tuple(summarize(next(t for t in complete if t.number == tie.number)) for tie in verdict.ties)
         if verdict else (),
-        inert=verdict.inert if verdict else (),
+        free=verdict.free if verdict else (),
         best_ci=intervals.get(best.number) if best else None,
-        default_ci=intervals.get(default.number) if default else None)
+        default_ci=intervals.get(default.number) if default else None, completed=len(complete),
+        importances=None if interrupted else param_importances(study))
 
 
 def link_runs(db: str | Path, study: str, run_ids: dict[int, int]) -> None:

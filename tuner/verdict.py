@@ -1,4 +1,4 @@
-"""Which finished trial a study recommends, which configs tie with it, and which knobs did not matter.
+"""Which finished trial a study recommends, which configs tie with it, and which knobs are free among the ties.
 
 A goodput is known only to the search's precision: the true rate lies
 between the highest rate that met the SLO and the lowest that failed, at
@@ -7,7 +7,13 @@ the best cannot be told apart, so they tie. Among ties the recommendation
 is the one with the most latency headroom at its goodput rate (P90 TTFT and
 TPOT over their SLO limits, summed), and among those (again within the
 precision) the one that changes the fewest knobs from the baseline. A knob
-whose value differs between tied configs did not change the result.
+whose value differs between tied configs is free within the tie set: given
+the other knobs of each tie, any of those values gives a tied result. That
+is not the same as not mattering: moved alone from the default it may still
+change the result (tuner/explain.py measures that).
+
+Configs are compared as they act (`in_force`): a setting that has no effect
+(DCPP whose minimum chunk is its whole chunk) is not counted as a change.
 """
 
 from __future__ import annotations
@@ -16,10 +22,13 @@ import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from ..backends.config import ServingConfig
 from ..store import StudyRow, TrialRow
 from .objective import OBJECTIVES, config_key, search_precision
 from .space import DIMENSIONS
 
+FREE_KNOBS = ("knobs free within the tie set (each of their values among the ties gives a tied result, given "
+              "that tie's other knobs; not the same as not mattering)")  # how tune and the report name them
 HEADROOM_METRICS = (("ttft", "ttft_p90_s"), ("tpot", "tpot_p90_s"))
 
 
@@ -35,11 +44,11 @@ class Finished:
 
 @dataclass(frozen=True)
 class Verdict:
-    """The recommended trial, every distinct config tied with the best (it included), and the inert knobs."""
+    """The recommended trial, every distinct config tied with the best (it included), and the knobs free among them."""
 
     winner: Finished
     ties: tuple[Finished, ...]
-    inert: tuple[str, ...]  # --fix names of the knobs whose value differs among the ties
+    free: tuple[str, ...]  # --fix names of the knobs whose value differs among the ties
 
 
 def decide(trials: Sequence[Finished], direction: str, precision: float, limits: Mapping[str, float],
@@ -52,21 +61,38 @@ def decide(trials: Sequence[Finished], direction: str, precision: float, limits:
     lowest = min(_load(t, limits) for t in ties)
     roomiest = [t for t in ties if _within(_load(t, limits), lowest, precision)]
     winner = min(roomiest, key=lambda t: (changes(t.config, baseline), _load(t, limits), t.number))
-    return Verdict(winner, tuple(sorted(ties, key=lambda t: t.number)), inert_knobs([t.config for t in ties]))
+    return Verdict(winner, tuple(sorted(ties, key=lambda t: t.number)), free_knobs([t.config for t in ties]))
+
+
+def in_force(config: Mapping[str, object]) -> tuple[dict[str, object], str]:
+    """The config as it acts, and a one-line note when that differs from what it sets ("" otherwise).
+
+    DCPP floors each chunk at min_chunk; with min_chunk >= chunk no chunk
+    ever shrinks, so it runs exactly as cpp (the same goodput to the last
+    digit) and its smooth factor does nothing either.
+    """
+    if config.get("mode") != "dcpp" or int(config["min_chunk"]) < int(config["chunk"]):
+        return dict(config), ""
+    default = ServingConfig()
+    note = (f"mode cpp. It sets dcpp with min_chunk {config['min_chunk']} >= chunk {config['chunk']}, so it never "
+            "shrinks a chunk and runs as cpp.")
+    return {**config, "mode": "cpp", "smooth_factor": default.smooth_factor, "min_chunk": default.min_chunk}, note
 
 
 def changes(config: Mapping[str, object], baseline: Mapping[str, object] | None) -> int:
     """How many searched knobs `config` sets differently from `baseline` (0 without a baseline)."""
     if baseline is None:
         return 0
-    return sum(_knob(config, dim.fields) != _knob(baseline, dim.fields) for dim in DIMENSIONS if dim.searched)
+    acting, base = in_force(config)[0], in_force(baseline)[0]
+    return sum(_knob(acting, dim.fields) != _knob(base, dim.fields) for dim in DIMENSIONS if dim.searched)
 
 
-def inert_knobs(configs: Sequence[Mapping[str, object]]) -> tuple[str, ...]:
+def free_knobs(configs: Sequence[Mapping[str, object]]) -> tuple[str, ...]:
     """The knobs (by --fix name) that take more than one value among `configs`."""
     if len(configs) < 2:
         return ()
-    return tuple(dim.flag for dim in DIMENSIONS if dim.searched and len({_knob(c, dim.fields) for c in configs}) > 1)
+    acting = [in_force(c)[0] for c in configs]
+    return tuple(dim.flag for dim in DIMENSIONS if dim.searched and len({_knob(c, dim.fields) for c in acting}) > 1)
 
 
 def _knob(config: Mapping[str, object], fields: tuple[str, ...]) -> str:
@@ -85,10 +111,10 @@ def _load(trial: Finished, limits: Mapping[str, float]) -> float:
 
 
 def _distinct(trials: Sequence[Finished]) -> list[Finished]:
-    """One trial per config (the first measured), in trial order."""
+    """One trial per config as it acts (the first measured), in trial order."""
     seen: dict[str, Finished] = {}
     for t in sorted(trials, key=lambda t: t.number):
-        seen.setdefault(config_key(t.config), t)
+        seen.setdefault(config_key(in_force(t.config)[0]), t)
     return list(seen.values())
 
 

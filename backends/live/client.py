@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import json
 import ssl
+import textwrap
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
@@ -118,6 +119,22 @@ async def stream_completion(pool: ClientPool, body: bytes, *, request_id: int, p
     )
 
 
+ERROR_CHARS = 200  # the most of a failed response's body an error line quotes
+
+
+def http_error_line(status: int, body: str, reason: str) -> str:
+    """`http 500: <the body's first line>`, clipped to ERROR_CHARS; the reason without a body."""
+    first = body.strip().splitlines()[0] if body.strip() else reason
+    return f"http {status}: {clip(first, ERROR_CHARS)}"
+
+
+def clip(text: str, width: int) -> str:
+    """`text` on one line of at most `width` characters, cut at a word with " ..." (mid-word only when its first
+    word alone is longer)."""
+    short = textwrap.shorten(text, width, placeholder=" ...")
+    return short if short != "..." else text[:width - 4] + " ..."
+
+
 async def _read(client: httpx.AsyncClient, body: bytes, stream: _Stream, loop: asyncio.AbstractEventLoop,
                 stall_s: float) -> str | None:
     """Read the response into `stream`; return the error line, or None if it ended with `[DONE]`."""
@@ -125,8 +142,8 @@ async def _read(client: httpx.AsyncClient, body: bytes, stream: _Stream, loop: a
     headers = {"content-type": "application/json", "accept": "text/event-stream"}
     async with client.stream("POST", "/v1/completions", content=body, headers=headers, timeout=timeout) as response:
         if response.status_code != 200:
-            text = (await response.aread()).decode(errors="replace").strip()
-            return f"http {response.status_code}: {text.splitlines()[0][:200] if text else response.reason_phrase}"
+            text = (await response.aread()).decode(errors="replace")
+            return http_error_line(response.status_code, text, response.reason_phrase)
         rest = b""
         async for chunk in response.aiter_bytes():
             now = loop.time()  # every event in this read arrived now

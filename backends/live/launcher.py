@@ -25,6 +25,7 @@ from ..blas_threads import user_environment
 from ..config import ResolvedConfig
 from ..errors import ServerError
 from ..launch import plan_launch
+from .client import clip
 
 LOOPBACK = "127.0.0.1"
 
@@ -140,7 +141,7 @@ def wait_healthy(server: Server, timeout_s: float, cancelled: Callable[[], bool]
 def last_log_line(path: Path) -> str:
     """' (last line: ...)' naming the log's last non-blank line, or '' when it has none."""
     lines = [line for line in path.read_text(errors="replace").splitlines() if line.strip()] if path.exists() else []
-    return f" (last line: {lines[-1].strip()[:160]})" if lines else ""
+    return f" (last line: {clip(lines[-1], 160)})" if lines else ""
 
 
 def _signal_group(process: subprocess.Popen, sig: int) -> None:

@@ -12,7 +12,9 @@ import plotly.graph_objects as go
 from ...backends.policies.modes import MODES
 from ...backends.tokens import format_tokens
 from ...store import TrialRow
-from ...tuner.objective import OBJECTIVE_LABELS
+from ...tuner.confidence import clear_win
+from ...tuner.importance import MIN_TRIALS, too_few_text
+from ...tuner.objective import OBJECTIVE_LABELS, OBJECTIVE_NAMES, better_by
 from .common import run_colour, styled
 from .table import CELL_PX
 
@@ -59,20 +61,23 @@ def _history_axes(fig: go.Figure, label: str, last: int) -> go.Figure:
 
 
 def optuna_importances(study: optuna.Study) -> go.Figure | str:
-    """Optuna's parameter importances, or the reason they cannot be computed."""
+    """Optuna's parameter importances over the completed trials (at least `MIN_TRIALS`), or why they are not shown."""
     done = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
     varying = {name for name in {p for t in done for p in t.params}
                if len({repr(t.params.get(name)) for t in done}) > 1}
-    if len(done) < 2 or not varying:
-        return (f"Parameter importances need at least two completed trials whose parameters differ; "
-                f"this study has {len(done)} completed trial(s).")
+    if len(done) < MIN_TRIALS:
+        return f"{too_few_text(len(done))}."
+    if not varying:
+        return f"Parameter importances need parameters that differ; no parameter differs among the {len(done)} " \
+               "completed trials."
     try:
         with warnings.catch_warnings():  # "some regimes have less than 2 trials" on small studies
             warnings.simplefilter("ignore")
             fig = optuna.visualization.plot_param_importances(study)
     except (ValueError, RuntimeError) as err:
         return f"Optuna could not compute parameter importances: {str(err).splitlines()[0]}"
-    return styled(fig, "Parameter importances (share of the objective's variance)", 120 + 36 * len(varying))
+    return styled(fig, f"Parameter importances over {len(done)} completed trials (share of the objective's variance)",
+                  120 + 36 * len(varying))
 
 
 def _chunk_ticks(chunks: Sequence[int]) -> list[int]:
@@ -152,6 +157,17 @@ def improvement(best: float, default: float, direction: str) -> float | None:
     return best / default if direction == "maximize" else default / best
 
 
+def _gain_cell(best: TrialRow, default: TrialRow | None, gain: float | None, objective: str | None,
+               direction: str) -> str:
+    """How much better the best is, in the objective's terms (in bold unless the paired seeds say it is not a
+    clear win, as `tune` says it)."""
+    if gain is None or default is None:
+        return ""
+    text = better_by(objective, gain) if objective in OBJECTIVE_NAMES else f"{gain:.2f}x better"
+    win = clear_win(best.metrics.get("goodput_ci"), default.metrics.get("goodput_ci"), direction)
+    return f"{text}: not a clear win" if win is False else f"<b>{text}</b>"
+
+
 def best_vs_default(best: TrialRow, default: TrialRow | None, objective: str | None, direction: str) -> go.Figure:
     """A table of the best trial's config and metrics next to the default config's, with their ratio."""
     label = objective_label(objective)
@@ -160,8 +176,7 @@ def best_vs_default(best: TrialRow, default: TrialRow | None, objective: str | N
     for name, cell in _CONFIG_ROWS:
         rows.append([name, *(cell(t.config) if t.config else "-" for t in shown), ""])
     gain = improvement(best.objective, default.objective, direction) if default is not None else None
-    rows.append([f"<b>{label}</b>", *(f"<b>{t.objective:.4g}</b>" for t in shown),
-                 "" if gain is None else f"<b>{gain:.2f}× better</b>"])
+    rows.append([f"<b>{label}</b>", *(f"<b>{t.objective:.4g}</b>" for t in shown), _gain_cell(best, default, gain, objective, direction)])
     for key, name, scale, fmt in _METRIC_ROWS:
         if key == OBJECTIVE_METRICS.get(objective or "") or not any(key in t.metrics for t in shown):
             continue
