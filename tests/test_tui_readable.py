@@ -185,3 +185,21 @@ def test_notifications_do_not_cover_the_results(tmp_path, monkeypatch):
                                   for selector in ("#export-status", "#trials-table", "#best", "#chart"))
 
     asyncio.run(scenario())
+
+
+def test_a_view_switch_clears_the_errors_of_the_view_left(tmp_path):
+    async def scenario() -> None:
+        app = PipedeckApp(tmp_path / "c.duckdb", QWEN)
+        async with app.run_test(size=SMALL, notifications=True) as pilot:
+            await pilot.press("3", "c")  # nothing selected: refused, in an error over the Runs settings
+            await wait_for(pilot, lambda: notifications(app) and app.screen.query("Toast"))
+            await pilot.press("1")
+            await pilot.pause()
+            assert notifications(app) == [] and not app.screen.query("Toast")
+            assert not any("select at least two runs" in line for line in screen_lines(app))
+            await pilot.press("1", "3", "c", "3")  # the same view again is no switch: its error stays
+            await wait_for(pilot, lambda: notifications(app))
+            await pilot.pause()
+            assert [severity for severity, _ in notifications(app)] == ["error"]
+
+    asyncio.run(scenario())
