@@ -175,8 +175,10 @@ def compare_sections(chosen: Comparison, slo: SLO | None, max_spans: int) -> lis
         sections.append(Section(
             "Pipeline timelines", timelines(ranked, max_spans), key="timeline",
             note="One row per rank, every run over the same time window; bar colour is the micro-batch's lead "
-                 "request, labels are virtual stage and chunk (s<stage> c<chunk>, d for decode-only). Drag to zoom; "
-                 "double-click to reset." + left_out))
+                 "request, labels are virtual stage and chunk (s<stage> c<chunk>, d for decode-only); hover a bar "
+                 "for its request, chunk and times. Drag to zoom; double-click to reset. A long run is drawn from its "
+                 "start up to a span budget (pipedeck compare --max-spans); the title says what part is shown."
+                 + left_out))
     return sections
 
 

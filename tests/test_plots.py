@@ -3,16 +3,19 @@
 from __future__ import annotations
 
 import base64
+import colorsys
 import dataclasses
 import json
 import re
 import shutil
+import textwrap
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import optuna
 import pytest
+from plotly.colors import unlabel_rgb
 
 from pipedeck.backends.config import ServingConfig
 from pipedeck.backends.result import RunResult, Span
@@ -23,6 +26,7 @@ from pipedeck.console.errors import run_cli
 from pipedeck.console.plots import legend_names
 from pipedeck.console.plots.gantt import common_window
 from pipedeck.console.plots.study import optuna_importances
+from pipedeck.console.plots.table import CELL_PX, CHAR_PX, LINE_PX, PAD_PX, PLANNED_PX
 from pipedeck.scenarios import load_scenario
 from pipedeck.store import RunStore, StoredRun
 from pipedeck.tuner.importance import param_importances
@@ -34,6 +38,7 @@ from pipedeck.tuner.verdict import stored_verdict
 QWEN = dict(model="qwen2.5-14b", hardware="a100-40g-pcie", tp=2, pp=2)
 SLO = {"ttft": {"limit_s": 2.0, "percentile": 90.0}, "tpot": {"limit_s": 0.2, "percentile": 90.0}}
 COMPARE_FIGURES = {"cdf", "breakdown", "metrics", "timeline"}
+DELTA = re.compile(r"\([+-][\d.]+(%| pp)")  # a metrics cell's delta against the first run
 
 
 @dataclass(frozen=True)
@@ -175,7 +180,8 @@ def test_metrics_table_shows_config_and_deltas_against_the_first_run(capsys, run
     assert rows["tp × pp"] == ("8 × 2", "8 × 2")
     ttft = [runs.results[k].summary()["ttft_s"]["p90"] for k in ("cpp", "vpp")]
     assert rows["TTFT P90 (s)"][0] == f"{ttft[0]:.4g}"
-    assert rows["TTFT P90 (s)"][1] == f"{ttft[1]:.4g} ({(ttft[1] - ttft[0]) / ttft[0]:+.1%})"
+    verdict = "better" if ttft[1] < ttft[0] else "worse"  # lower latency is better
+    assert rows["TTFT P90 (s)"][1] == f"{ttft[1]:.4g} ({(ttft[1] - ttft[0]) / ttft[0]:+.1%}, {verdict})"
     assert {"P50", "P99"} <= {label.split()[1] for label in rows if label.startswith("TPOT")}
     for label in ("throughput (tok/s)", "makespan (s)", "bubble ratio", "steps", "chunks", "SLO attainment"):
         assert label in rows
@@ -189,6 +195,64 @@ def test_metrics_table_says_na_where_a_run_has_no_tpot_never_0_or_minus_100_perc
         assert rows[f"TPOT {p} (ms)"][1] == "n/a" and rows[f"TPOT {p} (ms)"][0] != "n/a"
     assert rows["SLO ttft=60s,tpot=200ms"][1] == "met (tpot n/a)"
     assert "-100" not in " ".join(prefill_only)
+
+
+def test_every_delta_says_better_or_worse_in_words_and_colour_by_its_metrics_direction(capsys, runs, tmp_path):
+    table = compare(capsys, runs, tmp_path, "cpp", "vpp", extra=("--slo", "ttft=15s"))["metrics"]["data"][0]
+    labels, _, second = table["cells"]["values"]
+    colours = dict(zip(labels, table["cells"]["font"]["color"][2]))
+    rows = dict(zip((re.sub("<.*?>", "", label) for label in labels), zip(second, colours.values())))
+    summaries = [runs.results[k].summary() for k in ("cpp", "vpp")]
+    for label, read, lower_is_better in (("TTFT P90 (s)", lambda s: s["ttft_s"]["p90"], True),
+                                         ("makespan (s)", lambda s: s["makespan_s"], True),
+                                         ("throughput (tok/s)", lambda s: s["throughput_tok_s"], False)):
+        base, value = (read(s) for s in summaries)
+        better = (value < base) == lower_is_better
+        text, colour = rows[label]
+        assert text.endswith(", better)" if better else ", worse)"), (label, text)
+        assert colour == ("#1e8449" if better else "#c0392b")
+    for label in ("steps", "chunks"):  # no better way round: neither word nor colour
+        text, colour = rows[label]
+        assert "better" not in text and "worse" not in text and colour == "#222"
+
+
+def study_page(capsys, study: tuple[Path, TuneSpec], tmp_path: Path) -> dict[str, dict]:
+    """The figures of `compare --study` on a copy of the study's store: best and default, each at both rates."""
+    db, spec = study
+    out = tmp_path / "c.html"
+    status, _, err = cli_run(capsys, ["compare", "--study", spec.study, "--db", str(copy_of(db, tmp_path)),
+                                      "--out", str(out)])
+    assert status == 0, err
+    return figures(out)
+
+
+def test_the_metrics_table_is_as_tall_as_its_rows_wrapped_on_a_narrow_page(capsys, study, tmp_path):
+    """Long run names wrap the header over lines; the figure grows with them and the SLO rows stay in view."""
+    metrics = study_page(capsys, study, tmp_path)["metrics"]
+    table, layout = metrics["data"][0], metrics["layout"]
+    labels, *columns = table["cells"]["values"]
+    assert re.sub("<.*?>", "", labels[-1]) == "SLO attainment"
+    shares = table["columnwidth"]
+    chars = [int(((PLANNED_PX - layout["margin"]["l"] - layout["margin"]["r"]) * share / sum(shares) - PAD_PX)
+                 / CHAR_PX) for share in shares]
+    rows = [table["header"]["values"], *zip(labels, *columns)]
+    needed = sum(CELL_PX + LINE_PX * (max(len(textwrap.wrap(re.sub("<.*?>", "", text), width)) for text, width
+                                          in zip(row, chars)) - 1) for row in rows)
+    assert any(len(textwrap.wrap(re.sub("<.*?>", "", h), chars[1])) > 1 for h in rows[0][1:])  # the names wrap
+    assert layout["height"] - layout["margin"]["t"] - layout["margin"]["b"] >= needed
+
+
+def test_one_config_keeps_one_hue_its_other_rates_a_darker_dashed_shade(capsys, study, tmp_path):
+    found = study_page(capsys, study, tmp_path)
+    names = header_names(found)  # best and default at the best's rate, then both at the default's
+    lines = {t["name"]: t["line"] for t in found["cdf"]["data"] if t.get("showlegend")}
+    hsv = {n: colorsys.rgb_to_hsv(*(c / 255 for c in unlabel_rgb(lines[n]["color"]))) for n in names}
+    best, default = (names[0], names[2]), (names[1], names[3])
+    for first, second in (best, default):
+        assert hsv[first][0] == pytest.approx(hsv[second][0], abs=0.02)  # one hue
+        assert hsv[second][2] < hsv[first][2]  # the other rate darker
+        assert (lines[first]["dash"], lines[second]["dash"]) == ("solid", "dashdot")
+    assert abs(hsv[best[0]][0] - hsv[default[0]][0]) > 0.1  # the two configs apart
 
 
 # -- timelines ----------------------------------------------------------------------------
@@ -261,6 +325,10 @@ def test_gantt_caps_long_runs_to_one_window_of_their_first_spans_and_says_so(cap
            f"(0–{window:.4g} s of {short.makespan_s:.4g} s)" in titles
     ranges = [v["range"] for k, v in timeline["layout"].items() if k.startswith("xaxis")]
     assert all(r == pytest.approx([0, window]) for r in ranges)
+    longest = max(runs.results[k].makespan_s for k in ("cpp", "short"))
+    assert f"0–{window:.4g} s of runs up to {longest:.4g} s long" in timeline["layout"]["title"]["text"]
+    whole = compare(capsys, runs, tmp_path, "cpp", "short")["timeline"]
+    assert "whole runs" in whole["layout"]["title"]["text"]
 
 
 def test_common_window_fits_the_budget_across_runs():
@@ -309,7 +377,7 @@ def test_runs_of_different_scenarios_warn_on_stderr_and_on_the_page_and_get_no_d
     text = out.read_text(encoding="utf-8")
     assert f'<p class="warn">warning: the runs differ in scenario (run {cpp}: long-64k; run {short}: short-4k)' in text
     _, first, second = figures(out)["metrics"]["data"][0]["cells"]["values"]
-    assert not any("%)" in cell or " pp)" in cell for cell in first + second)  # no delta across scenarios
+    assert not any(DELTA.search(cell) for cell in first + second)  # no delta across scenarios
 
 
 def copy_of(db: Path, tmp_path: Path) -> Path:
@@ -353,7 +421,7 @@ def test_a_studys_best_and_default_are_compared_at_both_rates(capsys, study, tmp
     rates = dict(zip(labels, zip(*columns)))["<b>rate (req/s)</b>"]
     assert rates[0] == rates[1] != rates[2] == rates[3]
     ttft = dict(zip(labels, zip(*columns)))["<b>TTFT P90 (s)</b>"]
-    assert "%)" in ttft[1] and "%)" in ttft[3] and "%)" not in ttft[2]  # deltas only against the same rate
+    assert DELTA.search(ttft[1]) and DELTA.search(ttft[3]) and not DELTA.search(ttft[2])  # only at the same rate
     status, stdout, _ = cli_run(capsys, ["compare", "--study", spec.study, "--db", str(db), "--out", str(out)])
     assert status == 0 and "stored by an earlier comparison" in stdout
     assert labelled(db, spec.study).keys() == after.keys()  # nothing simulated or stored twice

@@ -12,8 +12,11 @@ from textual.widget import Widget
 from textual.widgets import Button, DataTable, Input, Select, Static
 
 from pipedeck.console.tui import PipedeckApp, tune as tune_view
+from pipedeck.console.tui.compare import CompareScreen
 from pipedeck.console.tui.live import seconds
+from pipedeck.console.tui.messages import RunFailed, TuneEnded, TuneFailed
 from pipedeck.backends.registry import BACKENDS, BackendEntry
+from pipedeck.tuner.study import TuneOutcome
 from tests.tui_support import (
     QWEN,
     SMALL,
@@ -183,5 +186,103 @@ def test_notifications_do_not_cover_the_results(tmp_path, monkeypatch):
             toasts = [toast.region for toast in tune.query("Toast")]
             assert toasts and all(not toast.overlaps(tune.query_one(selector).region) for toast in toasts
                                   for selector in ("#export-status", "#trials-table", "#best", "#chart"))
+
+    asyncio.run(scenario())
+
+
+def test_a_view_switch_clears_the_errors_of_the_view_left(tmp_path):
+    async def scenario() -> None:
+        app = PipedeckApp(tmp_path / "c.duckdb", QWEN)
+        async with app.run_test(size=SMALL, notifications=True) as pilot:
+            await pilot.press("3", "c")  # nothing selected: refused, in an error over the Runs settings
+            await wait_for(pilot, lambda: notifications(app) and app.screen.query("Toast"))
+            await pilot.press("1")
+            await pilot.pause()
+            assert notifications(app) == [] and not app.screen.query("Toast")
+            assert not any("select at least two runs" in line for line in screen_lines(app))
+            await pilot.press("1", "3", "c", "3")  # the same view again is no switch: its error stays
+            await wait_for(pilot, lambda: notifications(app))
+            await pilot.pause()
+            assert [severity for severity, _ in notifications(app)] == ["error"]
+
+    asyncio.run(scenario())
+
+
+LONG_LABEL = "cluster-a baseline before the driver upgrade"
+KILLED = ("engine: llama-server exited with status -9 while serving; log: /srv/cluster-a/pipedeck-serve.log "
+          "(last line: srv  update_slots: id  0 | task 12 | prompt processing progress, n_past = 2048)")
+
+
+def shown_whole(app: App, widget: Widget) -> str:
+    """What a widget shows, its wrapped lines joined, every run of spaces one space (wrapping breaks at spaces)."""
+    return " ".join(text_in(app, widget.region).split())
+
+
+def whole(text: str) -> str:
+    """The text as shown_whole gives it back when it is shown whole."""
+    return " ".join(text.split())
+
+
+def assert_headers_whole(app: App, table: DataTable) -> None:
+    """Every column header of a bordered table shown whole: none cut at the panel's edge."""
+    header = text_in(app, table.region).splitlines()[1][1:-1]
+    for column in table.columns.values():
+        label = str(column.label)
+        assert not label or re.search(rf"(^|\s){re.escape(label)}(\s|$)", header), header
+
+
+def test_status_lines_column_headers_and_failure_reasons_are_whole_at_80x24(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(tune_view, "run_study", fake_study)
+    ids = store_runs(tmp_path / "c.duckdb", labels=(LONG_LABEL, None))
+
+    async def scenario() -> None:
+        app = PipedeckApp(tmp_path / "c.duckdb", QWEN)
+        async with app.run_test(size=SMALL) as pilot:
+            live = app.screen
+            live.post_message(RunFailed(KILLED))  # what a run whose server was killed ends with
+            await wait_for(pilot, lambda: whole(KILLED) in shown_whole(app, live.query_one("#live-status")))
+
+            await pilot.press("2")
+            tune = app.screen
+            fill(tune, {"model": "qwen2.5-14b", "hardware": "a100-40g-pcie", "devices": "4", "trials": "4"})
+            await pilot.press("s")
+            await wait_for(pilot, lambda: tune.phase == "idle" and len(tune.trials) == 4)
+            await pilot.pause()
+            table = tune.query_one("#trials-table", DataTable)
+            assert_headers_whole(app, table)
+            assert "split 24,24" in shown_whole(app, tune.query_one("#trial-detail"))  # what has no column
+            table.focus()
+            await pilot.press("down")  # the table's cursor to the next trial: its split and knobs
+            await pilot.pause()
+            assert shown_whole(app, tune.query_one("#trial-detail")).startswith("trial 1:")
+
+            paused = TuneOutcome(tune.spec.study, "maximize", 4, None, None, None, None, interrupted=True)
+            for message, status in ((TuneEnded(paused), "paused after 4 trials: Resume (s) continues, Stop (x) "
+                                                        "ends the study"),
+                                    (TuneFailed(KILLED), f"failed: {KILLED}")):
+                tune.post_message(message)
+                await wait_for(pilot, lambda: whole(status) in shown_whole(app, tune.query_one("#tune-status")))
+            assert cut_text(app) == []
+
+            await pilot.press("3")
+            runs = app.screen
+            await wait_for(pilot, lambda: runs.query_one("#runs-table", DataTable).row_count == 2)
+            await pilot.press("space", "down", "space")  # marks widen the first column
+            await pilot.pause()
+            for table in runs.query(DataTable):
+                assert_headers_whole(app, table)
+            detail = shown_whole(app, runs.query_one("#run-detail"))  # the cursor's run: what has no column
+            assert detail.startswith(f"run {ids[0]}: qwen2.5-14b, created ") and detail.endswith(whole(LONG_LABEL))
+
+            await pilot.press("c")
+            await wait_for(pilot, lambda: isinstance(app.screen, CompareScreen) and app.screen.query(DataTable))
+            await pilot.pause()
+            compare = app.screen.query_one(DataTable)
+            header = text_in(app, compare.region).splitlines()[:compare.header_height]
+            for column, head in zip(list(compare.columns.values())[1:], app.screen.heads):
+                lines = str(column.label).splitlines()  # a long label wraps over the header's lines
+                assert " ".join(lines) == head and all(any(line in row for row in header) for line in lines), header
+            assert cut_text(app) == []
 
     asyncio.run(scenario())

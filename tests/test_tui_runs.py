@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import re
 import webbrowser
 
 from textual.widgets import DataTable, Static
@@ -48,7 +49,7 @@ def test_two_stored_runs_compare_with_deltas_and_a_report(tmp_path, monkeypatch)
             assert notes.splitlines() == [f"run {vpp} tp · pp · vpp · split 12,12,12,12",
                                           f"run {cpp} · cpp · split 24,24"]
             throughput = next(compare.cells[1][i] for i, label in enumerate(compare.rows) if "throughput" in label)
-            assert "%)" in throughput.text  # a delta against the first run
+            assert re.search(r"\([+-][\d.]+%, (better|worse)\)", throughput.text)  # a delta against the first run
             await pilot.press("o")
             assert "no graphical browser" in str(compare.query_one("#compare-report", Static).content)
             await pilot.press("escape")

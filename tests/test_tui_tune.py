@@ -11,7 +11,7 @@ import threading
 from textual.widgets import DataTable, Static
 
 from pipedeck.console.tui import PipedeckApp
-from pipedeck.console.tui.tune import TuneScreen, trial_cells
+from pipedeck.console.tui.tune import TuneScreen, trial_cells, trial_detail
 from pipedeck.store import RunStore, TrialRow
 from pipedeck.backends.launch import ENGINES
 from pipedeck.tuner.study import run_study
@@ -29,16 +29,16 @@ async def open_tune(pilot) -> TuneScreen:  # noqa: ANN001 - a Pilot
     return tune
 
 
-def test_trial_rows_show_the_shape_in_columns_and_other_knobs_by_their_fix_names():
+def test_trial_rows_show_the_shape_in_columns_and_the_split_and_other_knobs_by_their_fix_names_under_them():
     params = {"tp": 2, "pp": 2, "mode": "dcpp", "chunk": 4096, "layer-split": "25,23", "smooth-factor": 0.51234,
               "delay-scheduling": False}
     ran = TrialRow("st", 3, "COMPLETE", params, {"tp": 2, "pp": 2, "mode": "dcpp", "chunk": 4096,
                                                 "layer_split": [25, 23]}, {}, 12.5, 1.0, None, None)
     unrun = TrialRow("st", 4, "PRUNED", params, None, {}, None, 0.1, None, None)  # its config could not run
-    assert trial_cells(ran, "goodput") == ("3", "done", "12.5", "2×2", "4k", "dcpp", "25,23",
-                                           "smooth-factor=0.5123 delay-scheduling=off")  # req/s heads the column
-    assert trial_cells(unrun, "goodput")[1:] == ("pruned", "-", "2×2", "4k", "dcpp", "25,23",
-                                                "smooth-factor=0.5123 delay-scheduling=off")
+    assert trial_cells(ran, "goodput") == ("3", "done", "12.5", "2×2", "4k", "dcpp")  # req/s heads the column
+    assert trial_cells(unrun, "goodput")[1:] == ("pruned", "-", "2×2", "4k", "dcpp")
+    assert trial_detail(ran) == "trial 3: split 25,23 smooth-factor=0.5123 delay-scheduling=off"
+    assert trial_detail(unrun) == "trial 4: split 25,23 smooth-factor=0.5123 delay-scheduling=off"
 
 
 def test_a_five_trial_study_fills_the_table_and_the_best_config_exports(tmp_path):

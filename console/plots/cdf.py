@@ -8,7 +8,7 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from .common import PlotRun, run_colour, styled
+from .common import PlotRun, run_lines, styled
 
 MAX_POINTS = 2000  # per line; larger runs are drawn at evenly spaced quantiles
 _PANELS = (("ttft", "TTFT", "s", 1.0), ("tpot", "TPOT", "ms", 1e3))
@@ -29,6 +29,7 @@ def ecdf(values: np.ndarray, max_points: int = MAX_POINTS) -> tuple[np.ndarray, 
 def latency_cdfs(runs: Sequence[PlotRun], slo: SLO | None = None) -> go.Figure:
     """TTFT (s) and TPOT (ms) CDFs side by side; a dashed line at each SLO limit, dotted at its percentile."""
     fig = make_subplots(rows=1, cols=2, subplot_titles=("TTFT", "TPOT"), horizontal_spacing=0.08)
+    lines = run_lines([run.result for run in runs])
     for col, (metric, title, unit, scale) in enumerate(_PANELS, start=1):
         absent = []
         for i, run in enumerate(runs):
@@ -40,7 +41,7 @@ def latency_cdfs(runs: Sequence[PlotRun], slo: SLO | None = None) -> go.Figure:
             xs, ys = ecdf(values * scale)
             fig.add_trace(go.Scatter(
                 x=xs, y=ys, name=run.name, legendgroup=run.name, showlegend=col == 1, line_shape="hv",
-                mode="lines+markers" if xs.size <= 20 else "lines", line=dict(color=run_colour(i), width=2),
+                mode="lines+markers" if xs.size <= 20 else "lines", line=dict(**lines[i], width=2),
                 hovertemplate=f"{run.name}<br>{title} %{{x:.4g}} {unit}<br>fraction %{{y:.3f}}<extra></extra>",
             ), row=1, col=col)
         if absent:

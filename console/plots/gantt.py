@@ -136,8 +136,10 @@ def timelines(runs: Sequence[PlotRun], max_spans: int = MAX_SPANS) -> go.Figure:
     last = max((row for row, spans in enumerate(drawn, start=1) if spans), default=len(runs))
     fig.update_xaxes(title_text="time since the start of the run (s)", row=last, col=1)
     _legend_keys(fig)
-    fig = styled(fig, "Pipeline timelines (gaps are bubbles; hover a bar for its request, chunk and times)",
-                 plot_px + TOP_PX + BOTTOM_PX, legend_row=True)
+    longest = max((run.result.makespan_s for run in runs), default=0.0)
+    shown = "whole runs" if window >= longest else \
+        f"0–{window:.4g} s of runs up to {longest:.4g} s long (their first {sum(map(len, drawn))} spans)"
+    fig = styled(fig, f"Pipeline timelines, {shown}; gaps are bubbles", plot_px + TOP_PX + BOTTOM_PX, legend_row=True)
     return fig.update_layout(barmode="overlay", bargap=0, uniformtext=dict(minsize=9, mode="hide"),
                              margin=dict(b=BOTTOM_PX))
 

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from .common import PlotRun, run_colour, styled
+from .common import PlotRun, run_lines, styled
 
 GAUGES = (("running", "running requests"), ("waiting", "waiting requests"), ("kv_usage", "KV cache used"))
 
@@ -24,6 +24,7 @@ def server_gauges(runs: Sequence[PlotRun]) -> go.Figure:
     A gauge an engine does not expose is absent from that run's line, not drawn at 0.
     """
     shown = scraped(runs)
+    lines = run_lines([run.result for run in runs])
     gauges = [g for g in GAUGES if any(g[0] in s.values for _, run in shown for s in run.result.live.server.samples)]
     fig = make_subplots(rows=len(gauges) or 1, cols=1, shared_xaxes=True, vertical_spacing=0.08,
                         subplot_titles=[label for _, label in gauges])
@@ -34,7 +35,7 @@ def server_gauges(runs: Sequence[PlotRun]) -> go.Figure:
                 continue
             fig.add_trace(go.Scatter(
                 x=[s.time_s for s in samples], y=[float(s.values[key]) for s in samples], name=run.name,
-                legendgroup=run.name, showlegend=row == 1, mode="lines", line=dict(color=run_colour(index), shape="hv"),
+                legendgroup=run.name, showlegend=row == 1, mode="lines", line=dict(**lines[index], shape="hv"),
                 hovertemplate=f"{run.name}<br>%{{x:.3g}} s: {label} %{{y}}<extra></extra>",
             ), row=row, col=1)
         if key == "kv_usage":

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import textwrap
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -13,8 +14,12 @@ from ...tuner.slo import SLO
 from .common import PlotRun, styled
 
 BETTER, WORSE, PLAIN = "#1e8449", "#c0392b", "#222"
-DELTAS_NOTE = "deltas against the first run of the same scenario and rate; green is better"
-CELL_PX = 30
+DELTAS_NOTE = "deltas against the first run of the same scenario and rate, marked better or worse"
+CELL_PX = 30  # a row of one line
+LINE_PX = 18  # each further line of a row whose text wraps
+PLANNED_PX = 1000  # the narrowest figure the height is planned for: a wider page wraps less, leaving room below
+CHAR_PX = 7.5  # an average character of the table's 13 px text, bold
+PAD_PX = 16  # a cell's padding, both sides together
 
 
 @dataclass(frozen=True)
@@ -72,18 +77,21 @@ def _slo_rows(slo: SLO) -> tuple[Row, ...]:
 
 
 def _delta(row: Row, value: float, base: float) -> tuple[str, str]:
-    """The delta text against the first run's value and its colour."""
+    """The delta text against the first run's value and its colour; a row with a better way round says in words
+    whether the delta is better or worse, so that the colour is never the only cue."""
     diff = value - base
     if diff == 0:
         return "", PLAIN
-    tint = PLAIN if row.better is None else BETTER if (diff < 0) == (row.better == "low") else WORSE
     if row.points:
         text = f"{diff * 100:+.1f} pp"
     elif base == 0:
         return "", PLAIN
     else:
         text = f"{diff / abs(base):+.1%}"
-    return f" ({text})", tint
+    if row.better is None:
+        return f" ({text})", PLAIN
+    better = (diff < 0) == (row.better == "low")
+    return f" ({text}, {'better' if better else 'worse'})", BETTER if better else WORSE
 
 
 @dataclass(frozen=True)
@@ -127,20 +135,32 @@ def run_cells(results: Sequence[RunResult], slo: SLO | None = None) -> list[list
     return columns
 
 
+def rows_px(rows: Sequence[Sequence[str]], shares: Sequence[float], margins_px: int) -> int:
+    """The height of these table rows (each a text per column) with their text wrapped as a PLANNED_PX wide figure
+    wraps it, its columns taking these shares of the width left by the margins."""
+    chars = [max(1, int(((PLANNED_PX - margins_px) * share / sum(shares) - PAD_PX) / CHAR_PX)) for share in shares]
+    lines = [max(len(textwrap.wrap(text, width)) or 1 for text, width in zip(row, chars)) for row in rows]
+    return sum(CELL_PX + 1 + LINE_PX * (n - 1) for n in lines)
+
+
 def metrics_table(runs: Sequence[PlotRun], slo: SLO | None = None) -> go.Figure:
     """A table with one column per run; numeric cells carry their delta against the first run of the same scenario
-    and rate, green when better."""
+    and rate, green and "better" or red and "worse". The figure is as tall as its rows wrap on a narrow page."""
     rows = metric_rows(slo)
     cells = run_cells([run.result for run in runs], slo)
-    columns = [[f"<b>{row.label}</b>" for row in rows], *([c.text for c in column] for column in cells)]
+    header = ["metric", *(run.name for run in runs)]
+    columns = [[row.label for row in rows], *([c.text for c in column] for column in cells)]
     colours = [[PLAIN] * len(rows), *([c.colour for c in column] for column in cells)]
+    shares = [1.3] + [1.0] * len(runs)
     fig = go.Figure(go.Table(
-        columnwidth=[1.3] + [1.0] * len(runs),
-        header=dict(values=["<b>metric</b>"] + [f"<b>{run.name}</b>" for run in runs], fill_color="#eef1f5",
-                    align="left", font=dict(size=13)),
-        cells=dict(values=columns, align="left", font=dict(color=colours, size=13), height=CELL_PX,
-                   fill_color=[["#ffffff", "#f8f9fb"] * len(rows)]),
+        columnwidth=shares,
+        header=dict(values=[f"<b>{text}</b>" for text in header], fill_color="#eef1f5", align="left",
+                    font=dict(size=13)),
+        cells=dict(values=[[f"<b>{label}</b>" for label in columns[0]], *columns[1:]], align="left",
+                   font=dict(color=colours, size=13), height=CELL_PX, fill_color=[["#ffffff", "#f8f9fb"] * len(rows)]),
     ))
-    fig = styled(fig, f"Metrics ({DELTAS_NOTE})", 90 + (CELL_PX + 1) * (len(rows) + 1))
-    fig.update_layout(margin=dict(l=20, r=20, t=60, b=10))
+    margin = dict(l=20, r=20, t=60, b=10)
+    height = margin["t"] + margin["b"] + 20 + rows_px([header, *zip(*columns)], shares, margin["l"] + margin["r"])
+    fig = styled(fig, f"Metrics ({DELTAS_NOTE})", height)
+    fig.update_layout(margin=margin)
     return fig

@@ -9,6 +9,7 @@ from pathlib import Path
 from textual.app import App, SystemCommand
 from textual.binding import Binding
 from textual.screen import Screen
+from textual.widget import AwaitMount
 
 from ...backends.config import ServingConfig
 from ...store import RunStore, StoreError
@@ -44,6 +45,13 @@ class PipedeckApp(App[None]):
         for screen in SCREENS:
             self.install_screen(screen(self.session), screen.MODE)
         self.switch_mode("live")
+
+    def switch_mode(self, mode: str) -> AwaitMount:
+        """Show another view, clearing the notifications: an error over the settings of the view left behind
+        would sit over the next view's settings, which it is not about."""
+        if mode != self.current_mode:
+            self.clear_notifications()
+        return super().switch_mode(mode)
 
     def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
         yield from super().get_system_commands(screen)

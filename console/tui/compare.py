@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import textwrap
 import webbrowser
 from pathlib import Path
 
@@ -14,6 +15,8 @@ from textual.widgets import DataTable, Footer, Static
 
 from ..plots.table import DELTAS_NOTE, PLAIN, Cell
 from .view import shown_path
+
+MIN_HEAD = 12  # a column's width, at least, for its head to wrap into
 
 
 def gui_browser() -> webbrowser.BaseBrowser | None:
@@ -63,7 +66,12 @@ class CompareScreen(ModalScreen[None]):
     def on_mount(self) -> None:
         self.query_one("#compare-panel").border_title = f"comparison ({DELTAS_NOTE})"
         table = self.query_one(DataTable)
-        table.add_columns("metric", *self.heads)
+        # a head longer than its column's figures (a long label) wraps over the header's lines, never widening the
+        # table past the edge, where a header would be cut
+        heads = [textwrap.wrap(head, max(MIN_HEAD, *(len(cell.text) for cell in column)))
+                 for head, column in zip(self.heads, self.cells)]
+        table.header_height = max((len(lines) for lines in heads), default=1)
+        table.add_columns("metric", *(Text("\n".join(lines)) for lines in heads))
         for index, label in enumerate(self.rows):
             table.add_row(label, *(Text(column[index].text, style="" if column[index].colour == PLAIN
                                         else column[index].colour) for column in self.cells))

@@ -20,11 +20,13 @@ from ..plots.table import metric_rows, run_cells
 from ..runs import row_cells
 from .compare import CompareScreen, open_report
 from .messages import Compared, StoreListed, WorkFailed
-from .view import View, one_line, shown_path
+from .view import View, cursor_key, one_line, shown_path
 
-# Figures before free text, so that at 80 columns they are in view and the table scrolls sideways for names.
-RUN_COLUMNS = ("", "id", "scenario", "config", "TTFT p90", "TPOT p90", "bubble", "model", "created", "label")
-RUN_ORDER = (0, 2, 4, 5, 6, 7, 3, 1, 8)  # row_cells (`pipedeck runs` order) -> RUN_COLUMNS after the mark
+# The columns whose headers fit whole at 80 columns, figures first; the run under the cursor's model, time and
+# label (free text of any length) go under the table.
+RUN_COLUMNS = ("", "id", "scenario", "config", "TTFT p90", "TPOT p90", "bubble")
+RUN_ORDER = (0, 2, 4, 5, 6, 7)  # row_cells (`pipedeck runs` order) -> RUN_COLUMNS after the mark
+NO_DETAIL = "the model, time and label of the run under the cursor show here"
 STUDY_COLUMNS = ("trials", "complete", "objective", "scenario", "created", "study")
 
 
@@ -32,6 +34,15 @@ def matches(words: list[str], cells: Iterable[str]) -> bool:
     """Whether every filter word appears in one of the cells (case-insensitive)."""
     text = " ".join(cells).lower()
     return all(word in text for word in words)
+
+
+def run_detail(row: RunRow) -> str:
+    """What the runs table has no room for: the run's model, when it was stored, its label cell (backend, failed
+    requests, label, trial) and its study."""
+    _, created, _, model, *_, label = row_cells(row)
+    parts = [f"run {row.id}: {model or 'model unknown'}", f"created {created}", label,
+             f"study {row.study}" if row.study else ""]
+    return ", ".join(part for part in parts if part)
 
 
 def study_cells(study: StudyRow) -> tuple[str, ...]:
@@ -62,6 +73,7 @@ class RunsScreen(View):
             yield Input(placeholder="words a run or study must contain", compact=True, id="filter")
             yield Static("", id="runs-count")
         yield DataTable(id="runs-table", cursor_type="row", zebra_stripes=True, classes="panel")
+        yield Static(Text(NO_DETAIL, style="dim"), id="run-detail")
         yield DataTable(id="studies-table", cursor_type="row", zebra_stripes=True, classes="panel")
         with Horizontal(classes="actions"):
             yield Button("Compare", id="compare", variant="primary", compact=True)
@@ -93,9 +105,9 @@ class RunsScreen(View):
 
     def action_toggle(self) -> None:
         """Select or unselect the run under the cursor."""
-        table = self.query_one("#runs-table", DataTable)
-        if table.row_count:
-            self._toggle(int(str(table.coordinate_to_cell_key(table.cursor_coordinate).row_key.value)))
+        key = cursor_key(self.query_one("#runs-table", DataTable))
+        if key is not None:
+            self._toggle(int(key))
 
     def action_compare(self) -> None:
         """Compare the selected runs: metrics with deltas, and the Plotly report written in the working directory."""
@@ -123,6 +135,13 @@ class RunsScreen(View):
     @on(DataTable.RowSelected, "#runs-table")
     def _run_clicked(self, event: DataTable.RowSelected) -> None:
         self._toggle(int(str(event.row_key.value)))
+
+    @on(DataTable.RowHighlighted, "#runs-table")
+    def _show_detail(self) -> None:
+        """Under the table, the model, time and label of the run under its cursor."""
+        key = cursor_key(self.query_one("#runs-table", DataTable))
+        row = next((r for r in self.runs if str(r.id) == key), None)
+        self.query_one("#run-detail", Static).update(Text(run_detail(row)) if row else Text(NO_DETAIL, style="dim"))
 
     @on(DataTable.RowSelected, "#studies-table")
     def _study_chosen(self, event: DataTable.RowSelected) -> None:
@@ -194,6 +213,7 @@ class RunsScreen(View):
                 runs.add_row(mark, *(cells[i] for i in RUN_ORDER), key=str(row.id))
                 shown += 1
         runs.move_cursor(row=min(cursor, max(0, shown - 1)))
+        self._show_detail()
         studies = self.query_one("#studies-table", DataTable)
         studies.clear()
         for study in self.studies:

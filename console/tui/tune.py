@@ -39,13 +39,15 @@ from ..tunespec import (
 )
 from .fields import error_field, form_fields
 from .messages import Exported, TrialsUpdated, TuneEnded, TuneFailed, WorkFailed
-from .view import DEFAULT_SLO, View, choose, one_line, shown_path, typed_number
+from .view import DEFAULT_SLO, View, choose, cursor_key, one_line, shown_path, typed_number
 from .widgets import TrialChart
 
-SHOWN_PARAMS = ("tp", "pp", "mode", "chunk", "layer-split")  # trial parameters (--fix names) with their own columns
+SHOWN_PARAMS = ("tp", "pp", "mode", "chunk", "layer-split")  # trial parameters (--fix names) the view names itself
 STATES = {"COMPLETE": "done", "PRUNED": "pruned", "FAIL": "failed", "RUNNING": "running", "WAITING": "queued"}
 ALIASES = {"num_requests": "requests"}
-TRIAL_COLUMNS = ("#", "state", "{unit}", "tp×pp", "chunk", "mode", "layer split", "knobs")
+# Columns whose headers fit whole at 80 columns; a trial's layer split and other knobs go under the table.
+TRIAL_COLUMNS = ("#", "state", "{unit}", "tp×pp", "chunk", "mode")
+NO_DETAIL = "a trial's layer split and other knobs show here"
 
 
 def objective_unit(objective: str) -> str:
@@ -53,19 +55,29 @@ def objective_unit(objective: str) -> str:
     return value_text(objective, 0.0).partition(" ")[2]
 
 
+def trial_settings(trial: TrialRow) -> dict[str, object]:
+    """What a trial ran, by config field: its config, or the parameters of one whose config could not run."""
+    return {**{k.replace("-", "_"): v for k, v in trial.params.items()}, **(trial.config or {})}
+
+
 def trial_cells(trial: TrialRow, objective: str) -> tuple[str, ...]:
     """A trial as table cells, figures first: number, state, objective (its unit in the header), tp x pp, chunk,
-    mode, layer split, and its other parameters by their --fix names."""
+    mode."""
     value = "-" if trial.objective is None or trial.state != "COMPLETE" else \
         value_text(objective, trial.objective).partition(" ")[0]
-    other = " ".join(f"{k}={setting_text(v)}" for k, v in trial.params.items() if k not in SHOWN_PARAMS)
-    # a trial whose config could not run has only its parameters
-    known = {**{k.replace("-", "_"): v for k, v in trial.params.items()}, **(trial.config or {})}
-    split = known.get("layer_split")
+    known = trial_settings(trial)
     return (str(trial.number), STATES.get(trial.state, trial.state.lower()), value,
             f"{known['tp']}×{known['pp']}" if "tp" in known and "pp" in known else "-",
-            format_tokens(int(known["chunk"])) if "chunk" in known else "-", str(known.get("mode", "-")),
-            ",".join(map(str, split)) if isinstance(split, list) else str(split or "-"), other or "-")
+            format_tokens(int(known["chunk"])) if "chunk" in known else "-", str(known.get("mode", "-")))
+
+
+def trial_detail(trial: TrialRow) -> str:
+    """What the trials table has no room for: the trial's layer split and its other parameters by their --fix
+    names (spaces between them, so that the line wraps between knobs)."""
+    split = trial_settings(trial).get("layer_split")
+    other = [f"{k}={setting_text(v)}" for k, v in trial.params.items() if k not in SHOWN_PARAMS]
+    split_text = ",".join(map(str, split)) if isinstance(split, list) else str(split or "-")
+    return " ".join([f"trial {trial.number}: split {split_text}", *other])
 
 
 def engine_for(mode: str, preferred: str) -> str:
@@ -147,7 +159,9 @@ class TuneScreen(View):
             yield Button("Stop", id="stop", variant="error", compact=True, disabled=True)
             yield Static("set the SLO and scenario, then Start (s)", id="tune-status")
         with Horizontal(id="tune-main"):
-            yield DataTable(id="trials-table", cursor_type="row", zebra_stripes=True, classes="panel")
+            with Vertical(id="tune-trials"):
+                yield DataTable(id="trials-table", cursor_type="row", zebra_stripes=True, classes="panel")
+                yield Static(Text(NO_DETAIL, style="dim"), id="trial-detail")
             with Vertical(id="tune-side"):
                 yield Static(best_text(None, "goodput", None), id="best", classes="panel")
                 yield TrialChart(id="chart")
@@ -317,6 +331,7 @@ class TuneScreen(View):
             if trial.number not in self.trials:
                 table.add_row(*trial_cells(trial, objective), key=str(trial.number))
             self.trials[trial.number] = trial
+        self._show_detail()
         self.finished, self.best = p.finished, p.best_trial
         self._show_best(None)
         target = f"/{p.target}" if p.target else ""
@@ -345,6 +360,14 @@ class TuneScreen(View):
         self._set_phase("idle")
         self._status(f"failed: {message.error}")
         self.error(message.error)
+
+    @on(DataTable.RowHighlighted, "#trials-table")
+    def _show_detail(self) -> None:
+        """Under the table, the split and knobs of the trial under its cursor."""
+        key = cursor_key(self.query_one("#trials-table", DataTable))
+        trial = self.trials.get(int(key)) if key is not None else None
+        self.query_one("#trial-detail", Static).update(
+            Text(trial_detail(trial)) if trial else Text(NO_DETAIL, style="dim"))
 
     def on_exported(self, message: Exported) -> None:
         folder = shown_path(message.paths[0].parent)
@@ -378,6 +401,7 @@ class TuneScreen(View):
         table = self.query_one(DataTable)
         table.clear(columns=True)
         table.add_columns(*(name.format(unit=objective_unit(self._objective)) for name in TRIAL_COLUMNS))
+        self._show_detail()
 
     def _set_phase(self, phase: str) -> None:
         self.phase = phase

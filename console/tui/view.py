@@ -12,7 +12,7 @@ from textual.app import ComposeResult, SystemCommand
 from textual.binding import Binding
 from textual.content import Content
 from textual.screen import Screen
-from textual.widgets import Footer, Select, Static
+from textual.widgets import DataTable, Footer, Select, Static
 
 from ...backends.config import ServingConfig
 from ...store import StoreError
@@ -121,6 +121,11 @@ def offer(select: Select, options: Sequence[tuple[str, str]], value: str) -> Non
     select.set_options(options)
     select.value = value if any(v == value for _, v in options) else options[0][1]
     select.mutate_reactive(Select.value)
+
+
+def cursor_key(table: DataTable) -> str | None:
+    """The key of the row under a table's cursor; None when the table has no rows."""
+    return table.coordinate_to_cell_key(table.cursor_coordinate).row_key.value if table.row_count else None
 
 
 def one_line(err: BaseException) -> str:
