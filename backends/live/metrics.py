@@ -5,7 +5,9 @@ One table maps each engine's Prometheus series to pipedeck's names (live.md,
 the engine does not expose, or did not expose in any scrape, is listed in
 `missing`, never reported as 0. Series with several label sets (vLLM's
 `engine` label under data parallelism) are summed, except KV use, which is
-averaged.
+averaged. A series exported once per pipeline stage (SGLang's scheduler
+series carry a `pp_rank` label, each stage counting the same requests) is
+read from one stage only, never summed over stages.
 """
 
 from __future__ import annotations
@@ -39,7 +41,7 @@ TABLE = (
            "llamacpp:prompt_tokens_total"),
     Series("generation_tokens_total", "sum", "vllm:generation_tokens_total", "sglang:generation_tokens_total",
            "llamacpp:tokens_predicted_total"),
-    Series("preemptions_total", "sum", "vllm:num_preemptions_total", None, None),
+    Series("preemptions_total", "sum", "vllm:num_preemptions_total", "sglang:num_retracted_requests_total", None),
     Series("ttft_s", "histogram", "vllm:time_to_first_token_seconds", "sglang:time_to_first_token_seconds", None),
     Series("tpot_s", "histogram", "vllm:request_time_per_output_token_seconds",
            "sglang:request_time_per_output_token_seconds", None),
@@ -49,6 +51,7 @@ TABLE = (
 )
 NAMES = tuple(s.name for s in TABLE)
 COUNTERS = ("prompt_tokens_total", "generation_tokens_total", "preemptions_total")
+STAGE_LABEL = "pp_rank"  # the pipeline stage a per-stage series belongs to (SGLang's scheduler labels)
 
 
 class Histogram(NamedTuple):
@@ -118,6 +121,7 @@ def parse(text: str) -> Scrape:
     for family in text_string_to_metric_families(text):
         for sample in family.samples:
             samples[sample.name].append((sample.labels, sample.value))
+    samples = {name: _first_stage(found) for name, found in samples.items()}
     engine = detect_engine(samples)
     values: dict[str, float | Histogram] = {}
     for series in TABLE:
@@ -126,6 +130,15 @@ def parse(text: str) -> Scrape:
         if value is not None:
             values[series.name] = value
     return Scrape(engine, values)
+
+
+def _first_stage(found: list[tuple[dict[str, str], float]]) -> list[tuple[dict[str, str], float]]:
+    """The label sets of the first pipeline stage, when the series has one per stage; else all of them."""
+    stages = {labels[STAGE_LABEL] for labels, _ in found if STAGE_LABEL in labels}
+    if not stages:
+        return found
+    first = min(stages, key=lambda rank: (len(rank), rank))  # "10" after "9": whole numbers in text
+    return [(labels, value) for labels, value in found if labels.get(STAGE_LABEL) == first]
 
 
 def _read(kind: str, name: str, samples: dict[str, list[tuple[dict[str, str], float]]]) -> float | Histogram | None:

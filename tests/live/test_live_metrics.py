@@ -43,6 +43,20 @@ def test_sglang_maps_token_usage_to_kv_and_lacks_preemptions():
     assert v["generation_tokens_total"] == 7557572.0 and v["queue_s"].buckets[0] == (1.0, 6.9e6)
 
 
+def test_sglang_with_pipeline_stages_reads_one_stage_not_their_sum():
+    got = scrape("sglang_pp")  # SGLang's scheduler labels: model_name, engine_type, tp_rank, pp_rank
+    v = got.values
+    assert (v["running"], v["waiting"], v["kv_usage"]) == (10.0, 4.0, 0.3)  # stage 0, as it counts them
+    assert v["queue_s"] == Histogram(((1.0, 9.0), (math.inf, 10.0)), 3.5, 10.0)
+    assert (v["prompt_tokens_total"], v["generation_tokens_total"]) == (5000.0, 800.0)  # no stage label: as is
+
+
+def test_sglang_retracted_requests_are_its_preemptions():
+    got = scrape("sglang_pp")
+    assert got.values["preemptions_total"] == 7.0 and "preemptions_total" not in got.missing
+    assert {s.name: s.sglang for s in TABLE}["preemptions_total"] == "sglang:num_retracted_requests_total"
+
+
 def test_llamacpp_has_queue_and_tokens_only_and_the_rest_is_missing_not_zero():
     got = scrape("llamacpp")
     assert got.engine == "llamacpp"
