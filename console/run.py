@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import click
 
+from ..backends.errors import ServerError
 from ..backends.registry import BACKENDS
+from ..backends.result import RunResult
 from .options import config_options, workload_options
 from .simulate import execute, output_options
 
@@ -21,4 +23,14 @@ from .simulate import execute, output_options
 def run(**opts: object) -> None:
     """Run one scenario under one serving config on a backend (a live server: the config it was started with)."""
     options = {"endpoint": opts["endpoint"], "model": opts["served_model"]} if opts["backend"] == "live" else {}
-    execute(opts, str(opts["backend"]), **options)
+    report_unserved(*execute(opts, str(opts["backend"]), **options))
+
+
+def report_unserved(result: RunResult, run_id: int | None) -> None:
+    """A warning line when some requests were not served; a ServerError (one line, exit 2) when none was."""
+    if result.live is None or not result.live.failures():
+        return
+    line = result.live.served_line()
+    if not result.records:
+        raise ServerError(line + ("" if run_id is None else f" (stored as run {run_id})"))
+    click.echo(f"pipedeck: warning: {line}", err=True)

@@ -41,8 +41,8 @@ def simulate(**opts: object) -> None:
     execute(opts, "sim")
 
 
-def execute(opts: dict[str, object], backend_name: str, **backend_options: object) -> None:
-    """Run, store, and print one run as the options say."""
+def execute(opts: dict[str, object], backend_name: str, **backend_options: object) -> tuple[RunResult, int | None]:
+    """Run, store, and print one run as the options say; the run and its id in the store (None: not stored)."""
     config = config_from_options(opts)
     scenario = load_scenario(str(opts["scenario"]))
     backend = make_backend(backend_name, **backend_options)
@@ -74,6 +74,7 @@ def execute(opts: dict[str, object], backend_name: str, **backend_options: objec
             click.echo(f"timeline: {opts['timeline']}")
         if run_id is not None:
             click.echo(f"stored run {run_id} in {path}")
+    return result, run_id
 
 
 def run_json(result: RunResult) -> dict[str, object]:

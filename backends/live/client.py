@@ -12,12 +12,15 @@ from __future__ import annotations
 import asyncio
 import json
 import ssl
+import textwrap
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 import httpx
 
 from .records import LiveRequest
+
+ERROR_CHARS = 300  # an error page that is not an error object (HTML, say) keeps this much of its text
 
 
 def completion_body(model: str, prompt: list[int] | str, max_tokens: int) -> bytes:
@@ -97,7 +100,7 @@ async def stream_completion(pool: ClientPool, body: bytes, *, request_id: int, p
     except httpx.ReadTimeout:
         error = f"stalled: no event for {stall_s:g} s after {stream.received}"
     except httpx.ConnectError as err:
-        error = f"connect: {err}"
+        error = _connect_error(err)
     except (httpx.RemoteProtocolError, httpx.ReadError) as err:  # the server closed or reset the connection
         error = f"stream broken: {err or type(err).__name__} (after {stream.received})"
     except httpx.HTTPError as err:
@@ -125,8 +128,8 @@ async def _read(client: httpx.AsyncClient, body: bytes, stream: _Stream, loop: a
     headers = {"content-type": "application/json", "accept": "text/event-stream"}
     async with client.stream("POST", "/v1/completions", content=body, headers=headers, timeout=timeout) as response:
         if response.status_code != 200:
-            text = (await response.aread()).decode(errors="replace").strip()
-            return f"http {response.status_code}: {text.splitlines()[0][:200] if text else response.reason_phrase}"
+            body = (await response.aread()).decode(errors="replace")
+            return f"http {response.status_code}: {_error_text(body) or response.reason_phrase}"
         rest = b""
         async for chunk in response.aiter_bytes():
             now = loop.time()  # every event in this read arrived now
@@ -155,8 +158,7 @@ def _event(data: bytes, stream: _Stream, now: float) -> str | None:
     if not isinstance(event, dict):
         return f"malformed stream: not a JSON object: {data[:80].decode(errors='replace')!r}"
     if "error" in event or event.get("object") == "error":  # {"error": {...}}, or vLLM's older flat error
-        detail = event.get("error", event)
-        return f"server error: {detail.get('message', detail) if isinstance(detail, dict) else detail}"
+        return f"server error: {_error_message(event)}"
     choices = event.get("choices") or ()
     if choices and isinstance(choices[0], dict) and choices[0].get("text"):
         stream.times.append(now)
@@ -165,3 +167,31 @@ def _event(data: bytes, stream: _Stream, now: float) -> str | None:
         stream.usage.update({k: v for k, v in usage.items() if k in ("prompt_tokens", "completion_tokens")
                              and isinstance(v, int)})
     return None
+
+
+def _error_message(payload: dict) -> str:
+    """The message of an OpenAI-style error object: `{"error": {"message": ...}}`, `{"error": "..."}` or flat."""
+    detail = payload.get("error", payload)
+    return str(detail.get("message", detail)) if isinstance(detail, dict) else str(detail)
+
+
+def _error_text(body: str) -> str:
+    """What an error response says: its JSON error's message, whole; else its text, cut at a word past ERROR_CHARS."""
+    try:
+        payload = json.loads(body)
+    except ValueError:
+        payload = None
+    if isinstance(payload, dict) and ("error" in payload or "message" in payload):
+        return _error_message(payload)
+    return textwrap.shorten(body, ERROR_CHARS, placeholder=" [...]")
+
+
+def _connect_error(err: httpx.ConnectError) -> str:
+    """`connection refused: ...` when nothing listens at the endpoint, else `connect: ...`, with the root cause."""
+    cause: BaseException = err
+    seen = {id(cause)}
+    while (inner := cause.__cause__ or cause.__context__) is not None and id(inner) not in seen:
+        cause = inner
+        seen.add(id(cause))
+    kind = "connection refused" if isinstance(cause, ConnectionRefusedError) else "connect"
+    return f"{kind}: {cause}"

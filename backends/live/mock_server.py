@@ -9,7 +9,7 @@ that is not JSON, or end the body cleanly without `[DONE]`. Also answers
 `/metrics` (llama-server's series) and `/health`. Plain asyncio streams, nothing to
 install. As a program it serves on 127.0.0.1 and prints its URL:
 
-    python -m pipedeck.backends.live.mock_server [--port N] [--first-token-s S] [--token-s S]
+    python -m pipedeck.backends.live.mock_server [--port N] [--first-token-s S] [--token-s S] [--fault F --fault-every K]
 """
 
 from __future__ import annotations
@@ -21,6 +21,9 @@ from dataclasses import dataclass
 
 FAULTS = ("http500", "die", "stall", "malformed", "truncate")
 MOCK_BUILD = "b0-mock"
+MOCK_ERROR = ("mock failure: the engine raised an internal error while scheduling this request, so no tokens were "
+              "generated for it; this message is longer than two hundred characters, as a real server's explanation "
+              "of a failure often is.")  # what an http500 fault answers, as {"error": {"message": ...}}
 
 
 @dataclass(frozen=True)
@@ -132,7 +135,8 @@ class MockServer:
         self.completions += 1
         fault = b.fault if (self.completions - 1) % b.fault_every == 0 else None
         if fault == "http500":
-            writer.write(_response("500 Internal Server Error", "application/json", b'{"error": "mock failure"}'))
+            body = json.dumps({"error": {"message": MOCK_ERROR, "type": "InternalServerError", "code": 500}}, indent=2)
+            writer.write(_response("500 Internal Server Error", "application/json", body.encode()))
             await writer.drain()
             return True
         prompt = request["prompt"]
@@ -196,8 +200,12 @@ def main() -> None:
     parser.add_argument("--port", type=int, default=0, help="TCP port (0: any free port)")
     parser.add_argument("--first-token-s", type=float, default=0.0, help="delay before the first token")
     parser.add_argument("--token-s", type=float, default=0.0, help="delay between tokens")
+    parser.add_argument("--fault", choices=FAULTS, default=None, help="misbehave on some completions")
+    parser.add_argument("--fault-every", type=int, default=1, help="the fault hits requests 1, 1 + K, 1 + 2K, ...")
     args = parser.parse_args()
-    asyncio.run(_serve_forever(Behaviour(first_token_s=args.first_token_s, token_s=args.token_s), args.port))
+    behaviour = Behaviour(first_token_s=args.first_token_s, token_s=args.token_s, fault=args.fault,
+                          fault_every=args.fault_every)
+    asyncio.run(_serve_forever(behaviour, args.port))
 
 
 if __name__ == "__main__":

@@ -45,6 +45,14 @@ class LiveRequest(NamedTuple):
                              self.end_s)
 
 
+UNSENT = "not sent (run time limit)"  # the kind of a request the run's time limit left unsent
+
+
+def error_kind(error: str) -> str:
+    """What kind of failure an error line is: its text before the first colon (`http 500`, `connection refused`)."""
+    return error.split(":", 1)[0]
+
+
 @dataclass
 class LiveRun:
     """Every request a live run sent, the ones it could not send in time, and the server's metrics."""
@@ -58,6 +66,20 @@ class LiveRun:
     def failed(self) -> list[LiveRequest]:
         return [r for r in self.requests if r.error is not None]
 
+    def failures(self) -> Counter[str]:
+        """The requests not served, counted by kind: each error's kind, and those left unsent."""
+        kinds = Counter(error_kind(r.error) for r in self.failed())
+        if self.unsent:
+            kinds[UNSENT] = self.unsent
+        return kinds
+
+    def served_line(self) -> str:
+        """One line: how many of the workload's requests were served, and the rest by kind, most first."""
+        failures = self.failures()
+        total = len(self.requests) + self.unsent
+        counts = ", ".join(f"{n} {kind}" for kind, n in failures.most_common())
+        return f"{total - failures.total()} of {total} requests served" + (f": {counts}" if counts else "")
+
     def summary(self) -> dict[str, object]:
         """The live-only part of a run's summary, JSON-ready."""
         failed = self.failed()
@@ -69,7 +91,7 @@ class LiveRun:
             "sent": len(self.requests),
             "failed": len(failed),
             "unsent": self.unsent,
-            "errors": dict(Counter(r.error.split(":")[0] for r in failed)),
+            "errors": dict(Counter(error_kind(r.error) for r in failed).most_common()),  # by kind, most first
             "first_error": failed[0].error if failed else None,
             "short_outputs": sum(r.output_tokens < r.max_tokens for r in served),
             "tokens_from": dict(Counter(r.tokens_from for r in served)),

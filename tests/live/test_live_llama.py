@@ -59,5 +59,6 @@ def test_a_server_killed_mid_run_fails_the_requests_in_flight_with_one_line(serv
     failed = result.live.failed()
     assert failed and len(result.records) + len(failed) + result.live.unsent == 60
     assert all("\n" not in r.error for r in failed)
-    assert {r.error.split(":")[0] for r in failed} <= {"connect", "stream broken", "http 500", "ended early"}
+    assert {r.error.split(":")[0] for r in failed} <= {"connection refused", "connect", "stream broken", "http 500",
+                                                        "ended early"}
     assert server.process.wait(5) == -signal.SIGKILL

@@ -9,9 +9,9 @@ import socket
 import pytest
 from pipedeck.backends.base import RunCancelled, RunObserver
 from pipedeck.backends.errors import ConfigError
-from pipedeck.backends.live import LoadOptions, ServerUnreachable, replay, run_result, run_scenario
+from pipedeck.backends.live import LiveRequest, LiveRun, LoadOptions, ServerUnreachable, replay, run_result, run_scenario
 from pipedeck.backends.live.client import _event, _Stream
-from pipedeck.backends.live.mock_server import Behaviour, MockServer
+from pipedeck.backends.live.mock_server import MOCK_ERROR, Behaviour, MockServer
 from pipedeck.backends.live.prompts import text_prompt, token_prompt, token_range
 from pipedeck.scenarios import Request, Workload, load_scenario
 
@@ -95,7 +95,8 @@ def test_a_refused_connection_fails_each_request_without_raising():
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]  # free once closed: nothing listens there
     live = asyncio.run(replay(workload(3), f"http://127.0.0.1:{port}", LoadOptions(**QUIET)))
-    assert len(live.failed()) == 3 and all(r.error.startswith("connect: ") for r in live.requests)
+    assert len(live.failed()) == 3 and all(r.error.startswith("connection refused: ") for r in live.requests)
+    assert live.served_line() == "0 of 3 requests served: 3 connection refused"
     result = run_result(live, "down", {}, 0, None)
     assert result.records == [] and result.summary()["ttft_s"] is None  # nothing measured, not 0
 
@@ -218,3 +219,24 @@ def test_server_error_events_in_either_shape_are_read_as_errors():
     for payload in (b'{"error": {"message": "out of KV cache", "code": 500}}',
                     b'{"object": "error", "message": "out of KV cache", "code": 500}'):
         assert _event(payload, _Stream(), 0.0) == "server error: out of KV cache"
+
+
+def failed(i: int, error: str) -> LiveRequest:
+    return LiveRequest(i, 0.0, 0.0, None, 0.1, 16, 4, 0, "events", (), error=error)
+
+
+def test_the_requests_not_served_are_counted_by_kind_most_first_with_the_unsent():
+    refused = [failed(i, "connection refused: [Errno 111] Connect call failed") for i in range(2, 49)]
+    live = LiveRun([failed(0, "http 400: too long"), failed(1, "http 400: too long"), *refused], 0, 0.0)
+    assert live.served_line() == "0 of 49 requests served: 47 connection refused, 2 http 400"
+    assert live.summary()["errors"] == {"connection refused": 47, "http 400": 2}
+    served = LiveRequest(9, 0.0, 0.0, 0.05, 0.1, 16, 4, 4, "usage", (0.02,) * 3)
+    assert LiveRun([served, failed(1, "stalled: no event")], 3, 0.0).served_line() == (
+        "1 of 5 requests served: 3 not sent (run time limit), 1 stalled")
+    assert LiveRun([served], 0, 0.0).served_line() == "1 of 1 requests served"
+
+
+def test_an_http_error_line_keeps_the_servers_whole_message_on_one_line():
+    live, _ = drive(Behaviour(fault="http500"), workload(1))
+    (only,) = live.requests
+    assert only.error == f"http 500: {MOCK_ERROR}" and len(MOCK_ERROR) > 200
