@@ -1,7 +1,13 @@
 """One streamed `/v1/completions` request, measured the way `vllm bench serve` measures it.
 
-TTFT runs from the send to the first SSE event that carries text, the
-inter-token gaps between such events, E2E to the last of them. Whatever goes
+As vLLM's benchmark client (`vllm/benchmarks/lib/endpoint_request_func.py`)
+does, every SSE event with a non-empty `choices` list is a token time,
+whether or not its text is empty (a token that decodes to nothing yet still
+arrived) and however many tokens it carries; the usage-only event at the end
+is not. TTFT runs from the send to the first such event, the inter-token
+gaps between them, E2E to the last of them; the output token count is the
+server's `usage.completion_tokens`, or the events that carried text when it
+sends no usage. Whatever goes
 wrong (an HTTP status, a refused connection, a stream that breaks, stalls,
 is not JSON, reports an error, or ends without `[DONE]`) becomes a one-line
 `error` on the returned `LiveRequest`; nothing is raised.
@@ -74,7 +80,8 @@ class _Stream:
     """What has arrived so far on one response."""
 
     def __init__(self) -> None:
-        self.times: list[float] = []
+        self.times: list[float] = []  # when each event with a choice arrived
+        self.text_events = 0  # those that carried text: the output count when the server sends no usage
         self.usage: dict[str, int] = {}
         self.done = False
 
@@ -107,7 +114,7 @@ async def stream_completion(pool: ClientPool, body: bytes, *, request_id: int, p
         error = f"{type(err).__name__}: {err}"
     times = stream.times
     if error is None and not times:
-        error = "no tokens: the stream ended with no text"
+        error = "no tokens: the stream ended with no choice"
     if error is not None:
         error = " ".join(error.split())  # one line, whatever the server or the exception said
     counted = "usage" if "completion_tokens" in stream.usage else "events"
@@ -116,7 +123,7 @@ async def stream_completion(pool: ClientPool, body: bytes, *, request_id: int, p
         first_token_s=times[0] - t0 if times else None,
         end_s=(times[-1] if error is None else loop.time()) - t0,
         prompt_tokens=stream.usage.get("prompt_tokens", prompt_tokens), max_tokens=max_tokens,
-        output_tokens=stream.usage.get("completion_tokens", len(times)), tokens_from=counted,
+        output_tokens=stream.usage.get("completion_tokens", stream.text_events), tokens_from=counted,
         gaps_s=tuple(b - a for a, b in zip(times, times[1:])), error=error,
     )
 
@@ -159,9 +166,10 @@ def _event(data: bytes, stream: _Stream, now: float) -> str | None:
         return f"malformed stream: not a JSON object: {data[:80].decode(errors='replace')!r}"
     if "error" in event or event.get("object") == "error":  # {"error": {...}}, or vLLM's older flat error
         return f"server error: {_error_message(event)}"
-    choices = event.get("choices") or ()
-    if choices and isinstance(choices[0], dict) and choices[0].get("text"):
+    choices = event.get("choices")
+    if choices and isinstance(choices, list):
         stream.times.append(now)
+        stream.text_events += bool(isinstance(choices[0], dict) and choices[0].get("text"))
     usage = event.get("usage")
     if isinstance(usage, dict):
         stream.usage.update({k: v for k, v in usage.items() if k in ("prompt_tokens", "completion_tokens")

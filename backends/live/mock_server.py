@@ -36,6 +36,8 @@ class Behaviour:
     fault_every: int = 1  # the fault hits requests 1, 1 + k, 1 + 2k, ... in arrival order
     fault_after: int = 1  # tokens sent before a die, stall or malformed line
     tokens_per_event: int = 1
+    blank_every: int = 0  # every k-th event carries tokens but no text (0: none), as vLLM sends a token that
+    # decodes to nothing yet (a partial character, a special token)
     usage: bool = True  # send usage when the request asks for it
     n_vocab: int = 32000
 
@@ -148,14 +150,16 @@ class MockServer:
             writer.write(STREAM_HEAD)
             if b.first_token_s:
                 await asyncio.sleep(b.first_token_s)
-            sent = 0
+            sent = events = 0
             while sent < n_out:
                 if fault and sent >= b.fault_after:
                     return await self._misbehave(fault, reader, writer)
                 k = min(b.tokens_per_event, n_out - sent)
                 sent += k
                 self.predicted_tokens += k
-                choice = {"index": 0, "text": " tok" * k, "logprobs": None,
+                events += 1
+                blank = b.blank_every and events % b.blank_every == 0
+                choice = {"index": 0, "text": "" if blank else " tok" * k, "logprobs": None,
                           "finish_reason": "length" if sent == n_out else None}
                 writer.write(_event({"id": "cmpl-mock", "object": "text_completion", "model": "mock",
                                      "choices": [choice]}))

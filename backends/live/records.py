@@ -17,10 +17,12 @@ class LiveRequest(NamedTuple):
     """One request as the load generator saw it; times in seconds from the start of the run.
 
     `scheduled_s` is when the workload said to send it (closed loop: when a
-    slot freed). `output_tokens` is what the server returned:
-    `usage.completion_tokens` when it sent usage (`tokens_from` "usage"), else
-    the SSE events that carried text ("events"; an event may carry several
-    tokens on some servers). `gaps_s` are the gaps between those events.
+    slot freed). `first_token_s` and `end_s` are the first and last SSE events
+    with a choice (its text may be empty), `gaps_s` the gaps between all of
+    them, as `vllm bench serve` times them. `output_tokens` is what the server
+    returned: `usage.completion_tokens` when it sent usage (`tokens_from`
+    "usage"), else the events that carried text ("events"; an event may carry
+    several tokens on some servers).
     `error` is one line when the request failed, else None; `end_s` is then
     when the failure was seen.
     """

@@ -240,3 +240,26 @@ def test_an_http_error_line_keeps_the_servers_whole_message_on_one_line():
     live, _ = drive(Behaviour(fault="http500"), workload(1))
     (only,) = live.requests
     assert only.error == f"http 500: {MOCK_ERROR}" and len(MOCK_ERROR) > 200
+
+
+def test_every_event_with_a_choice_is_a_token_time_as_vllm_bench_serve_counts_them():
+    stream = _Stream()
+    events = [(1.0, {"choices": [{"text": "Hello"}]}), (2.0, {"choices": [{"text": ""}]}),  # a token with no text yet
+              (4.0, {"choices": [{"text": " a b c"}]}), (5.0, {"choices": [{"text": "", "finish_reason": "length"}]}),
+              (6.0, {"choices": [], "usage": {"prompt_tokens": 3, "completion_tokens": 7}})]  # usage: no token
+    for now, event in events:
+        assert _event(json.dumps(event).encode(), stream, now) is None
+    assert stream.times == [1.0, 2.0, 4.0, 5.0] and stream.text_events == 2
+    assert stream.usage == {"prompt_tokens": 3, "completion_tokens": 7}
+
+
+def test_blank_and_multi_token_events_give_a_gap_each_and_tpot_from_the_servers_token_count():
+    # 8 tokens in 4 events of 2, every second one with no text: vLLM's client takes a time at each of the 4
+    live, _ = drive(Behaviour(token_s=0.03, tokens_per_event=2, blank_every=2), workload(2, output=8))
+    result = run_result(live, "mock", {}, 0, None)
+    for r, record in zip(live.requests, result.records, strict=True):
+        assert (r.output_tokens, r.tokens_from, len(r.gaps_s)) == (8, "usage", 3)
+        assert min(r.gaps_s) >= 0.025 and r.end_s - r.first_token_s == pytest.approx(sum(r.gaps_s))
+        assert record.tpot_s == pytest.approx(sum(r.gaps_s) / 7)  # (E2E - TTFT) / (usage tokens - 1)
+    live, _ = drive(Behaviour(tokens_per_event=2, blank_every=2, usage=False), workload(1, output=8))
+    assert (live.requests[0].output_tokens, live.requests[0].tokens_from) == (2, "events")  # events with text
