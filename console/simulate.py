@@ -10,10 +10,10 @@ import click
 from .. import store as run_store  # its RunStore, and DuckDB with it, loads only when a run is stored
 from ..backends.registry import make_backend
 from ..backends.result import RunResult
-from ..backends.sim.footprint import check_footprint
+from ..backends.footprint import check_footprint
 from ..backends.timeline import write_chrome_trace
 from ..scenarios import load_scenario
-from .options import check_workload, check_writable, config_from_options, config_options, workload_options
+from .options import check_writable, config_from_options, config_options, workload_options
 from .render import print_run
 from .db import WRITE_LOCK_WAIT_S, db_option, db_path
 
@@ -51,10 +51,9 @@ def execute(opts: dict[str, object], backend_name: str, **backend_options: objec
             raise click.BadParameter(f"the {backend_name} backend draws no per-rank timeline", param_hint="--timeline")
         check_writable(str(opts["timeline"]), "--timeline")
     store = not opts["no_store"]
-    if backend_name == "sim":  # before drawing the workload, which alone costs a fifth of the footprint
-        check_footprint(scenario, config, opts["num_requests"], opts["seed"], opts["rate"],
-                        timeline=bool(opts["timeline"]) or store)
-    check_workload(scenario, opts)
+    # the workload's arguments and the run's memory, before drawing the workload (alone a fifth of the simulator's)
+    check_footprint(backend_name, scenario, config, opts["num_requests"], opts["seed"], opts["rate"],
+                    timeline=bool(opts["timeline"]) or store)
     path = db_path(opts)
     if store:
         run_store.RunStore.open(path).close()  # a bad --db fails here, before any work; the file is not held while running

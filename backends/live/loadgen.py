@@ -24,6 +24,7 @@ import httpx
 from ...scenarios import Request, Scenario, Workload
 from ..base import RunCancelled, RunObserver, Snapshot
 from ..errors import ConfigError, ServerError
+from ..footprint import check_footprint
 from ..result import RunResult
 from .client import ClientPool, completion_body, stream_completion
 from .metrics import MetricsTimeline, poll
@@ -65,6 +66,7 @@ def run_scenario(scenario: Scenario, base_url: str, *, rate: float | None = None
                  num_requests: int | None = None, options: LoadOptions = LoadOptions(),
                  config: dict[str, object] | None = None, observer: RunObserver | None = None) -> RunResult:
     """Replay `scenario`'s workload for `seed` against the server at `base_url` and return the run."""
+    check_footprint("live", scenario, None, num_requests, seed, rate)  # before any request is drawn
     workload = scenario.workload(seed=seed, rate=rate, num_requests=num_requests)
     live = asyncio.run(replay(workload, base_url, options, seed, observer))
     return run_result(live, scenario.name, config or {}, seed, rate)

@@ -7,9 +7,12 @@ import json
 import socket
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+import pytest
+from pipedeck.backends import footprint
 from pipedeck.backends.live import LoadOptions, run_scenario
 from pipedeck.backends.live.mock_server import MOCK_ERROR, Behaviour, MockServer
 from pipedeck.console.cli import cli
@@ -154,3 +157,18 @@ def test_a_run_where_some_requests_fail_warns_in_one_line_and_exits_0(capsys, tm
     captured = capsys.readouterr()
     assert captured.err == "pipedeck: warning: 4 of 6 requests served: 2 http 500\n"
     assert json.loads(captured.out)["live"]["errors"] == {"http 500": 2}
+
+
+def test_a_live_run_of_more_requests_than_memory_holds_is_refused_as_a_simulation_is(capsys, monkeypatch):
+    monkeypatch.setattr(footprint, "available_bytes", lambda: 20e9)
+    for backend in ("live", "sim"):
+        argv = ["run", "--backend", backend, "--scenario", "sharegpt", "--requests", "1000000000", "--no-store",
+                *(["--endpoint", f"http://127.0.0.1:{closed_port()}", "--served-model", "mock"] * (backend == "live"))]
+        start = time.process_time()
+        assert run_cli(cli, argv) == 2
+        assert time.process_time() - start < 5  # refused before drawing a billion requests
+        err = capsys.readouterr().err
+        assert err.startswith("pipedeck: error: requests: 1000000000 requests need about ") and len(err.splitlines()) == 1
+        assert err.endswith(" more than the 20.0 GB available; use fewer requests\n"), err
+    with pytest.raises(footprint.FootprintError, match="^requests: 1000000000 requests need about"):
+        run_scenario(load_scenario("sharegpt"), "http://127.0.0.1:9", num_requests=10**9)  # the Python API too
