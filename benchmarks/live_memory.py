@@ -30,7 +30,7 @@ def held_per_request(name: str) -> tuple[float, float, float]:
     rate = scenario.rate or (1.0 if scenario.requires_rate else None)
     tracemalloc.start()
     requests = scenario.workload(seed=0, rate=rate, num_requests=REQUESTS).requests
-    bodies = [_body(r, "mock", (100, 1000), 0) for r in requests]
+    bodies = [_body(r, "mock", (100, 1000), 0, None) for r in requests]
     seen = [LiveRequest(r.id, random.random(), random.random(), random.random(), random.random(), r.prompt_tokens,
                         r.output_tokens, r.output_tokens, "usage", tuple(random.random() for _ in range(r.output_tokens - 1)))
             for r in requests]

@@ -363,3 +363,16 @@ def test_report_and_compare_show_the_finalists_intervals(tmp_path, capsys):
     report = tmp_path / "report.html"
     assert run_cli(cli, ["report", "--study", out["study"], "--db", db, "--out", str(report)]) == 0
     assert "Goodput over arrival traces (mean and 95% interval)" in report.read_text()
+
+
+def test_a_goodput_search_on_a_live_server_draws_fresh_prompts_for_each_rate_unless_told():
+    from pipedeck.tuner.objective import Evaluator, TuneSpec
+
+    def options(objective: str, **backend_options: object):
+        spec = TuneSpec(study="s", storage="", model="qwen2.5-14b", hardware="a100-40g-pcie", devices=1,
+                        scenario="sharegpt", objective=objective, slo="ttft=2s" if objective == "goodput" else None,
+                        backend="live", backend_options={"endpoint": "http://127.0.0.1:9", **backend_options})
+        return Evaluator(spec).backend.options
+
+    assert options("goodput").fresh_prompts and not options("ttft").fresh_prompts
+    assert not options("goodput", fresh_prompts=False).fresh_prompts

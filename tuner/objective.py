@@ -118,7 +118,10 @@ class Evaluator:
         self.scenario: Scenario = load_scenario(spec.scenario)
         self.slo: SLO | None = parse_slo(spec.slo) if spec.slo else None
         self.stop = stop
-        self.backend = make_backend(spec.backend, **spec.backend_options)
+        options = dict(spec.backend_options)
+        if spec.objective == "goodput" and backend_entry(spec.backend).capabilities.endpoint:
+            options.setdefault("fresh_prompts", True)  # no rate served from the prefix cache an earlier rate filled
+        self.backend = make_backend(spec.backend, **options)
 
     def run(self, config: ServingConfig, rate: float | None, timeline: bool = False) -> RunResult:
         """One run of the spec's workload (ServerError when a live server served none of it)."""

@@ -125,6 +125,7 @@ async def stream_completion(pool: ClientPool, body: bytes, *, request_id: int, p
         prompt_tokens=stream.usage.get("prompt_tokens", prompt_tokens), max_tokens=max_tokens,
         output_tokens=stream.usage.get("completion_tokens", stream.text_events), tokens_from=counted,
         gaps_s=tuple(b - a for a, b in zip(times, times[1:])), error=error,
+        cached_tokens=stream.usage.get("cached_tokens"),
     )
 
 
@@ -174,6 +175,9 @@ def _event(data: bytes, stream: _Stream, now: float) -> str | None:
     if isinstance(usage, dict):
         stream.usage.update({k: v for k, v in usage.items() if k in ("prompt_tokens", "completion_tokens")
                              and isinstance(v, int)})
+        details = usage.get("prompt_tokens_details")
+        if isinstance(details, dict) and isinstance(details.get("cached_tokens"), int):
+            stream.usage["cached_tokens"] = details["cached_tokens"]  # served from the prefix cache
     return None
 
 

@@ -50,6 +50,8 @@ class LoadOptions:
     stall_s: float = 600.0  # a stream with no event for this long fails (prefill of a long prompt included)
     max_duration_s: float = 3600.0  # the whole run
     metrics_interval_s: float | None = 1.0  # None: do not scrape /metrics
+    fresh_prompts: bool = False  # draw each rate's prompts afresh, so that no rate is served from the prefix cache
+    # an earlier rate filled (the same seed and request otherwise give the same prompt at every rate)
 
     def __post_init__(self) -> None:
         if self.prompt not in PROMPT_KINDS:
@@ -68,7 +70,7 @@ def run_scenario(scenario: Scenario, base_url: str, *, rate: float | None = None
     """Replay `scenario`'s workload for `seed` against the server at `base_url` and return the run."""
     check_footprint("live", scenario, None, num_requests, seed, rate)  # before any request is drawn
     workload = scenario.workload(seed=seed, rate=rate, num_requests=num_requests)
-    live = asyncio.run(replay(workload, base_url, options, seed, observer))
+    live = asyncio.run(replay(workload, base_url, options, seed, observer, rate=rate))
     return run_result(live, scenario.name, config or {}, seed, rate)
 
 
@@ -84,14 +86,18 @@ def run_result(live: LiveRun, scenario: str, config: dict[str, object], seed: in
 
 
 async def replay(workload: Workload, base_url: str, options: LoadOptions = LoadOptions(), seed: int = 0,
-                 observer: RunObserver | None = None) -> LiveRun:
-    """Send every request of `workload` on schedule, measure each, and scrape `/metrics` meanwhile."""
+                 observer: RunObserver | None = None, rate: float | None = None) -> LiveRun:
+    """Send every request of `workload` on schedule, measure each, and scrape `/metrics` meanwhile.
+
+    `rate` (None: the scenario's own) keys the prompts when `options.fresh_prompts` asks for each rate's own.
+    """
     pool = ClientPool(base_url, options.stall_s)
     try:
         async with pool.client() as control:
             model, ids = await _target(control, options)
             version = await engine_version(control)
-            bodies = [_body(r, model, ids, seed) for r in workload.requests]  # before the clock starts
+            fresh_at = (rate or 0.0) if options.fresh_prompts else None
+            bodies = [_body(r, model, ids, seed, fresh_at) for r in workload.requests]  # before the clock starts
             server = MetricsTimeline() if options.metrics_interval_s is not None else None
             run = _Run(pool, options, observer, server)
             stop = asyncio.Event()
@@ -113,12 +119,13 @@ async def replay(workload: Workload, base_url: str, options: LoadOptions = LoadO
                    engine_version=version)
 
 
-def _body(request: Request, model: str, ids: tuple[int, int] | None, seed: int) -> bytes:
-    """The completion request for `request`: token ids in `ids`, or text when `ids` is None."""
+def _body(request: Request, model: str, ids: tuple[int, int] | None, seed: int, fresh_at: float | None) -> bytes:
+    """The completion request for `request`: token ids in `ids`, or text when `ids` is None (`fresh_at`: see
+    prompts.prompt_stream)."""
     if ids is None:
-        prompt: list[int] | str = text_prompt(seed, request.id, request.prompt_tokens)
+        prompt: list[int] | str = text_prompt(seed, request.id, request.prompt_tokens, fresh_at)
     else:
-        prompt = token_prompt(seed, request.id, request.prompt_tokens, ids)
+        prompt = token_prompt(seed, request.id, request.prompt_tokens, ids, fresh_at)
     return completion_body(model, prompt, request.output_tokens)
 
 

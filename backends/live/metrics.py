@@ -24,13 +24,13 @@ ENGINES = ("vllm", "sglang", "llamacpp")
 
 
 class Series(NamedTuple):
-    """One pipedeck metric and the series each engine exposes it as (None: the engine has none)."""
+    """One pipedeck metric and the series each engine exposes it as (None: the engine has none; several: their sum)."""
 
     name: str
     kind: str  # "sum" or "mean" over label sets, or "histogram"
-    vllm: str | None
-    sglang: str | None
-    llamacpp: str | None
+    vllm: str | tuple[str, ...] | None
+    sglang: str | tuple[str, ...] | None
+    llamacpp: str | tuple[str, ...] | None
 
 
 TABLE = (
@@ -42,6 +42,11 @@ TABLE = (
     Series("generation_tokens_total", "sum", "vllm:generation_tokens_total", "sglang:generation_tokens_total",
            "llamacpp:tokens_predicted_total"),
     Series("preemptions_total", "sum", "vllm:num_preemptions_total", "sglang:num_retracted_requests_total", None),
+    # prompt tokens looked up in the prefix cache, and found there; llama-server counts the two apart
+    Series("prefix_cache_hits_total", "sum", "vllm:prefix_cache_hits_total", None, "llamacpp:prompt_tokens_cached_total"),
+    Series("prefix_cache_queries_total", "sum", "vllm:prefix_cache_queries_total", None,
+           ("llamacpp:prompt_tokens_cached_total", "llamacpp:prompt_tokens_total")),
+    Series("prefix_cache_hit_rate", "mean", None, "sglang:cache_hit_rate", None),  # SGLang's last prefill batch's
     Series("ttft_s", "histogram", "vllm:time_to_first_token_seconds", "sglang:time_to_first_token_seconds", None),
     Series("tpot_s", "histogram", "vllm:request_time_per_output_token_seconds",
            "sglang:request_time_per_output_token_seconds", None),
@@ -50,7 +55,8 @@ TABLE = (
     Series("queue_s", "histogram", "vllm:request_queue_time_seconds", "sglang:queue_time_seconds", None),
 )
 NAMES = tuple(s.name for s in TABLE)
-COUNTERS = ("prompt_tokens_total", "generation_tokens_total", "preemptions_total")
+COUNTERS = ("prompt_tokens_total", "generation_tokens_total", "preemptions_total", "prefix_cache_hits_total",
+            "prefix_cache_queries_total")
 STAGE_LABEL = "pp_rank"  # the pipeline stage a per-stage series belongs to (SGLang's scheduler labels)
 
 
@@ -141,10 +147,14 @@ def _first_stage(found: list[tuple[dict[str, str], float]]) -> list[tuple[dict[s
     return [(labels, value) for labels, value in found if labels.get(STAGE_LABEL) == first]
 
 
-def _read(kind: str, name: str, samples: dict[str, list[tuple[dict[str, str], float]]]) -> float | Histogram | None:
+def _read(kind: str, name: str | tuple[str, ...],
+          samples: dict[str, list[tuple[dict[str, str], float]]]) -> float | Histogram | None:
     if kind == "histogram":
         return _histogram(name, samples)
-    found = [float(value) for _, value in samples.get(name, ())]
+    names = (name,) if isinstance(name, str) else name
+    if not all(n in samples for n in names):
+        return None  # a sum of series is missing when any of them is
+    found = [float(value) for n in names for _, value in samples[n]]
     if not found:
         return None
     return sum(found) / len(found) if kind == "mean" else sum(found)

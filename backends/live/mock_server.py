@@ -6,7 +6,9 @@ before the first token and between tokens, and can misbehave on every k-th
 request: answer HTTP 500, close the connection mid-stream, stall, send a line
 that is not JSON, or end the body cleanly without `[DONE]`. Also answers
 `/v1/models` (with llama-server's `n_vocab`), `/props` (its `build_info`),
-`/metrics` (llama-server's series) and `/health`. Plain asyncio streams, nothing to
+`/metrics` (llama-server's series) and `/health`. A prompt it has seen before
+counts as served from its prefix cache (usage's `prompt_tokens_details`,
+`llamacpp:prompt_tokens_cached_total`). Plain asyncio streams, nothing to
 install. As a program it serves on 127.0.0.1 and prints its URL:
 
     python -m pipedeck.backends.live.mock_server [--port N] [--first-token-s S] [--token-s S] [--fault F --fault-every K]
@@ -72,8 +74,10 @@ class MockServer:
         self.port = port
         self.completions = 0  # completion requests received
         self.processing = 0
-        self.prompt_tokens = 0
+        self.prompt_tokens = 0  # not served from the cache, as llama-server counts them
+        self.cached_tokens = 0
         self.predicted_tokens = 0
+        self.prompts_seen: set[str | tuple[int, ...]] = set()  # a prompt seen before is served from the cache
         self._server: asyncio.Server | None = None
         self._handlers: set[asyncio.Task] = set()
 
@@ -128,6 +132,7 @@ class MockServer:
     def metrics(self) -> str:
         """llama-server's `/metrics` series, from what the mock has served."""
         rows = (("prompt_tokens_total", "counter", self.prompt_tokens),
+                ("prompt_tokens_cached_total", "counter", self.cached_tokens),
                 ("tokens_predicted_total", "counter", self.predicted_tokens),
                 ("requests_processing", "gauge", self.processing), ("requests_deferred", "gauge", 0))
         return "".join(f"# TYPE llamacpp:{name} {kind}\nllamacpp:{name} {value}\n" for name, kind, value in rows)
@@ -143,9 +148,13 @@ class MockServer:
             return True
         prompt = request["prompt"]
         n_prompt = len(prompt) if isinstance(prompt, list) else len(prompt.split())
+        key = tuple(prompt) if isinstance(prompt, list) else prompt
+        n_cached = n_prompt if key in self.prompts_seen else 0  # the whole prompt, or nothing: a prefix cache's ends
+        self.prompts_seen.add(key)
         n_out = int(request["max_tokens"])
         self.processing += 1
-        self.prompt_tokens += n_prompt
+        self.prompt_tokens += n_prompt - n_cached
+        self.cached_tokens += n_cached
         try:
             writer.write(STREAM_HEAD)
             if b.first_token_s:
@@ -167,7 +176,8 @@ class MockServer:
                     await writer.drain()
                     await asyncio.sleep(b.token_s)
             if b.usage and (request.get("stream_options") or {}).get("include_usage"):
-                usage = {"prompt_tokens": n_prompt, "completion_tokens": n_out, "total_tokens": n_prompt + n_out}
+                usage = {"prompt_tokens": n_prompt, "completion_tokens": n_out, "total_tokens": n_prompt + n_out,
+                         "prompt_tokens_details": {"cached_tokens": n_cached}}
                 writer.write(_event({"id": "cmpl-mock", "object": "text_completion", "model": "mock", "choices": [],
                                      "usage": usage}))
             writer.write(DONE)

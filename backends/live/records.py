@@ -24,7 +24,9 @@ class LiveRequest(NamedTuple):
     "usage"), else the events that carried text ("events"; an event may carry
     several tokens on some servers).
     `error` is one line when the request failed, else None; `end_s` is then
-    when the failure was seen.
+    when the failure was seen. `cached_tokens` are the prompt tokens the
+    server served from its prefix cache (`usage.prompt_tokens_details`);
+    None when it did not say.
     """
 
     id: int
@@ -38,6 +40,7 @@ class LiveRequest(NamedTuple):
     tokens_from: str
     gaps_s: tuple[float, ...]
     error: str | None = None
+    cached_tokens: int | None = None
 
     def record(self) -> RequestRecord | None:
         """The common record (arrival = send time) of a served request; None if it failed."""
@@ -86,6 +89,7 @@ class LiveRun:
         """The live-only part of a run's summary, JSON-ready."""
         failed = self.failed()
         served = [r for r in self.requests if r.error is None]
+        hit_rate, hit_rate_from = self.prefix_cache_hit_rate()
         lags = np.array([r.send_s - r.scheduled_s for r in self.requests])
         gaps = np.fromiter((g for r in served for g in r.gaps_s), float)
         server = self.server
@@ -97,6 +101,8 @@ class LiveRun:
             "first_error": failed[0].error if failed else None,
             "short_outputs": sum(r.output_tokens < r.max_tokens for r in served),
             "tokens_from": dict(Counter(r.tokens_from for r in served)),
+            "prefix_cache_hit_rate": hit_rate,
+            "prefix_cache_from": hit_rate_from,
             "itl_s": stats(gaps),
             "send_lag_s": {"p99": float(np.percentile(lags, 99)), "max": float(lags.max())} if lags.size else None,
             "loadgen_cpu_s": self.loadgen_cpu_s,
@@ -107,6 +113,21 @@ class LiveRun:
             "server_counters": server.counter_deltas() if server else None,
         }
 
+    def prefix_cache_hit_rate(self) -> tuple[float | None, str | None]:
+        """The share of served prompt tokens found in the server's prefix cache, and where that was read.
+
+        From the responses ("usage") when the server reports cached tokens,
+        else from its counters' growth over the run ("server"); (None, None)
+        when neither says.
+        """
+        reported = [r for r in self.requests if r.error is None and r.cached_tokens is not None]
+        prompts = sum(r.prompt_tokens for r in reported)
+        if prompts:
+            return sum(r.cached_tokens for r in reported) / prompts, "usage"
+        counters = self.server.counter_deltas() if self.server else {}
+        if counters.get("prefix_cache_queries_total") and "prefix_cache_hits_total" in counters:
+            return counters["prefix_cache_hits_total"] / counters["prefix_cache_queries_total"], "server"
+        return None, None
 
 
 def live_to_dict(run: LiveRun) -> dict[str, object]:

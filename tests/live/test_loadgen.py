@@ -11,6 +11,7 @@ from pipedeck.backends.base import RunCancelled, RunObserver
 from pipedeck.backends.errors import ConfigError
 from pipedeck.backends.live import LiveRequest, LiveRun, LoadOptions, ServerUnreachable, replay, run_result, run_scenario
 from pipedeck.backends.live.client import _event, _Stream
+from pipedeck.backends.live.loadgen import _body
 from pipedeck.backends.live.mock_server import MOCK_ERROR, Behaviour, MockServer
 from pipedeck.backends.live.prompts import text_prompt, token_prompt, token_range
 from pipedeck.scenarios import Request, Workload, load_scenario
@@ -263,3 +264,40 @@ def test_blank_and_multi_token_events_give_a_gap_each_and_tpot_from_the_servers_
         assert record.tpot_s == pytest.approx(sum(r.gaps_s) / 7)  # (E2E - TTFT) / (usage tokens - 1)
     live, _ = drive(Behaviour(tokens_per_event=2, blank_every=2, usage=False), workload(1, output=8))
     assert (live.requests[0].output_tokens, live.requests[0].tokens_from) == (2, "events")  # events with text
+
+
+def test_prompts_are_drawn_afresh_for_each_rate_when_asked_and_else_replayed():
+    request, ids = Request(3, 0.0, 64, 4), (100, 1000)
+    assert _body(request, "m", ids, 0, fresh_at=None) == _body(request, "m", ids, 0, fresh_at=None)
+    at_2, at_4 = _body(request, "m", ids, 0, fresh_at=2.0), _body(request, "m", ids, 0, fresh_at=4.0)
+    assert len({at_2, at_4, _body(request, "m", ids, 0, fresh_at=None)}) == 3
+    assert at_2 == _body(request, "m", ids, 0, fresh_at=2.0)  # seeded: the same rate draws the same prompts
+    first = [json.loads(at)["prompt"][0] for at in (at_2, at_4)]
+    assert len(set(first)) == 2  # they differ from the first token on: no prefix in common
+    assert json.loads(_body(request, "m", None, 0, fresh_at=2.0))["prompt"] != json.loads(
+        _body(request, "m", None, 0, fresh_at=4.0))["prompt"]  # text prompts too
+
+
+def test_the_prefix_cache_hit_rate_comes_from_usage_and_fresh_prompts_defeat_the_cache():
+    async def main():
+        async with MockServer(Behaviour()) as url:
+            runs = []
+            for rate, fresh in ((2.0, False), (4.0, False), (8.0, True)):
+                options = LoadOptions(**{**QUIET, "metrics_interval_s": 0.02, "fresh_prompts": fresh})
+                runs.append(await asyncio.to_thread(run_scenario, load_scenario("sharegpt"), url, rate=rate * 10,
+                                                    num_requests=6, options=options))
+            return runs
+
+    first, replayed, fresh = (run.live.summary() for run in asyncio.run(main()))
+    assert (first["prefix_cache_hit_rate"], first["prefix_cache_from"]) == (0.0, "usage")
+    assert replayed["prefix_cache_hit_rate"] == 1.0  # the same prompts again: the mock served them from its cache
+    assert fresh["prefix_cache_hit_rate"] == 0.0
+    counters = replayed["server_counters"]  # the mock's /metrics agree (llama-server's series)
+    assert counters["prefix_cache_hits_total"] == counters["prefix_cache_queries_total"] > 0
+
+
+def test_without_usage_details_the_hit_rate_comes_from_the_servers_counters_or_is_unknown():
+    live, _ = drive(Behaviour(usage=False), workload(2), metrics_interval_s=0.02)
+    assert (live.summary()["prefix_cache_hit_rate"], live.summary()["prefix_cache_from"]) == (0.0, "server")
+    live, _ = drive(Behaviour(usage=False), workload(2))
+    assert (live.summary()["prefix_cache_hit_rate"], live.summary()["prefix_cache_from"]) == (None, None)

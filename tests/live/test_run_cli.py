@@ -24,15 +24,20 @@ from pipedeck.store import RunStore
 
 
 @contextmanager
-def failing_mock(fault: str, every: int = 1) -> Iterator[str]:
-    """The mock server as a program, answering every `every`-th completion with `fault`; its URL."""
-    process = subprocess.Popen([sys.executable, "-m", "pipedeck.backends.live.mock_server", "--fault", fault,
-                                "--fault-every", str(every)], stdout=subprocess.PIPE, text=True)
+def mock_program(*flags: str) -> Iterator[str]:
+    """A fresh mock server as a program, started with `flags`; its URL."""
+    process = subprocess.Popen([sys.executable, "-m", "pipedeck.backends.live.mock_server", *flags],
+                               stdout=subprocess.PIPE, text=True)
     try:
         yield process.stdout.readline().strip()
     finally:
         process.terminate()
         process.wait(10)
+
+
+def failing_mock(fault: str, every: int = 1):
+    """The mock server as a program, answering every `every`-th completion with `fault`; its URL."""
+    return mock_program("--fault", fault, "--fault-every", str(every))
 
 
 def closed_port() -> int:
@@ -172,3 +177,19 @@ def test_a_live_run_of_more_requests_than_memory_holds_is_refused_as_a_simulatio
         assert err.endswith(" more than the 20.0 GB available; use fewer requests\n"), err
     with pytest.raises(footprint.FootprintError, match="^requests: 1000000000 requests need about"):
         run_scenario(load_scenario("sharegpt"), "http://127.0.0.1:9", num_requests=10**9)  # the Python API too
+
+
+def test_a_live_run_and_show_print_the_prefix_cache_hit_rate_and_fresh_prompts_is_for_live_runs(capsys, tmp_path):
+    db = tmp_path / "runs.duckdb"
+    with mock_program() as url:
+        for rate in ("20", "40"):
+            assert run_cli(cli, run_live(url, db, "--rate", rate)) == 0
+        assert run_cli(cli, run_live(url, db, "--rate", "80", "--fresh-prompts")) == 0
+    out = capsys.readouterr().out
+    assert "prefix cache: hit rate 0.0% (from usage)" in out  # the first run: nothing cached yet
+    assert "prefix cache: hit rate 100.0% (from usage)" in out  # the second: the same prompts
+    assert out.count("prefix cache: hit rate 0.0% (from usage)") == 2  # the third: fresh prompts
+    assert run_cli(cli, ["show", "2", "--db", str(db)]) == 0
+    assert "prefix cache: hit rate 100.0% (from usage)" in capsys.readouterr().out
+    assert run_cli(cli, ["run", "--backend", "sim", "--fresh-prompts", "--no-store"]) == 2
+    assert "--fresh-prompts" in capsys.readouterr().err
