@@ -135,9 +135,8 @@ class Evaluator:
         except RunCancelled:
             raise TuneInterrupted() from None
         if result.live is not None and result.live.requests and not result.records:
-            error = next((r.error for r in result.live.requests if r.error), "no token streamed")
-            raise ServerError(f"server: served none of {len(result.live.requests)} requests at {rate:.4g} req/s; "
-                              f"the first failed with {error}")
+            at = "" if rate is None else f" (at {rate:.4g} req/s)"  # None: the scenario's own arrivals
+            raise ServerError(f"server: {result.live.served_line()}{at}")
         return result
 
     def close(self) -> None:
