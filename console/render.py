@@ -48,7 +48,8 @@ def print_run(result: RunResult, out: PlainReport | RichReport | None = None) ->
 def _print_live(live: dict[str, object], out: PlainReport | RichReport) -> None:
     """What the load generator saw beyond the records: failures, and what the server's /metrics said."""
     kinds = ", ".join(f"{n} {kind}" for kind, n in live["errors"].items())
-    line = f"live: sent {live['sent']}, failed {live['failed']}{f' ({kinds})' if kinds else ''}, unsent {live['unsent']}"
+    failed = f"{live['failed']} ({kinds})" if kinds else str(live["failed"])
+    line = f"live: sent {live['sent']}, failed {failed}, unsent {live['unsent']}"
     if live["first_error"]:
         line += f"; first error: {live['first_error']}"
     out.line(line)

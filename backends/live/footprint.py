@@ -14,7 +14,7 @@ from ...scenarios import Scenario
 from ..config import ResolvedConfig
 from ..footprint import SAMPLE, Footprint
 
-REQUEST_BYTES = 550  # workload entry, LiveRequest and record; measured by benchmarks/live_memory.py (548-962 B)
+REQUEST_BYTES = 550  # workload entry, LiveRequest and record; measured by benchmarks/live_memory.py (548-971 B)
 PROMPT_TOKEN_BYTES = 5  # a prompt id in the request body: three digits, a comma and a space
 OUTPUT_TOKEN_BYTES = 32  # an inter-token gap kept with the request: a float and its tuple slot
 

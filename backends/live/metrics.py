@@ -43,7 +43,8 @@ TABLE = (
            "llamacpp:tokens_predicted_total"),
     Series("preemptions_total", "sum", "vllm:num_preemptions_total", "sglang:num_retracted_requests_total", None),
     # prompt tokens looked up in the prefix cache, and found there; llama-server counts the two apart
-    Series("prefix_cache_hits_total", "sum", "vllm:prefix_cache_hits_total", None, "llamacpp:prompt_tokens_cached_total"),
+    Series("prefix_cache_hits_total", "sum", "vllm:prefix_cache_hits_total", None,
+           "llamacpp:prompt_tokens_cached_total"),
     Series("prefix_cache_queries_total", "sum", "vllm:prefix_cache_queries_total", None,
            ("llamacpp:prompt_tokens_cached_total", "llamacpp:prompt_tokens_total")),
     Series("prefix_cache_hit_rate", "mean", None, "sglang:cache_hit_rate", None),  # SGLang's last prefill batch's

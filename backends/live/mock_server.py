@@ -11,7 +11,8 @@ counts as served from its prefix cache (usage's `prompt_tokens_details`,
 `llamacpp:prompt_tokens_cached_total`). Plain asyncio streams, nothing to
 install. As a program it serves on 127.0.0.1 and prints its URL:
 
-    python -m pipedeck.backends.live.mock_server [--port N] [--first-token-s S] [--token-s S] [--fault F --fault-every K]
+    python -m pipedeck.backends.live.mock_server [--port N] [--first-token-s S] [--token-s S]
+                                                 [--fault F --fault-every K]
 """
 
 from __future__ import annotations
