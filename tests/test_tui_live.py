@@ -106,6 +106,7 @@ def test_a_run_attached_to_a_server_shows_its_gauges_and_is_stored_as_live(tmp_p
                 assert live.query_one(PipelineStrip)._view[2] == []  # no per-rank rows for a server
                 status = str(live.query_one("#live-status", Static).content)
                 assert "s elapsed" in status and "llama.cpp b0-mock" in status and "stored run 1" in status
+                assert "prefix cache hit rate 0.0%" in status  # prompts the mock had not seen
 
     asyncio.run(scenario())
     with RunStore.open(db, read_only=True) as store:

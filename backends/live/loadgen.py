@@ -50,8 +50,7 @@ class LoadOptions:
     stall_s: float = 600.0  # a stream with no event for this long fails (prefill of a long prompt included)
     max_duration_s: float = 3600.0  # the whole run
     metrics_interval_s: float | None = 1.0  # None: do not scrape /metrics
-    fresh_prompts: bool = False  # draw each rate's prompts afresh, so that no rate is served from the prefix cache
-    # an earlier rate filled (the same seed and request otherwise give the same prompt at every rate)
+    fresh_prompts: bool = False  # each rate its own prompts: none served from the prefix cache an earlier rate filled
 
     def __post_init__(self) -> None:
         if self.prompt not in PROMPT_KINDS:

@@ -39,8 +39,7 @@ class Behaviour:
     fault_every: int = 1  # the fault hits requests 1, 1 + k, 1 + 2k, ... in arrival order
     fault_after: int = 1  # tokens sent before a die, stall or malformed line
     tokens_per_event: int = 1
-    blank_every: int = 0  # every k-th event carries tokens but no text (0: none), as vLLM sends a token that
-    # decodes to nothing yet (a partial character, a special token)
+    blank_every: int = 0  # every k-th event carries its tokens but no text yet (0: none), as vLLM may send them
     usage: bool = True  # send usage when the request asks for it
     n_vocab: int = 32000
 

@@ -123,6 +123,8 @@ def finished(result: RunResult, clock: str) -> str:
     live = summary.get("live")
     if live:
         line += f", {live['failed']} failed" if live["failed"] else ""
+        if live["prefix_cache_hit_rate"] is not None:
+            line += f", prefix cache hit rate {live['prefix_cache_hit_rate']:.1%}"
         line += f", {live['engine_version'] or live['engine'] or 'engine unknown'}"
     return line
 
