@@ -5,13 +5,13 @@ from __future__ import annotations
 from ...scenarios.scenario import Scenario
 from ..base import RunObserver
 from ..config import ResolvedConfig, ServingConfig
+from ..footprint import check_footprint
 from ..policies.delay import DelayScheduler
 from ..policies.modes import PolicyEnv
 from ..registry import backend_entry
 from ..result import RunResult
 from .costs import BatchShape, CostModel, capped_pairs
 from .engine import Engine
-from ..footprint import check_footprint
 from .scheduler import SimRequest, StepScheduler
 
 
