@@ -12,16 +12,19 @@ from dataclasses import dataclass
 
 from .base import Backend, Capabilities
 from .errors import ConfigError
+from .footprint import Footprint
 
 
 @dataclass(frozen=True)
 class BackendEntry:
-    """A backend's name, a one-line title, what it can do, and how to make one."""
+    """A backend's name, a one-line title, what it can do, how to make one, and the memory its run needs."""
 
     name: str
     title: str
     capabilities: Capabilities
     make: Callable[..., Backend]  # keyword options (an endpoint, say) -> a backend
+    # (scenario, config or None, requests, seed, rate, timeline) -> its estimate; None: it holds nothing per request
+    footprint: Callable[..., Footprint] | None = None
 
 
 BACKENDS: dict[str, BackendEntry] = {}
@@ -54,6 +57,18 @@ def _simulator(**options: object) -> Backend:
     return SimBackend()
 
 
+def _simulator_footprint(*args: object) -> Footprint:
+    from .sim.footprint import estimate
+
+    return estimate(*args)
+
+
+def _live_footprint(*args: object) -> Footprint:
+    from .live.footprint import estimate
+
+    return estimate(*args)
+
+
 def _live(endpoint: str | None = None, launch: str | None = None, model_path: str | None = None,
           program: str | None = None, health_timeout_s: float = 600.0, log_dir: str = "pipedeck-servers",
           **load: object) -> Backend:
@@ -82,13 +97,13 @@ def _register_builtin() -> None:
 
     register_backend(BackendEntry("sim", "embedded simulator",
                                   Capabilities(modes=tuple(MODES), timeline=True, reconfigurable=True, paced=False),
-                                  _simulator))
+                                  _simulator, _simulator_footprint))
     # A live server runs the config it was started with, whatever its mode (launched per config with
     # `launch=ENGINE`, it restarts to change config); it keeps wall time itself.
     register_backend(BackendEntry("live", "a real server",
                                   Capabilities(modes=tuple(MODES), timeline=False, reconfigurable=False, paced=True,
                                                endpoint=True),
-                                  _live))
+                                  _live, _live_footprint))
 
 
 _register_builtin()

@@ -12,7 +12,6 @@ from ..backends.config import ServingConfig, parse_layer_split
 from ..backends.knobs import KNOBS, Knob
 from ..backends.policies.modes import MODES
 from ..backends.tokens import parse_tokens
-from ..scenarios import Scenario
 
 _DEFAULT = ServingConfig()
 
@@ -83,8 +82,3 @@ def workload_options(default_scenario: str) -> Callable[[Callable], Callable]:
             fn = option(fn)
         return fn
     return decorate
-
-
-def check_workload(scenario: Scenario, opts: dict[str, object]) -> None:
-    """Check the workload arguments (seed, rate, requests) against the scenario before any work (drawing none)."""
-    scenario.check_arguments(opts["seed"], opts["rate"], opts["num_requests"])

@@ -47,11 +47,16 @@ def print_run(result: RunResult, out: PlainReport | RichReport | None = None) ->
 
 def _print_live(live: dict[str, object], out: PlainReport | RichReport) -> None:
     """What the load generator saw beyond the records: failures, and what the server's /metrics said."""
-    line = f"live: sent {live['sent']}, failed {live['failed']}, unsent {live['unsent']}"
+    kinds = ", ".join(f"{n} {kind}" for kind, n in live["errors"].items())
+    failed = f"{live['failed']} ({kinds})" if kinds else str(live["failed"])
+    line = f"live: sent {live['sent']}, failed {failed}, unsent {live['unsent']}"
     if live["first_error"]:
-        line += f" (first error: {live['first_error']})"
+        line += f"; first error: {live['first_error']}"
     out.line(line)
     out.line(f"server: {live['engine_version'] or 'version not reported'}")
+    hit_rate = live.get("prefix_cache_hit_rate")  # absent from runs stored before it was measured
+    out.line("prefix cache: n/a (the server reports no cached prompt tokens)" if hit_rate is None else
+             f"prefix cache: hit rate {hit_rate:.1%} (from {live['prefix_cache_from']})")
     if live["engine"] is not None or live["server_missing"] is not None:
         missing = ", ".join(live["server_missing"] or []) or "none"
         out.line(f"server metrics: {live['engine'] or 'unknown engine'}; missing: {missing}")

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import click
 
-from ..backends.registry import BACKENDS
+from ..backends.errors import ServerError
+from ..backends.registry import BACKENDS, backend_entry
+from ..backends.result import RunResult
 from .options import config_options, workload_options
 from .simulate import execute, output_options
 
@@ -15,10 +17,27 @@ from .simulate import execute, output_options
 @click.option("--endpoint", default=None, help="The live backend's server, e.g. http://127.0.0.1:8080.")
 @click.option("--served-model", default=None,
               help="Live: the model name to request (default: the first one /v1/models lists).")
+@click.option("--fresh-prompts", is_flag=True,
+              help="Live: draw this rate's own prompts, so that none is served from a prefix cache an earlier run "
+                   "at another rate filled (default: the seed's prompts, the same at every rate).")
 @config_options
 @workload_options("azure-conv")
 @output_options
 def run(**opts: object) -> None:
     """Run one scenario under one serving config on a backend (a live server: the config it was started with)."""
-    options = {"endpoint": opts["endpoint"], "model": opts["served_model"]} if opts["backend"] == "live" else {}
-    execute(opts, str(opts["backend"]), **options)
+    if opts["fresh_prompts"] and not backend_entry(str(opts["backend"])).capabilities.endpoint:
+        raise click.BadParameter(f"the {opts['backend']} backend has no prefix cache; it is for --backend live",
+                                 param_hint="--fresh-prompts")
+    options = {"endpoint": opts["endpoint"], "model": opts["served_model"],
+               "fresh_prompts": opts["fresh_prompts"]} if opts["backend"] == "live" else {}
+    report_unserved(*execute(opts, str(opts["backend"]), **options))
+
+
+def report_unserved(result: RunResult, run_id: int | None) -> None:
+    """A warning line when some requests were not served; a ServerError (one line, exit 2) when none was."""
+    if result.live is None or not result.live.failures():
+        return
+    line = result.live.served_line()
+    if not result.records:
+        raise ServerError(line + ("" if run_id is None else f" (stored as run {run_id})"))
+    click.echo(f"pipedeck: warning: {line}", err=True)

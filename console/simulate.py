@@ -10,10 +10,10 @@ import click
 from .. import store as run_store  # its RunStore, and DuckDB with it, loads only when a run is stored
 from ..backends.registry import make_backend
 from ..backends.result import RunResult
-from ..backends.sim.footprint import check_footprint
+from ..backends.footprint import check_footprint
 from ..backends.timeline import write_chrome_trace
 from ..scenarios import load_scenario
-from .options import check_workload, check_writable, config_from_options, config_options, workload_options
+from .options import check_writable, config_from_options, config_options, workload_options
 from .render import print_run
 from .db import WRITE_LOCK_WAIT_S, db_option, db_path
 
@@ -41,8 +41,8 @@ def simulate(**opts: object) -> None:
     execute(opts, "sim")
 
 
-def execute(opts: dict[str, object], backend_name: str, **backend_options: object) -> None:
-    """Run, store, and print one run as the options say."""
+def execute(opts: dict[str, object], backend_name: str, **backend_options: object) -> tuple[RunResult, int | None]:
+    """Run, store, and print one run as the options say; the run and its id in the store (None: not stored)."""
     config = config_from_options(opts)
     scenario = load_scenario(str(opts["scenario"]))
     backend = make_backend(backend_name, **backend_options)
@@ -51,10 +51,9 @@ def execute(opts: dict[str, object], backend_name: str, **backend_options: objec
             raise click.BadParameter(f"the {backend_name} backend draws no per-rank timeline", param_hint="--timeline")
         check_writable(str(opts["timeline"]), "--timeline")
     store = not opts["no_store"]
-    if backend_name == "sim":  # before drawing the workload, which alone costs a fifth of the footprint
-        check_footprint(scenario, config, opts["num_requests"], opts["seed"], opts["rate"],
-                        timeline=bool(opts["timeline"]) or store)
-    check_workload(scenario, opts)
+    # the workload's arguments and the run's memory, before drawing the workload (alone a fifth of the simulator's)
+    check_footprint(backend_name, scenario, config, opts["num_requests"], opts["seed"], opts["rate"],
+                    timeline=bool(opts["timeline"]) or store)
     path = db_path(opts)
     if store:  # a bad --db fails here, before any work; nothing is created until there is a run to store
         run_store.RunStore.check_writable(path)
@@ -74,6 +73,7 @@ def execute(opts: dict[str, object], backend_name: str, **backend_options: objec
             click.echo(f"timeline: {opts['timeline']}")
         if run_id is not None:
             click.echo(f"stored run {run_id} in {path}")
+    return result, run_id
 
 
 def run_json(result: RunResult) -> dict[str, object]:

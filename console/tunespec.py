@@ -15,7 +15,7 @@ from ..backends.memory import weight_bytes_per_device
 from ..backends.policies.modes import MODES
 from ..backends.profiles import load_hardware
 from ..backends.registry import backend_entry
-from ..backends.sim.footprint import check_footprint
+from ..backends.footprint import check_footprint
 from ..scenarios import PipedeckError, load_scenario
 from ..tuner.objective import TuneSpec, space_context
 from ..tuner.slo import parse_slo
@@ -82,8 +82,8 @@ def default_engine(hardware: str) -> str:
 def build_spec(inputs: TuneInputs, db: str | Path) -> TuneSpec:
     """Validate every input before any work and build the worker spec (study and storage named after `db`)."""
     scenario = load_scenario(inputs.scenario)
-    if inputs.backend == "sim":  # trials keep no timeline: the config does not change the footprint
-        check_footprint(scenario, None, inputs.requests, inputs.seed, inputs.rate, timeline=False)
+    # trials keep no timeline: the config does not change the footprint
+    check_footprint(inputs.backend, scenario, None, inputs.requests, inputs.seed, inputs.rate, timeline=False)
     scenario.workload(seed=inputs.seed, rate=inputs.rate, num_requests=inputs.requests)
     objective = inputs.objective or ("goodput" if inputs.slo else None)
     if objective is None:

@@ -14,6 +14,7 @@ import pytest
 
 from pipedeck.backends.config import ServingConfig
 from pipedeck.backends.result import TRANSFER_KINDS
+from pipedeck.backends import footprint as memory
 from pipedeck.backends.sim import SimBackend, footprint
 from pipedeck.backends.policies.modes import MODES
 from pipedeck.console.cli import cli
@@ -328,14 +329,14 @@ def test_installed_console_script_error_exit_status():
 # -- memory: estimated and checked before a run -------------------------------------------------------
 
 def test_too_many_requests_are_refused_before_any_work_with_the_estimate(capsys, monkeypatch):
-    monkeypatch.setattr(footprint, "available_bytes", lambda: 20e9)
+    monkeypatch.setattr(memory, "available_bytes", lambda: 20e9)
     start = time.process_time()
     status, out, err = run(capsys, ["simulate", "--scenario", "azure-conv", "--requests", "99999999", "--no-store"])
     assert time.process_time() - start < 5  # refused before drawing a hundred million requests
     assert status == 2 and out == "" and len(err.splitlines()) == 1
     assert err.startswith("pipedeck: error: requests: 99999999 requests need about 62.5 GB or more to simulate "
                           f"({footprint.REQUEST_BYTES} B a request, measured by benchmarks/sim_memory.py), "
-                          "more than the 20.0 GB available; use fewer --requests")
+                          "more than the 20.0 GB available; use fewer requests")
 
 
 def test_the_estimate_counts_timeline_spans_from_the_chunk(monkeypatch):
@@ -347,15 +348,15 @@ def test_the_estimate_counts_timeline_spans_from_the_chunk(monkeypatch):
     spans = (footprint.footprint(scenario, fine, 100) - bare) / footprint.SPAN_BYTES
     assert spans == pytest.approx(100 * 8 * 4)  # 8 chunks a prompt, each a span per stage and a send and a recv
     assert (footprint.footprint(scenario, tiny, 100) - bare) / footprint.SPAN_BYTES == pytest.approx(100 * 6554 * 4)
-    monkeypatch.setattr(footprint, "available_bytes", lambda: 1e9)
-    with pytest.raises(footprint.FootprintError, match=r"^requests: 100 requests need about 1\.1 GB or more"):
+    monkeypatch.setattr(memory, "available_bytes", lambda: 1e9)
+    with pytest.raises(memory.FootprintError, match=r"^requests: 100 requests need about 1\.1 GB or more"):
         SimBackend().run(scenario, tiny, num_requests=100)  # the Python API is checked too
-    monkeypatch.setattr(footprint, "available_bytes", lambda: None)  # unknown: no check
-    footprint.check_footprint(scenario, tiny, 10**9)
+    monkeypatch.setattr(memory, "available_bytes", lambda: None)  # unknown: no check
+    memory.check_footprint("sim", scenario, tiny, 10**9)
 
 
 def test_tune_checks_the_footprint_of_its_workload_first(capsys, monkeypatch, tmp_path):
-    monkeypatch.setattr(footprint, "available_bytes", lambda: 1e9)
+    monkeypatch.setattr(memory, "available_bytes", lambda: 1e9)
     status, _, err = run(capsys, ["tune", "--scenario", "azure-conv", "--requests", "2000000", "--slo", "ttft=2s",
                                   "--db", str(tmp_path / "t.duckdb")])
     assert status == 2 and err.startswith("pipedeck: error: requests: 2000000 requests need about 1.2 GB or more")

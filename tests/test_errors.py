@@ -33,12 +33,14 @@ def test_the_error_names_its_field(fail, field):
 
 
 def test_a_long_http_error_is_cut_at_a_word_with_an_ellipsis():
-    body = '{"error": "The engine ran out of KV cache blocks while scheduling the prefill of request 17; ' + \
-           "raise --gpu-memory-utilization or lower --max-num-seqs, " * 6 + 'then retry."}\nTraceback ...'
-    line = http_error_line(500, body, "Internal Server Error")
-    assert line.startswith('http 500: {"error": "The engine ran out of KV cache blocks') and line.endswith(" ...")
-    assert len(line) <= len("http 500: ") + 200 and body.splitlines()[0].startswith(line[10:-4].rstrip(","))
-    assert not line[10:-4].endswith(("memory-utilizati", "--max-num-se")), "cut between words"
+    page = "<html><body><h1>502 Bad Gateway</h1><p>The upstream engine did not answer; " + \
+           "raise the proxy timeout or lower --max-num-seqs, " * 6 + "then retry.</p></body></html>"
+    line = http_error_line(502, page, "Bad Gateway")
+    assert line.startswith("http 502: <html><body><h1>502 Bad Gateway") and line.endswith(" ...")
+    assert len(line) <= len("http 502: ") + 200 and "\n" not in line
+    assert not line[10:-4].endswith(("proxy timeo", "--max-num-se")), "cut between words"
+    message = "The engine ran out of KV cache blocks; " + "raise --gpu-memory-utilization, " * 8
+    assert http_error_line(500, '{"error": {"message": "%s"}}' % message, "x") == f"http 500: {message}", \
+        "an error object's message is whole"
     assert http_error_line(503, "", "Service Unavailable") == "http 503: Service Unavailable"
-    assert http_error_line(500, '{"error": "mock failure"}', "x") == 'http 500: {"error": "mock failure"}'
     assert http_error_line(500, "x" * 300, "x") == "http 500: " + "x" * 196 + " ...", "one long word is still cut"

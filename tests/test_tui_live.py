@@ -7,6 +7,9 @@ import asyncio
 
 from textual.widgets import Static
 
+import pytest
+
+from pipedeck.backends import footprint
 from pipedeck.backends.live.mock_server import Behaviour, MockServer
 from pipedeck.console.tui import PipedeckApp
 from pipedeck.console.tui.live import NO_TIMELINE, LiveScreen
@@ -103,6 +106,7 @@ def test_a_run_attached_to_a_server_shows_its_gauges_and_is_stored_as_live(tmp_p
                 assert live.query_one(PipelineStrip)._view[2] == []  # no per-rank rows for a server
                 status = str(live.query_one("#live-status", Static).content)
                 assert "s elapsed" in status and "llama.cpp b0-mock" in status and "stored run 1" in status
+                assert "prefix cache hit rate 0.0%" in status  # prompts the mock had not seen
 
     asyncio.run(scenario())
     with RunStore.open(db, read_only=True) as store:
@@ -119,6 +123,27 @@ def test_a_live_run_without_an_endpoint_is_refused_with_one_line(tmp_path):
             await pilot.press("s")
             await wait_for(pilot, lambda: notifications(app))
             assert notifications(app) == [("error", "endpoint: give the server's URL, e.g. http://127.0.0.1:8080")]
+            assert live.worker is None
+
+    asyncio.run(scenario())
+
+
+@pytest.mark.parametrize("backend", ["sim", "live"])
+def test_a_run_of_more_requests_than_memory_holds_is_refused_in_one_line_before_any_is_drawn(tmp_path, monkeypatch,
+                                                                                                backend):
+    monkeypatch.setattr(footprint, "available_bytes", lambda: 20e9)
+
+    async def scenario() -> None:
+        app = PipedeckApp(tmp_path / "c.duckdb", QWEN)
+        async with app.run_test(size=SIZE) as pilot:
+            live = app.screen
+            fill(live, {"scenario": "short-4k", "requests": "1000000000", "backend": backend,
+                        "target": "http://127.0.0.1:9"})
+            await pilot.press("s")
+            await wait_for(pilot, lambda: notifications(app), timeout=5)  # not the minutes drawing them would take
+            ((severity, message),) = notifications(app)
+            assert severity == "error" and message.startswith("requests: 1000000000 requests need about ")
+            assert message.endswith("more than the 20.0 GB available; use fewer requests")
             assert live.worker is None
 
     asyncio.run(scenario())

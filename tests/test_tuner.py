@@ -417,3 +417,32 @@ def test_a_tune_searches_only_what_its_engine_can_run(tmp_path):
         build_spec(dataclasses.replace(inputs, fixes=("mode=fastpp-alp",)), tmp_path / "x.duckdb")
     fastpp = build_spec(dataclasses.replace(inputs, hardware="a100-40g-pcie", engine="fastpp"), tmp_path / "x.duckdb")
     assert "delay_scheduling" not in fastpp.fixed and "fastpp-greedy" in fastpp.modes
+
+
+def test_a_goodput_search_on_a_live_server_draws_fresh_prompts_for_each_rate_unless_told():
+    from pipedeck.tuner.objective import Evaluator, TuneSpec
+
+    def options(objective: str, **backend_options: object):
+        spec = TuneSpec(study="s", storage="", model="qwen2.5-14b", hardware="a100-40g-pcie", devices=1,
+                        scenario="sharegpt", objective=objective, slo="ttft=2s" if objective == "goodput" else None,
+                        backend="live", backend_options={"endpoint": "http://127.0.0.1:9", **backend_options})
+        return Evaluator(spec).backend.options
+
+    assert options("goodput").fresh_prompts and not options("ttft").fresh_prompts
+    assert not options("goodput", fresh_prompts=False).fresh_prompts
+
+
+def test_a_live_rate_that_served_nothing_fails_in_one_line_counting_the_failures_by_kind():
+    import socket
+
+    from pipedeck.backends.errors import ServerError
+    from pipedeck.tuner.objective import Evaluator, TuneSpec
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]  # free once closed: nothing listens there
+    spec = TuneSpec(study="s", storage="", model="qwen2.5-14b", hardware="a100-40g-pcie", devices=1,
+                    scenario="sharegpt", slo="ttft=2s", requests=3, backend="live",
+                    backend_options={"endpoint": f"http://127.0.0.1:{port}", "model": "m", "metrics_interval_s": None})
+    with pytest.raises(ServerError, match=r"^server: 0 of 3 requests served: 3 connection refused \(at 50 req/s\)$"):
+        Evaluator(spec).run(ServingConfig(model="qwen2.5-14b", hardware="a100-40g-pcie"), 50.0)

@@ -131,7 +131,10 @@ class Evaluator:
         self.scenario: Scenario = load_scenario(spec.scenario)
         self.slo: SLO | None = parse_slo(spec.slo) if spec.slo else None
         self.stop = stop
-        self.backend = make_backend(spec.backend, **spec.backend_options)
+        options = dict(spec.backend_options)
+        if spec.objective == "goodput" and backend_entry(spec.backend).capabilities.endpoint:
+            options.setdefault("fresh_prompts", True)  # no rate served from the prefix cache an earlier rate filled
+        self.backend = make_backend(spec.backend, **options)
 
     def run(self, config: ServingConfig, rate: float | None, timeline: bool = False) -> RunResult:
         """One run of the spec's workload (ServerError when a live server served none of it)."""
@@ -145,9 +148,8 @@ class Evaluator:
         except RunCancelled:
             raise TuneInterrupted() from None
         if result.live is not None and result.live.requests and not result.records:
-            error = next((r.error for r in result.live.requests if r.error), "no token streamed")
-            raise ServerError(f"server: served none of {len(result.live.requests)} requests at {rate:.4g} req/s; "
-                              f"the first failed with {error}")
+            at = "" if rate is None else f" (at {rate:.4g} req/s)"  # None: the scenario's own arrivals
+            raise ServerError(f"server: {result.live.served_line()}{at}")
         return result
 
     def close(self) -> None:

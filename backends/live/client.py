@@ -1,7 +1,13 @@
 """One streamed `/v1/completions` request, measured the way `vllm bench serve` measures it.
 
-TTFT runs from the send to the first SSE event that carries text, the
-inter-token gaps between such events, E2E to the last of them. Whatever goes
+As vLLM's benchmark client (`vllm/benchmarks/lib/endpoint_request_func.py`)
+does, every SSE event with a non-empty `choices` list is a token time,
+whether or not its text is empty (a token that decodes to nothing yet still
+arrived) and however many tokens it carries; the usage-only event at the end
+is not. TTFT runs from the send to the first such event, the inter-token
+gaps between them, E2E to the last of them; the output token count is the
+server's `usage.completion_tokens`, or the events that carried text when it
+sends no usage. Whatever goes
 wrong (an HTTP status, a refused connection, a stream that breaks, stalls,
 is not JSON, reports an error, or ends without `[DONE]`) becomes a one-line
 `error` on the returned `LiveRequest`; nothing is raised.
@@ -72,7 +78,8 @@ class _Stream:
     """What has arrived so far on one response."""
 
     def __init__(self) -> None:
-        self.times: list[float] = []
+        self.times: list[float] = []  # when each event with a choice arrived
+        self.text_events = 0  # those that carried text: the output count when the server sends no usage
         self.usage: dict[str, int] = {}
         self.done = False
 
@@ -98,14 +105,14 @@ async def stream_completion(pool: ClientPool, body: bytes, *, request_id: int, p
     except httpx.ReadTimeout:
         error = f"stalled: no event for {stall_s:g} s after {stream.received}"
     except httpx.ConnectError as err:
-        error = f"connect: {err}"
+        error = _connect_error(err)
     except (httpx.RemoteProtocolError, httpx.ReadError) as err:  # the server closed or reset the connection
         error = f"stream broken: {err or type(err).__name__} (after {stream.received})"
     except httpx.HTTPError as err:
         error = f"{type(err).__name__}: {err}"
     times = stream.times
     if error is None and not times:
-        error = "no tokens: the stream ended with no text"
+        error = "no tokens: the stream ended with no choice"
     if error is not None:
         error = " ".join(error.split())  # one line, whatever the server or the exception said
     counted = "usage" if "completion_tokens" in stream.usage else "events"
@@ -114,8 +121,9 @@ async def stream_completion(pool: ClientPool, body: bytes, *, request_id: int, p
         first_token_s=times[0] - t0 if times else None,
         end_s=(times[-1] if error is None else loop.time()) - t0,
         prompt_tokens=stream.usage.get("prompt_tokens", prompt_tokens), max_tokens=max_tokens,
-        output_tokens=stream.usage.get("completion_tokens", len(times)), tokens_from=counted,
+        output_tokens=stream.usage.get("completion_tokens", stream.text_events), tokens_from=counted,
         gaps_s=tuple(b - a for a, b in zip(times, times[1:])), error=error,
+        cached_tokens=stream.usage.get("cached_tokens"),
     )
 
 
@@ -123,9 +131,8 @@ ERROR_CHARS = 200  # the most of a failed response's body an error line quotes
 
 
 def http_error_line(status: int, body: str, reason: str) -> str:
-    """`http 500: <the body's first line>`, clipped to ERROR_CHARS; the reason without a body."""
-    first = body.strip().splitlines()[0] if body.strip() else reason
-    return f"http {status}: {clip(first, ERROR_CHARS)}"
+    """`http 500: <what the response says>` on one line (`_error_text`); the reason without a body."""
+    return f"http {status}: {_error_text(body) or reason}"
 
 
 def clip(text: str, width: int) -> str:
@@ -172,13 +179,44 @@ def _event(data: bytes, stream: _Stream, now: float) -> str | None:
     if not isinstance(event, dict):
         return f"malformed stream: not a JSON object: {data[:80].decode(errors='replace')!r}"
     if "error" in event or event.get("object") == "error":  # {"error": {...}}, or vLLM's older flat error
-        detail = event.get("error", event)
-        return f"server error: {detail.get('message', detail) if isinstance(detail, dict) else detail}"
-    choices = event.get("choices") or ()
-    if choices and isinstance(choices[0], dict) and choices[0].get("text"):
+        return f"server error: {_error_message(event)}"
+    choices = event.get("choices")
+    if choices and isinstance(choices, list):
         stream.times.append(now)
+        stream.text_events += bool(isinstance(choices[0], dict) and choices[0].get("text"))
     usage = event.get("usage")
     if isinstance(usage, dict):
         stream.usage.update({k: v for k, v in usage.items() if k in ("prompt_tokens", "completion_tokens")
                              and isinstance(v, int)})
+        details = usage.get("prompt_tokens_details")
+        if isinstance(details, dict) and isinstance(details.get("cached_tokens"), int):
+            stream.usage["cached_tokens"] = details["cached_tokens"]  # served from the prefix cache
     return None
+
+
+def _error_message(payload: dict) -> str:
+    """The message of an OpenAI-style error object: `{"error": {"message": ...}}`, `{"error": "..."}` or flat."""
+    detail = payload.get("error", payload)
+    return str(detail.get("message", detail)) if isinstance(detail, dict) else str(detail)
+
+
+def _error_text(body: str) -> str:
+    """What an error response says: its JSON error's message, whole; else its text, cut at a word past ERROR_CHARS."""
+    try:
+        payload = json.loads(body)
+    except ValueError:
+        payload = None
+    if isinstance(payload, dict) and ("error" in payload or "message" in payload):
+        return _error_message(payload)
+    return clip(body, ERROR_CHARS) if body.strip() else ""
+
+
+def _connect_error(err: httpx.ConnectError) -> str:
+    """`connection refused: ...` when nothing listens at the endpoint, else `connect: ...`, with the root cause."""
+    cause: BaseException = err
+    seen = {id(cause)}
+    while (inner := cause.__cause__ or cause.__context__) is not None and id(inner) not in seen:
+        cause = inner
+        seen.add(id(cause))
+    kind = "connection refused" if isinstance(cause, ConnectionRefusedError) else "connect"
+    return f"{kind}: {cause}"

@@ -24,6 +24,7 @@ import httpx
 from ...scenarios import Request, Scenario, Workload
 from ..base import RunCancelled, RunObserver, Snapshot
 from ..errors import ConfigError, ServerError
+from ..footprint import check_footprint
 from ..result import RunResult
 from .client import ClientPool, completion_body, stream_completion
 from .metrics import MetricsTimeline, poll
@@ -49,6 +50,7 @@ class LoadOptions:
     stall_s: float = 600.0  # a stream with no event for this long fails (prefill of a long prompt included)
     max_duration_s: float = 3600.0  # the whole run
     metrics_interval_s: float | None = 1.0  # None: do not scrape /metrics
+    fresh_prompts: bool = False  # each rate its own prompts: none served from the prefix cache an earlier rate filled
 
     def __post_init__(self) -> None:
         if self.prompt not in PROMPT_KINDS:
@@ -65,8 +67,9 @@ def run_scenario(scenario: Scenario, base_url: str, *, rate: float | None = None
                  num_requests: int | None = None, options: LoadOptions = LoadOptions(),
                  config: dict[str, object] | None = None, observer: RunObserver | None = None) -> RunResult:
     """Replay `scenario`'s workload for `seed` against the server at `base_url` and return the run."""
+    check_footprint("live", scenario, None, num_requests, seed, rate)  # before any request is drawn
     workload = scenario.workload(seed=seed, rate=rate, num_requests=num_requests)
-    live = asyncio.run(replay(workload, base_url, options, seed, observer))
+    live = asyncio.run(replay(workload, base_url, options, seed, observer, rate=rate))
     return run_result(live, scenario.name, config or {}, seed, rate)
 
 
@@ -82,14 +85,18 @@ def run_result(live: LiveRun, scenario: str, config: dict[str, object], seed: in
 
 
 async def replay(workload: Workload, base_url: str, options: LoadOptions = LoadOptions(), seed: int = 0,
-                 observer: RunObserver | None = None) -> LiveRun:
-    """Send every request of `workload` on schedule, measure each, and scrape `/metrics` meanwhile."""
+                 observer: RunObserver | None = None, rate: float | None = None) -> LiveRun:
+    """Send every request of `workload` on schedule, measure each, and scrape `/metrics` meanwhile.
+
+    `rate` (None: the scenario's own) keys the prompts when `options.fresh_prompts` asks for each rate's own.
+    """
     pool = ClientPool(base_url, options.stall_s)
     try:
         async with pool.client() as control:
             model, ids = await _target(control, options)
             version = await engine_version(control)
-            bodies = [_body(r, model, ids, seed) for r in workload.requests]  # before the clock starts
+            fresh_at = (rate or 0.0) if options.fresh_prompts else None
+            bodies = [_body(r, model, ids, seed, fresh_at) for r in workload.requests]  # before the clock starts
             server = MetricsTimeline() if options.metrics_interval_s is not None else None
             run = _Run(pool, options, observer, server)
             stop = asyncio.Event()
@@ -111,12 +118,13 @@ async def replay(workload: Workload, base_url: str, options: LoadOptions = LoadO
                    engine_version=version)
 
 
-def _body(request: Request, model: str, ids: tuple[int, int] | None, seed: int) -> bytes:
-    """The completion request for `request`: token ids in `ids`, or text when `ids` is None."""
+def _body(request: Request, model: str, ids: tuple[int, int] | None, seed: int, fresh_at: float | None) -> bytes:
+    """The completion request for `request`: token ids in `ids`, or text when `ids` is None (`fresh_at`: see
+    prompts.prompt_stream)."""
     if ids is None:
-        prompt: list[int] | str = text_prompt(seed, request.id, request.prompt_tokens)
+        prompt: list[int] | str = text_prompt(seed, request.id, request.prompt_tokens, fresh_at)
     else:
-        prompt = token_prompt(seed, request.id, request.prompt_tokens, ids)
+        prompt = token_prompt(seed, request.id, request.prompt_tokens, ids, fresh_at)
     return completion_body(model, prompt, request.output_tokens)
 
 

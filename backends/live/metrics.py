@@ -5,7 +5,9 @@ One table maps each engine's Prometheus series to pipedeck's names (live.md,
 the engine does not expose, or did not expose in any scrape, is listed in
 `missing`, never reported as 0. Series with several label sets (vLLM's
 `engine` label under data parallelism) are summed, except KV use, which is
-averaged.
+averaged. A series exported once per pipeline stage (SGLang's scheduler
+series carry a `pp_rank` label, each stage counting the same requests) is
+read from one stage only, never summed over stages.
 """
 
 from __future__ import annotations
@@ -22,13 +24,13 @@ ENGINES = ("vllm", "sglang", "llamacpp")
 
 
 class Series(NamedTuple):
-    """One pipedeck metric and the series each engine exposes it as (None: the engine has none)."""
+    """One pipedeck metric and the series each engine exposes it as (None: the engine has none; several: their sum)."""
 
     name: str
     kind: str  # "sum" or "mean" over label sets, or "histogram"
-    vllm: str | None
-    sglang: str | None
-    llamacpp: str | None
+    vllm: str | tuple[str, ...] | None
+    sglang: str | tuple[str, ...] | None
+    llamacpp: str | tuple[str, ...] | None
 
 
 TABLE = (
@@ -39,7 +41,13 @@ TABLE = (
            "llamacpp:prompt_tokens_total"),
     Series("generation_tokens_total", "sum", "vllm:generation_tokens_total", "sglang:generation_tokens_total",
            "llamacpp:tokens_predicted_total"),
-    Series("preemptions_total", "sum", "vllm:num_preemptions_total", None, None),
+    Series("preemptions_total", "sum", "vllm:num_preemptions_total", "sglang:num_retracted_requests_total", None),
+    # prompt tokens looked up in the prefix cache, and found there; llama-server counts the two apart
+    Series("prefix_cache_hits_total", "sum", "vllm:prefix_cache_hits_total", None,
+           "llamacpp:prompt_tokens_cached_total"),
+    Series("prefix_cache_queries_total", "sum", "vllm:prefix_cache_queries_total", None,
+           ("llamacpp:prompt_tokens_cached_total", "llamacpp:prompt_tokens_total")),
+    Series("prefix_cache_hit_rate", "mean", None, "sglang:cache_hit_rate", None),  # SGLang's last prefill batch's
     Series("ttft_s", "histogram", "vllm:time_to_first_token_seconds", "sglang:time_to_first_token_seconds", None),
     Series("tpot_s", "histogram", "vllm:request_time_per_output_token_seconds",
            "sglang:request_time_per_output_token_seconds", None),
@@ -48,7 +56,9 @@ TABLE = (
     Series("queue_s", "histogram", "vllm:request_queue_time_seconds", "sglang:queue_time_seconds", None),
 )
 NAMES = tuple(s.name for s in TABLE)
-COUNTERS = ("prompt_tokens_total", "generation_tokens_total", "preemptions_total")
+COUNTERS = ("prompt_tokens_total", "generation_tokens_total", "preemptions_total", "prefix_cache_hits_total",
+            "prefix_cache_queries_total")
+STAGE_LABEL = "pp_rank"  # the pipeline stage a per-stage series belongs to (SGLang's scheduler labels)
 
 
 class Histogram(NamedTuple):
@@ -118,6 +128,7 @@ def parse(text: str) -> Scrape:
     for family in text_string_to_metric_families(text):
         for sample in family.samples:
             samples[sample.name].append((sample.labels, sample.value))
+    samples = {name: _first_stage(found) for name, found in samples.items()}
     engine = detect_engine(samples)
     values: dict[str, float | Histogram] = {}
     for series in TABLE:
@@ -128,10 +139,23 @@ def parse(text: str) -> Scrape:
     return Scrape(engine, values)
 
 
-def _read(kind: str, name: str, samples: dict[str, list[tuple[dict[str, str], float]]]) -> float | Histogram | None:
+def _first_stage(found: list[tuple[dict[str, str], float]]) -> list[tuple[dict[str, str], float]]:
+    """The label sets of the first pipeline stage, when the series has one per stage; else all of them."""
+    stages = {labels[STAGE_LABEL] for labels, _ in found if STAGE_LABEL in labels}
+    if not stages:
+        return found
+    first = min(stages, key=lambda rank: (len(rank), rank))  # "10" after "9": whole numbers in text
+    return [(labels, value) for labels, value in found if labels.get(STAGE_LABEL) == first]
+
+
+def _read(kind: str, name: str | tuple[str, ...],
+          samples: dict[str, list[tuple[dict[str, str], float]]]) -> float | Histogram | None:
     if kind == "histogram":
         return _histogram(name, samples)
-    found = [float(value) for _, value in samples.get(name, ())]
+    names = (name,) if isinstance(name, str) else name
+    if not all(n in samples for n in names):
+        return None  # a sum of series is missing when any of them is
+    found = [float(value) for n in names for _, value in samples[n]]
     if not found:
         return None
     return sum(found) / len(found) if kind == "mean" else sum(found)

@@ -6,10 +6,13 @@ before the first token and between tokens, and can misbehave on every k-th
 request: answer HTTP 500, close the connection mid-stream, stall, send a line
 that is not JSON, or end the body cleanly without `[DONE]`. Also answers
 `/v1/models` (with llama-server's `n_vocab`), `/props` (its `build_info`),
-`/metrics` (llama-server's series) and `/health`. Plain asyncio streams, nothing to
+`/metrics` (llama-server's series) and `/health`. A prompt it has seen before
+counts as served from its prefix cache (usage's `prompt_tokens_details`,
+`llamacpp:prompt_tokens_cached_total`). Plain asyncio streams, nothing to
 install. As a program it serves on 127.0.0.1 and prints its URL:
 
     python -m pipedeck.backends.live.mock_server [--port N] [--first-token-s S] [--token-s S]
+                                                 [--fault F --fault-every K]
 """
 
 from __future__ import annotations
@@ -21,6 +24,9 @@ from dataclasses import dataclass
 
 FAULTS = ("http500", "die", "stall", "malformed", "truncate")
 MOCK_BUILD = "b0-mock"
+MOCK_ERROR = ("mock failure: the engine raised an internal error while scheduling this request, so no tokens were "
+              "generated for it; this message is longer than two hundred characters, as a real server's explanation "
+              "of a failure often is.")  # what an http500 fault answers, as {"error": {"message": ...}}
 
 
 @dataclass(frozen=True)
@@ -33,6 +39,7 @@ class Behaviour:
     fault_every: int = 1  # the fault hits requests 1, 1 + k, 1 + 2k, ... in arrival order
     fault_after: int = 1  # tokens sent before a die, stall or malformed line
     tokens_per_event: int = 1
+    blank_every: int = 0  # every k-th event carries its tokens but no text yet (0: none), as vLLM may send them
     usage: bool = True  # send usage when the request asks for it
     n_vocab: int = 32000
 
@@ -67,8 +74,10 @@ class MockServer:
         self.port = port
         self.completions = 0  # completion requests received
         self.processing = 0
-        self.prompt_tokens = 0
+        self.prompt_tokens = 0  # not served from the cache, as llama-server counts them
+        self.cached_tokens = 0
         self.predicted_tokens = 0
+        self.prompts_seen: set[str | tuple[int, ...]] = set()  # a prompt seen before is served from the cache
         self._server: asyncio.Server | None = None
         self._handlers: set[asyncio.Task] = set()
 
@@ -123,6 +132,7 @@ class MockServer:
     def metrics(self) -> str:
         """llama-server's `/metrics` series, from what the mock has served."""
         rows = (("prompt_tokens_total", "counter", self.prompt_tokens),
+                ("prompt_tokens_cached_total", "counter", self.cached_tokens),
                 ("tokens_predicted_total", "counter", self.predicted_tokens),
                 ("requests_processing", "gauge", self.processing), ("requests_deferred", "gauge", 0))
         return "".join(f"# TYPE llamacpp:{name} {kind}\nllamacpp:{name} {value}\n" for name, kind, value in rows)
@@ -132,26 +142,33 @@ class MockServer:
         self.completions += 1
         fault = b.fault if (self.completions - 1) % b.fault_every == 0 else None
         if fault == "http500":
-            writer.write(_response("500 Internal Server Error", "application/json", b'{"error": "mock failure"}'))
+            body = json.dumps({"error": {"message": MOCK_ERROR, "type": "InternalServerError", "code": 500}}, indent=2)
+            writer.write(_response("500 Internal Server Error", "application/json", body.encode()))
             await writer.drain()
             return True
         prompt = request["prompt"]
         n_prompt = len(prompt) if isinstance(prompt, list) else len(prompt.split())
+        key = tuple(prompt) if isinstance(prompt, list) else prompt
+        n_cached = n_prompt if key in self.prompts_seen else 0  # the whole prompt, or nothing: a prefix cache's ends
+        self.prompts_seen.add(key)
         n_out = int(request["max_tokens"])
         self.processing += 1
-        self.prompt_tokens += n_prompt
+        self.prompt_tokens += n_prompt - n_cached
+        self.cached_tokens += n_cached
         try:
             writer.write(STREAM_HEAD)
             if b.first_token_s:
                 await asyncio.sleep(b.first_token_s)
-            sent = 0
+            sent = events = 0
             while sent < n_out:
                 if fault and sent >= b.fault_after:
                     return await self._misbehave(fault, reader, writer)
                 k = min(b.tokens_per_event, n_out - sent)
                 sent += k
                 self.predicted_tokens += k
-                choice = {"index": 0, "text": " tok" * k, "logprobs": None,
+                events += 1
+                blank = b.blank_every and events % b.blank_every == 0
+                choice = {"index": 0, "text": "" if blank else " tok" * k, "logprobs": None,
                           "finish_reason": "length" if sent == n_out else None}
                 writer.write(_event({"id": "cmpl-mock", "object": "text_completion", "model": "mock",
                                      "choices": [choice]}))
@@ -159,7 +176,8 @@ class MockServer:
                     await writer.drain()
                     await asyncio.sleep(b.token_s)
             if b.usage and (request.get("stream_options") or {}).get("include_usage"):
-                usage = {"prompt_tokens": n_prompt, "completion_tokens": n_out, "total_tokens": n_prompt + n_out}
+                usage = {"prompt_tokens": n_prompt, "completion_tokens": n_out, "total_tokens": n_prompt + n_out,
+                         "prompt_tokens_details": {"cached_tokens": n_cached}}
                 writer.write(_event({"id": "cmpl-mock", "object": "text_completion", "model": "mock", "choices": [],
                                      "usage": usage}))
             writer.write(DONE)
@@ -196,8 +214,12 @@ def main() -> None:
     parser.add_argument("--port", type=int, default=0, help="TCP port (0: any free port)")
     parser.add_argument("--first-token-s", type=float, default=0.0, help="delay before the first token")
     parser.add_argument("--token-s", type=float, default=0.0, help="delay between tokens")
+    parser.add_argument("--fault", choices=FAULTS, default=None, help="misbehave on some completions")
+    parser.add_argument("--fault-every", type=int, default=1, help="the fault hits requests 1, 1 + K, 1 + 2K, ...")
     args = parser.parse_args()
-    asyncio.run(_serve_forever(Behaviour(first_token_s=args.first_token_s, token_s=args.token_s), args.port))
+    behaviour = Behaviour(first_token_s=args.first_token_s, token_s=args.token_s, fault=args.fault,
+                          fault_every=args.fault_every)
+    asyncio.run(_serve_forever(behaviour, args.port))
 
 
 if __name__ == "__main__":

@@ -6,6 +6,13 @@ and the special tokens that sit at their end (Llama 3 from 128000, Qwen from
 151643); it is clipped to the vocabulary a server reports (llama-server's
 `n_vocab`). Text prompts are common English words, about one token each, so
 their length is approximate; the server's `usage.prompt_tokens` says the truth.
+
+The same seed and request give the same prompt, so every rate of a goodput
+search replays the same prompts and a server's prefix cache serves the later
+rates from what the earlier ones left. Drawn "fresh at" a rate, each
+request's prompt comes from a stream keyed by that rate as well: the same
+for the same seed, request and rate, different (from the first token on,
+but for chance) at any other rate.
 """
 
 from __future__ import annotations
@@ -41,13 +48,19 @@ def token_range(requested: tuple[int, int] | None, n_vocab: int | None) -> tuple
     return low, high
 
 
-def token_prompt(seed: int, request_id: int, length: int, ids: tuple[int, int]) -> list[int]:
-    """`length` token ids in [ids[0], ids[1]), the same for the same seed and request."""
-    rng = np.random.default_rng((seed, request_id))
-    return rng.integers(ids[0], ids[1], length).tolist()
+def token_prompt(seed: int, request_id: int, length: int, ids: tuple[int, int], fresh_at: float | None = None
+                 ) -> list[int]:
+    """`length` token ids in [ids[0], ids[1]), the same for the same seed and request (and `fresh_at` rate)."""
+    return prompt_stream(seed, request_id, fresh_at).integers(ids[0], ids[1], length).tolist()
 
 
-def text_prompt(seed: int, request_id: int, length: int) -> str:
-    """About `length` tokens of words, the same for the same seed and request."""
-    rng = np.random.default_rng((seed, request_id))
-    return "".join(WORDS[i] for i in rng.integers(0, len(WORDS), length))
+def text_prompt(seed: int, request_id: int, length: int, fresh_at: float | None = None) -> str:
+    """About `length` tokens of words, the same for the same seed and request (and `fresh_at` rate)."""
+    return "".join(WORDS[i] for i in prompt_stream(seed, request_id, fresh_at).integers(0, len(WORDS), length))
+
+
+def prompt_stream(seed: int, request_id: int, fresh_at: float | None) -> np.random.Generator:
+    """The random stream of one request's prompt: the seed's and the request's, and the rate's when fresh."""
+    if fresh_at is None:
+        return np.random.default_rng((seed, request_id))
+    return np.random.default_rng((seed, request_id, int(np.float64(fresh_at).view(np.uint64))))  # the rate's bits

@@ -17,12 +17,16 @@ class LiveRequest(NamedTuple):
     """One request as the load generator saw it; times in seconds from the start of the run.
 
     `scheduled_s` is when the workload said to send it (closed loop: when a
-    slot freed). `output_tokens` is what the server returned:
-    `usage.completion_tokens` when it sent usage (`tokens_from` "usage"), else
-    the SSE events that carried text ("events"; an event may carry several
-    tokens on some servers). `gaps_s` are the gaps between those events.
+    slot freed). `first_token_s` and `end_s` are the first and last SSE events
+    with a choice (its text may be empty), `gaps_s` the gaps between all of
+    them, as `vllm bench serve` times them. `output_tokens` is what the server
+    returned: `usage.completion_tokens` when it sent usage (`tokens_from`
+    "usage"), else the events that carried text ("events"; an event may carry
+    several tokens on some servers).
     `error` is one line when the request failed, else None; `end_s` is then
-    when the failure was seen.
+    when the failure was seen. `cached_tokens` are the prompt tokens the
+    server served from its prefix cache (`usage.prompt_tokens_details`);
+    None when it did not say.
     """
 
     id: int
@@ -36,6 +40,7 @@ class LiveRequest(NamedTuple):
     tokens_from: str
     gaps_s: tuple[float, ...]
     error: str | None = None
+    cached_tokens: int | None = None
 
     def record(self) -> RequestRecord | None:
         """The common record (arrival = send time) of a served request; None if it failed."""
@@ -43,6 +48,14 @@ class LiveRequest(NamedTuple):
             return None
         return RequestRecord(self.id, self.send_s, self.prompt_tokens, self.output_tokens, self.first_token_s,
                              self.end_s)
+
+
+UNSENT = "not sent (run time limit)"  # the kind of a request the run's time limit left unsent
+
+
+def error_kind(error: str) -> str:
+    """What kind of failure an error line is: its text before the first colon (`http 500`, `connection refused`)."""
+    return error.split(":", 1)[0]
 
 
 @dataclass
@@ -58,10 +71,25 @@ class LiveRun:
     def failed(self) -> list[LiveRequest]:
         return [r for r in self.requests if r.error is not None]
 
+    def failures(self) -> Counter[str]:
+        """The requests not served, counted by kind: each error's kind, and those left unsent."""
+        kinds = Counter(error_kind(r.error) for r in self.failed())
+        if self.unsent:
+            kinds[UNSENT] = self.unsent
+        return kinds
+
+    def served_line(self) -> str:
+        """One line: how many of the workload's requests were served, and the rest by kind, most first."""
+        failures = self.failures()
+        total = len(self.requests) + self.unsent
+        counts = ", ".join(f"{n} {kind}" for kind, n in failures.most_common())
+        return f"{total - failures.total()} of {total} requests served" + (f": {counts}" if counts else "")
+
     def summary(self) -> dict[str, object]:
         """The live-only part of a run's summary, JSON-ready."""
         failed = self.failed()
         served = [r for r in self.requests if r.error is None]
+        hit_rate, hit_rate_from = self.prefix_cache_hit_rate()
         lags = np.array([r.send_s - r.scheduled_s for r in self.requests])
         gaps = np.fromiter((g for r in served for g in r.gaps_s), float)
         server = self.server
@@ -69,10 +97,12 @@ class LiveRun:
             "sent": len(self.requests),
             "failed": len(failed),
             "unsent": self.unsent,
-            "errors": dict(Counter(r.error.split(":")[0] for r in failed)),
+            "errors": dict(Counter(error_kind(r.error) for r in failed).most_common()),  # by kind, most first
             "first_error": failed[0].error if failed else None,
             "short_outputs": sum(r.output_tokens < r.max_tokens for r in served),
             "tokens_from": dict(Counter(r.tokens_from for r in served)),
+            "prefix_cache_hit_rate": hit_rate,
+            "prefix_cache_from": hit_rate_from,
             "itl_s": stats(gaps),
             "send_lag_s": {"p99": float(np.percentile(lags, 99)), "max": float(lags.max())} if lags.size else None,
             "loadgen_cpu_s": self.loadgen_cpu_s,
@@ -83,6 +113,21 @@ class LiveRun:
             "server_counters": server.counter_deltas() if server else None,
         }
 
+    def prefix_cache_hit_rate(self) -> tuple[float | None, str | None]:
+        """The share of served prompt tokens found in the server's prefix cache, and where that was read.
+
+        From the responses ("usage") when the server reports cached tokens,
+        else from its counters' growth over the run ("server"); (None, None)
+        when neither says.
+        """
+        reported = [r for r in self.requests if r.error is None and r.cached_tokens is not None]
+        prompts = sum(r.prompt_tokens for r in reported)
+        if prompts:
+            return sum(r.cached_tokens for r in reported) / prompts, "usage"
+        counters = self.server.counter_deltas() if self.server else {}
+        if counters.get("prefix_cache_queries_total") and "prefix_cache_hits_total" in counters:
+            return counters["prefix_cache_hits_total"] / counters["prefix_cache_queries_total"], "server"
+        return None, None
 
 
 def live_to_dict(run: LiveRun) -> dict[str, object]:

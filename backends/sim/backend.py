@@ -5,13 +5,13 @@ from __future__ import annotations
 from ...scenarios.scenario import Scenario
 from ..base import RunObserver
 from ..config import ResolvedConfig, ServingConfig
+from ..footprint import check_footprint
 from ..policies.delay import DelayScheduler
 from ..policies.modes import PolicyEnv
 from ..registry import backend_entry
 from ..result import RunResult
 from .costs import BatchShape, CostModel, capped_pairs
 from .engine import Engine
-from .footprint import check_footprint
 from .scheduler import SimRequest, StepScheduler
 
 
@@ -39,7 +39,7 @@ class SimBackend:
             timeline: bool = True) -> RunResult:
         """Simulate `scenario` under `config` and return every record."""
         config = config.resolve()
-        check_footprint(scenario, config, num_requests, seed, rate, timeline)  # before any request is drawn
+        check_footprint(self.name, scenario, config, num_requests, seed, rate, timeline)  # before any is drawn
         workload = scenario.workload(seed=seed, rate=rate, num_requests=num_requests)
         engine = build_engine(config, timeline, observer, exact_decode=self.exact_decode)
         requests = [SimRequest(r.id, r.arrival_s, r.prompt_tokens, r.output_tokens) for r in workload.requests]

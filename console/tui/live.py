@@ -17,6 +17,7 @@ from textual.widgets import Button, Input, Label, Select, Sparkline, Static
 from textual.worker import Worker, get_current_worker
 
 from ...backends.base import RunCancelled
+from ...backends.footprint import check_footprint
 from ...backends.launch import ENGINES
 from ...backends.live.launcher import Server, start_server
 from ...backends.registry import BACKENDS, backend_entry, make_backend
@@ -122,6 +123,8 @@ def finished(result: RunResult, clock: str) -> str:
     live = summary.get("live")
     if live:
         line += f", {live['failed']} failed" if live["failed"] else ""
+        if live["prefix_cache_hit_rate"] is not None:
+            line += f", prefix cache hit rate {live['prefix_cache_hit_rate']:.1%}"
         line += f", {live['engine_version'] or live['engine'] or 'engine unknown'}"
     return line
 
@@ -249,9 +252,9 @@ class LiveScreen(View):
         scenario = load_scenario(path or str(self.query_one("#scenario", Select).value))
         rate = typed_number(self.query_one("#rate", Input).value, float, "rate")
         requests = typed_number(self.query_one("#requests", Input).value, int, "requests")
-        total = len(scenario.workload(rate=rate, num_requests=requests).requests)
-        speed = str(self.query_one("#speed", Select).value)
         backend = str(self.query_one("#backend", Select).value)
+        total = check_footprint(backend, scenario, None, requests, rate=rate)  # as the CLI checks it, drawing nothing
+        speed = str(self.query_one("#speed", Select).value)
         server, target = str(self.query_one("#server", Select).value), self.query_one("#target", Input).value.strip()
         if backend_entry(backend).capabilities.endpoint and not target:
             raise ValueError(f"endpoint: give the server's URL, e.g. {ENDPOINT_HINT}" if server == ATTACH else

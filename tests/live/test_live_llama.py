@@ -59,5 +59,18 @@ def test_a_server_killed_mid_run_fails_the_requests_in_flight_with_one_line(serv
     failed = result.live.failed()
     assert failed and len(result.records) + len(failed) + result.live.unsent == 60
     assert all("\n" not in r.error for r in failed)
-    assert {r.error.split(":")[0] for r in failed} <= {"connect", "stream broken", "http 500", "ended early"}
+    assert {r.error.split(":")[0] for r in failed} <= {"connection refused", "connect", "stream broken", "http 500",
+                                                        "ended early"}
     assert server.process.wait(5) == -signal.SIGKILL
+
+
+def test_the_prefix_cache_hit_rate_falls_when_each_rate_draws_fresh_prompts(server):
+    def hit_rate(rate: float, fresh: bool) -> float:
+        backend = make_backend("live", endpoint=server.url, fresh_prompts=fresh)
+        live = backend.run(load_scenario("sharegpt"), ServingConfig(**CPU), rate=rate, num_requests=8).live.summary()
+        assert live["failed"] == 0 and live["prefix_cache_from"] == "usage"  # llama-server's cached_tokens
+        return live["prefix_cache_hit_rate"]
+
+    first, replayed, fresh = hit_rate(4.0, False), hit_rate(8.0, False), hit_rate(16.0, True)
+    assert first < 0.1 and fresh < 0.1  # prompts it has not seen
+    assert replayed > 0.5, replayed  # the first rate's prompts again: served from its cache

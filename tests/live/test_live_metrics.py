@@ -19,12 +19,13 @@ def scrape(name: str):
 
 def test_vllm_sums_engines_averages_kv_and_reads_every_histogram():
     got = scrape("vllm")
-    assert got.engine == "vllm" and got.missing == ()
+    assert got.engine == "vllm" and got.missing == ("prefix_cache_hit_rate",)  # SGLang's gauge; vLLM counts
     v = got.values
     assert (v["running"], v["waiting"], v["kv_usage"]) == (5.0, 8.0, 0.5)  # two DP engines: sums, KV mean
     assert (v["prompt_tokens_total"], v["generation_tokens_total"], v["preemptions_total"]) == (20000, 2000, 4)
     assert v["ttft_s"] == Histogram(((0.1, 3.0), (1.0, 14.0), (math.inf, 16.0)), 8.0, 16.0)
     assert (v["tpot_s"].count, v["itl_s"].sum, v["e2e_s"].sum, v["queue_s"].sum) == (10, 59.7, 64.2, 1.25)
+    assert (v["prefix_cache_hits_total"], v["prefix_cache_queries_total"]) == (5000.0, 20000.0)
 
 
 def test_vllm_removed_names_are_never_read():
@@ -35,20 +36,38 @@ def test_vllm_removed_names_are_never_read():
     assert not used & {"vllm:gpu_cache_usage_perc", "vllm:time_per_output_token_seconds"}
 
 
-def test_sglang_maps_token_usage_to_kv_and_lacks_preemptions():
+def test_sglang_maps_token_usage_to_kv_and_its_cache_hit_rate_and_a_page_without_retractions_lacks_preemptions():
     got = scrape("sglang")
-    assert got.engine == "sglang" and got.missing == ("preemptions_total",)
+    assert got.engine == "sglang"
+    assert set(got.missing) == {"preemptions_total", "prefix_cache_hits_total", "prefix_cache_queries_total"}
     v = got.values
     assert (v["running"], v["waiting"], v["kv_usage"]) == (12.0, 3.0, 0.28)
+    assert v["prefix_cache_hit_rate"] == 0.007507552643049313  # the last prefill batch's, as SGLang reports it
     assert v["generation_tokens_total"] == 7557572.0 and v["queue_s"].buckets[0] == (1.0, 6.9e6)
+
+
+def test_sglang_with_pipeline_stages_reads_one_stage_not_their_sum():
+    got = scrape("sglang_pp")  # SGLang's scheduler labels: model_name, engine_type, tp_rank, pp_rank
+    v = got.values
+    assert (v["running"], v["waiting"], v["kv_usage"]) == (10.0, 4.0, 0.3)  # stage 0, as it counts them
+    assert v["queue_s"] == Histogram(((1.0, 9.0), (math.inf, 10.0)), 3.5, 10.0)
+    assert (v["prompt_tokens_total"], v["generation_tokens_total"]) == (5000.0, 800.0)  # no stage label: as is
+
+
+def test_sglang_retracted_requests_are_its_preemptions():
+    got = scrape("sglang_pp")
+    assert got.values["preemptions_total"] == 7.0 and "preemptions_total" not in got.missing
+    assert {s.name: s.sglang for s in TABLE}["preemptions_total"] == "sglang:num_retracted_requests_total"
 
 
 def test_llamacpp_has_queue_and_tokens_only_and_the_rest_is_missing_not_zero():
     got = scrape("llamacpp")
     assert got.engine == "llamacpp"
     assert got.values == {"running": 2.0, "waiting": 5.0, "prompt_tokens_total": 6886.0,
-                          "generation_tokens_total": 3469.0}
-    assert set(got.missing) == {"kv_usage", "preemptions_total", "ttft_s", "tpot_s", "itl_s", "e2e_s", "queue_s"}
+                          "generation_tokens_total": 3469.0, "prefix_cache_hits_total": 2114.0,
+                          "prefix_cache_queries_total": 2114.0 + 6886.0}  # its prompt count leaves out cached tokens
+    assert set(got.missing) == {"kv_usage", "preemptions_total", "ttft_s", "tpot_s", "itl_s", "e2e_s", "queue_s",
+                                "prefix_cache_hit_rate"}
     assert all(isinstance(value, float) for value in got.values.values())
 
 

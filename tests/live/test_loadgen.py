@@ -9,9 +9,10 @@ import socket
 import pytest
 from pipedeck.backends.base import RunCancelled, RunObserver
 from pipedeck.backends.errors import ConfigError
-from pipedeck.backends.live import LoadOptions, ServerUnreachable, replay, run_result, run_scenario
+from pipedeck.backends.live import LiveRequest, LiveRun, LoadOptions, ServerUnreachable, replay, run_result, run_scenario
 from pipedeck.backends.live.client import _event, _Stream
-from pipedeck.backends.live.mock_server import Behaviour, MockServer
+from pipedeck.backends.live.loadgen import _body
+from pipedeck.backends.live.mock_server import MOCK_ERROR, Behaviour, MockServer
 from pipedeck.backends.live.prompts import text_prompt, token_prompt, token_range
 from pipedeck.scenarios import Request, Workload, load_scenario
 
@@ -95,7 +96,8 @@ def test_a_refused_connection_fails_each_request_without_raising():
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]  # free once closed: nothing listens there
     live = asyncio.run(replay(workload(3), f"http://127.0.0.1:{port}", LoadOptions(**QUIET)))
-    assert len(live.failed()) == 3 and all(r.error.startswith("connect: ") for r in live.requests)
+    assert len(live.failed()) == 3 and all(r.error.startswith("connection refused: ") for r in live.requests)
+    assert live.served_line() == "0 of 3 requests served: 3 connection refused"
     result = run_result(live, "down", {}, 0, None)
     assert result.records == [] and result.summary()["ttft_s"] is None  # nothing measured, not 0
 
@@ -218,3 +220,84 @@ def test_server_error_events_in_either_shape_are_read_as_errors():
     for payload in (b'{"error": {"message": "out of KV cache", "code": 500}}',
                     b'{"object": "error", "message": "out of KV cache", "code": 500}'):
         assert _event(payload, _Stream(), 0.0) == "server error: out of KV cache"
+
+
+def failed(i: int, error: str) -> LiveRequest:
+    return LiveRequest(i, 0.0, 0.0, None, 0.1, 16, 4, 0, "events", (), error=error)
+
+
+def test_the_requests_not_served_are_counted_by_kind_most_first_with_the_unsent():
+    refused = [failed(i, "connection refused: [Errno 111] Connect call failed") for i in range(2, 49)]
+    live = LiveRun([failed(0, "http 400: too long"), failed(1, "http 400: too long"), *refused], 0, 0.0)
+    assert live.served_line() == "0 of 49 requests served: 47 connection refused, 2 http 400"
+    assert live.summary()["errors"] == {"connection refused": 47, "http 400": 2}
+    served = LiveRequest(9, 0.0, 0.0, 0.05, 0.1, 16, 4, 4, "usage", (0.02,) * 3)
+    assert LiveRun([served, failed(1, "stalled: no event")], 3, 0.0).served_line() == (
+        "1 of 5 requests served: 3 not sent (run time limit), 1 stalled")
+    assert LiveRun([served], 0, 0.0).served_line() == "1 of 1 requests served"
+
+
+def test_an_http_error_line_keeps_the_servers_whole_message_on_one_line():
+    live, _ = drive(Behaviour(fault="http500"), workload(1))
+    (only,) = live.requests
+    assert only.error == f"http 500: {MOCK_ERROR}" and len(MOCK_ERROR) > 200
+
+
+def test_every_event_with_a_choice_is_a_token_time_as_vllm_bench_serve_counts_them():
+    stream = _Stream()
+    events = [(1.0, {"choices": [{"text": "Hello"}]}), (2.0, {"choices": [{"text": ""}]}),  # a token with no text yet
+              (4.0, {"choices": [{"text": " a b c"}]}), (5.0, {"choices": [{"text": "", "finish_reason": "length"}]}),
+              (6.0, {"choices": [], "usage": {"prompt_tokens": 3, "completion_tokens": 7}})]  # usage: no token
+    for now, event in events:
+        assert _event(json.dumps(event).encode(), stream, now) is None
+    assert stream.times == [1.0, 2.0, 4.0, 5.0] and stream.text_events == 2
+    assert stream.usage == {"prompt_tokens": 3, "completion_tokens": 7}
+
+
+def test_blank_and_multi_token_events_give_a_gap_each_and_tpot_from_the_servers_token_count():
+    # 8 tokens in 4 events of 2, every second one with no text: vLLM's client takes a time at each of the 4
+    live, _ = drive(Behaviour(token_s=0.03, tokens_per_event=2, blank_every=2), workload(2, output=8))
+    result = run_result(live, "mock", {}, 0, None)
+    for r, record in zip(live.requests, result.records, strict=True):
+        assert (r.output_tokens, r.tokens_from, len(r.gaps_s)) == (8, "usage", 3)
+        assert min(r.gaps_s) >= 0.025 and r.end_s - r.first_token_s == pytest.approx(sum(r.gaps_s))
+        assert record.tpot_s == pytest.approx(sum(r.gaps_s) / 7)  # (E2E - TTFT) / (usage tokens - 1)
+    live, _ = drive(Behaviour(tokens_per_event=2, blank_every=2, usage=False), workload(1, output=8))
+    assert (live.requests[0].output_tokens, live.requests[0].tokens_from) == (2, "events")  # events with text
+
+
+def test_prompts_are_drawn_afresh_for_each_rate_when_asked_and_else_replayed():
+    request, ids = Request(3, 0.0, 64, 4), (100, 1000)
+    assert _body(request, "m", ids, 0, fresh_at=None) == _body(request, "m", ids, 0, fresh_at=None)
+    at_2, at_4 = _body(request, "m", ids, 0, fresh_at=2.0), _body(request, "m", ids, 0, fresh_at=4.0)
+    assert len({at_2, at_4, _body(request, "m", ids, 0, fresh_at=None)}) == 3
+    assert at_2 == _body(request, "m", ids, 0, fresh_at=2.0)  # seeded: the same rate draws the same prompts
+    first = [json.loads(at)["prompt"][0] for at in (at_2, at_4)]
+    assert len(set(first)) == 2  # they differ from the first token on: no prefix in common
+    assert json.loads(_body(request, "m", None, 0, fresh_at=2.0))["prompt"] != json.loads(
+        _body(request, "m", None, 0, fresh_at=4.0))["prompt"]  # text prompts too
+
+
+def test_the_prefix_cache_hit_rate_comes_from_usage_and_fresh_prompts_defeat_the_cache():
+    async def main():
+        async with MockServer(Behaviour()) as url:
+            runs = []
+            for rate, fresh in ((2.0, False), (4.0, False), (8.0, True)):
+                options = LoadOptions(**{**QUIET, "metrics_interval_s": 0.02, "fresh_prompts": fresh})
+                runs.append(await asyncio.to_thread(run_scenario, load_scenario("sharegpt"), url, rate=rate * 10,
+                                                    num_requests=6, options=options))
+            return runs
+
+    first, replayed, fresh = (run.live.summary() for run in asyncio.run(main()))
+    assert (first["prefix_cache_hit_rate"], first["prefix_cache_from"]) == (0.0, "usage")
+    assert replayed["prefix_cache_hit_rate"] == 1.0  # the same prompts again: the mock served them from its cache
+    assert fresh["prefix_cache_hit_rate"] == 0.0
+    counters = replayed["server_counters"]  # the mock's /metrics agree (llama-server's series)
+    assert counters["prefix_cache_hits_total"] == counters["prefix_cache_queries_total"] > 0
+
+
+def test_without_usage_details_the_hit_rate_comes_from_the_servers_counters_or_is_unknown():
+    live, _ = drive(Behaviour(usage=False), workload(2), metrics_interval_s=0.02)
+    assert (live.summary()["prefix_cache_hit_rate"], live.summary()["prefix_cache_from"]) == (0.0, "server")
+    live, _ = drive(Behaviour(usage=False), workload(2))
+    assert (live.summary()["prefix_cache_hit_rate"], live.summary()["prefix_cache_from"]) == (None, None)

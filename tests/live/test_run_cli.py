@@ -4,15 +4,46 @@ from __future__ import annotations
 
 import asyncio
 import json
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 
+import pytest
+from pipedeck.backends import footprint
 from pipedeck.backends.live import LoadOptions, run_scenario
-from pipedeck.backends.live.mock_server import Behaviour, MockServer
+from pipedeck.backends.live.mock_server import MOCK_ERROR, Behaviour, MockServer
 from pipedeck.console.cli import cli
 from pipedeck.console.compare import compare_sections, comparison
 from pipedeck.console.errors import run_cli
 from pipedeck.console.runs import row_cells
 from pipedeck.scenarios import load_scenario
 from pipedeck.store import RunStore
+
+
+@contextmanager
+def mock_program(*flags: str) -> Iterator[str]:
+    """A fresh mock server as a program, started with `flags`; its URL."""
+    process = subprocess.Popen([sys.executable, "-m", "pipedeck.backends.live.mock_server", *flags],
+                               stdout=subprocess.PIPE, text=True)
+    try:
+        yield process.stdout.readline().strip()
+    finally:
+        process.terminate()
+        process.wait(10)
+
+
+def failing_mock(fault: str, every: int = 1):
+    """The mock server as a program, answering every `every`-th completion with `fault`; its URL."""
+    return mock_program("--fault", fault, "--fault-every", str(every))
+
+
+def closed_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]  # free once closed: nothing listens there
 
 
 def cli_json(capsys, argv: list[str]) -> dict:
@@ -88,3 +119,77 @@ def test_a_live_run_with_failed_requests_is_stored_with_them_and_listed_as_faile
     assert (row.requests, row.failed) == (6, 3)  # served and failed: requests 0, 3 and 6 got HTTP 500
     assert [r.error for r in stored.live.failed()] == [result.live.failed()[0].error] * 3
     assert row_cells(row)[-1] == "live 3 failed"
+
+
+def run_live(endpoint: str, db, *extra: str) -> list[str]:
+    return ["run", "--backend", "live", "--endpoint", endpoint, "--served-model", "mock", "--scenario", "sharegpt",
+            "--rate", "50", "--requests", "6", "--db", str(db), *extra]
+
+
+def test_a_run_against_a_closed_port_fails_in_one_line_counting_the_refusals_and_is_stored(capsys, tmp_path):
+    db = tmp_path / "runs.duckdb"
+    assert run_cli(cli, run_live(f"http://127.0.0.1:{closed_port()}", db)) == 2
+    captured = capsys.readouterr()
+    err = captured.err.splitlines()
+    assert err == ["pipedeck: error: 0 of 6 requests served: 6 connection refused (stored as run 1)"], err
+    assert "live: sent 6, failed 6 (6 connection refused), unsent 0" in captured.out
+    with RunStore.open(db) as store:
+        stored = store.get_run(1).result
+    assert [r.error.split(":")[0] for r in stored.live.requests] == ["connection refused"] * 6
+    assert stored.summary()["live"]["errors"] == {"connection refused": 6}
+
+
+def test_a_run_where_every_request_gets_http_500_fails_with_the_servers_whole_message(capsys, tmp_path):
+    db = tmp_path / "runs.duckdb"
+    with failing_mock("http500") as url:
+        assert run_cli(cli, run_live(url, db, "--json")) == 2
+    captured = capsys.readouterr()
+    assert captured.err == "pipedeck: error: 0 of 6 requests served: 6 http 500 (stored as run 1)\n"
+    out = json.loads(captured.out)
+    assert out["live"]["errors"] == {"http 500": 6} and out["run_id"] == 1
+    assert out["live"]["first_error"] == f"http 500: {MOCK_ERROR}"  # the message whole, not cut at 200 characters
+
+
+def test_a_run_whose_every_stream_is_not_json_fails_in_one_line(capsys, tmp_path):
+    with failing_mock("malformed") as url:
+        assert run_cli(cli, run_live(url, tmp_path / "runs.duckdb", "--no-store")) == 2
+    assert capsys.readouterr().err == "pipedeck: error: 0 of 6 requests served: 6 malformed stream\n"
+
+
+def test_a_run_where_some_requests_fail_warns_in_one_line_and_exits_0(capsys, tmp_path):
+    with failing_mock("http500", every=3) as url:
+        assert run_cli(cli, run_live(url, tmp_path / "runs.duckdb", "--json")) == 0
+    captured = capsys.readouterr()
+    assert captured.err == "pipedeck: warning: 4 of 6 requests served: 2 http 500\n"
+    assert json.loads(captured.out)["live"]["errors"] == {"http 500": 2}
+
+
+def test_a_live_run_of_more_requests_than_memory_holds_is_refused_as_a_simulation_is(capsys, monkeypatch):
+    monkeypatch.setattr(footprint, "available_bytes", lambda: 20e9)
+    for backend in ("live", "sim"):
+        argv = ["run", "--backend", backend, "--scenario", "sharegpt", "--requests", "1000000000", "--no-store",
+                *(["--endpoint", f"http://127.0.0.1:{closed_port()}", "--served-model", "mock"] * (backend == "live"))]
+        start = time.process_time()
+        assert run_cli(cli, argv) == 2
+        assert time.process_time() - start < 5  # refused before drawing a billion requests
+        err = capsys.readouterr().err
+        assert err.startswith("pipedeck: error: requests: 1000000000 requests need about ") and len(err.splitlines()) == 1
+        assert err.endswith(" more than the 20.0 GB available; use fewer requests\n"), err
+    with pytest.raises(footprint.FootprintError, match="^requests: 1000000000 requests need about"):
+        run_scenario(load_scenario("sharegpt"), "http://127.0.0.1:9", num_requests=10**9)  # the Python API too
+
+
+def test_a_live_run_and_show_print_the_prefix_cache_hit_rate_and_fresh_prompts_is_for_live_runs(capsys, tmp_path):
+    db = tmp_path / "runs.duckdb"
+    with mock_program() as url:
+        for rate in ("20", "40"):
+            assert run_cli(cli, run_live(url, db, "--rate", rate)) == 0
+        assert run_cli(cli, run_live(url, db, "--rate", "80", "--fresh-prompts")) == 0
+    out = capsys.readouterr().out
+    assert "prefix cache: hit rate 0.0% (from usage)" in out  # the first run: nothing cached yet
+    assert "prefix cache: hit rate 100.0% (from usage)" in out  # the second: the same prompts
+    assert out.count("prefix cache: hit rate 0.0% (from usage)") == 2  # the third: fresh prompts
+    assert run_cli(cli, ["show", "2", "--db", str(db)]) == 0
+    assert "prefix cache: hit rate 100.0% (from usage)" in capsys.readouterr().out
+    assert run_cli(cli, ["run", "--backend", "sim", "--fresh-prompts", "--no-store"]) == 2
+    assert "--fresh-prompts" in capsys.readouterr().err
