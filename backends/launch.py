@@ -13,8 +13,10 @@ simulator's `Engine`, which is its event loop.)
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Literal
 
 from ..scenarios.errors import PipedeckError
@@ -121,10 +123,17 @@ class ServingEngine:
     config_model_key: str = "model"
     modes: dict[str, ModeSupport] = field(default_factory=dict)
     delay_scheduling: ModeSupport | None = None  # how it runs decode rebalancing, if it can
-    model_file: bool = False  # the weights must be a local file (llama-server's GGUF), not a hub id
+    model_file: bool = False  # `model_flag` takes a local file (llama-server's GGUF), never a hub id
+    hub_flag: str | None = None  # with model_file: the option that takes a hub id instead (llama-server's -hf)
     check: Check | None = None  # the engine's own rules for the values it accepts; ExportError when one is broken
     hub_env: dict[str, str] = field(default_factory=dict)  # hub -> the variable that makes it download from there
     fork: str = ""  # what it is when it is not an upstream engine (says so in every launch)
+
+    def model_words(self, model: str) -> tuple[str, ...]:
+        """The command-line words that load `model`: a hub id through `hub_flag`, anything else as a path."""
+        if self.hub_flag and is_hub_id(model):
+            return self.hub_flag, model
+        return (self.model_flag, model) if self.model_flag else (model,)
 
     def release(self, version: str | None = None) -> Release:
         """The release `version` names (the default when None); ExportError listing the allowed ones otherwise."""
@@ -135,6 +144,19 @@ class ServingEngine:
                 return release
         raise ExportError(f"engine_version: {self.name} {version!r} is not a release pipedeck knows; "
                           f"allowed: {', '.join(r.version for r in self.releases)}")
+
+
+_HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+(:[\w.-]+)?")
+
+
+def is_hub_id(model: str) -> bool:
+    """Whether `model` names a hub repository, `org/name[:quant]`, rather than a local path.
+
+    Something on disk is a path, and so is a name ending in `.gguf` (a file
+    that is missing, not a repository).
+    """
+    return (_HUB_ID.fullmatch(model) is not None and not model.split(":")[0].endswith(".gguf")
+            and not Path(model).exists())
 
 
 @dataclass(frozen=True)
@@ -442,7 +464,10 @@ def _llama_common(config: ResolvedConfig, release: Release) -> Launch:
                           f"got tp={config.tp} pp={config.pp} (use tp=1 pp=1)")
     return Launch(flags=(
         Flag("--parallel", config.max_running),  # slots: the requests it decodes at once
-        Flag("--ctx-size", config.kv_capacity),  # KV cache tokens over all slots
+        # one KV pool the slots share, as llama-server's default (--parallel auto) has and the baseline assumes;
+        # without it an explicit --parallel splits --ctx-size into fixed per-slot shares (tools/server/server.cpp)
+        Flag("--kv-unified"),
+        Flag("--ctx-size", config.kv_capacity),  # KV cache tokens of the whole pool
         Flag("--batch-size", config.chunk),  # tokens one decode call takes: the step's budget
         Flag("--ubatch-size", config.chunk),
         Flag("--metrics"),
@@ -457,7 +482,7 @@ register_engine(ServingEngine("sglang", ("python", "-m", "sglang.launch_server")
                               SGLANG_RELEASES, ("cuda",), "sglang-config.yaml", "model-path", check=_sglang_check,
                               hub_env={"modelscope": "SGLANG_USE_MODELSCOPE"}))
 register_engine(ServingEngine("llama-server", ("llama-server",), "--model", _llama_common, LLAMA_RELEASES,
-                              ("cpu", "cuda"), model_file=True))
+                              ("cpu", "cuda"), model_file=True, hub_flag="-hf"))
 
 
 # -- FastPP (an SGLang 0.4.1 fork) ------------------------------------------------------

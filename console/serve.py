@@ -22,7 +22,7 @@ class _Terminated(Exception):
 @click.command()
 @click.option("--engine", type=click.Choice(list(ENGINES)), required=True, help="Engine to start.")
 @click.option("--model-path", required=True,
-              help="Weights the engine loads: a path or hub id (llama-server: a GGUF file).")
+              help="Weights the engine loads: a path or hub id (llama-server: a GGUF file, or org/name[:quant] from the hub).")
 @click.option("--from", "from_file", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
               help="Serve the config of a pipedeck-best.json (or a config JSON) instead of the config options.")
 @config_options

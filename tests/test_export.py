@@ -372,6 +372,26 @@ def test_script_launches_the_engine_with_its_environment(tmp_path, engine, progr
     assert "/weights/dsv3" in json.loads(out.read_text())["argv"]
 
 
+def test_a_llama_server_script_loads_a_gguf_file_with_model_and_a_hub_id_with_hf(tmp_path):
+    """The profile's checkpoint (safetensors on the hub) is no GGUF: the script asks for MODEL and maps it."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "llama-server").write_text(STUB.format(python=sys.executable))
+    (bin_dir / "llama-server").chmod(0o755)
+    path = export(tmp_path, "llama-server", **QWEN, tp=1, pp=1, kv_capacity=4096, max_running=4)["serve.sh"]
+    out, gguf = tmp_path / "launched.json", tmp_path / "tiny.gguf"
+    gguf.write_bytes(b"GGUF")
+    base = {"PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}", "STUB_OUT": str(out)}
+    for model, words in ((str(gguf), ["--model", str(gguf)]), ("ggml-org/Qwen2.5-0.5B-Instruct-GGUF:Q8_0",
+                                                                ["-hf", "ggml-org/Qwen2.5-0.5B-Instruct-GGUF:Q8_0"])):
+        subprocess.run(["bash", str(path)], env={**base, "MODEL": model}, check=True)
+        assert json.loads(out.read_text())["argv"][:2] == words
+    out.unlink()
+    unset = subprocess.run(["bash", str(path)], env=base, capture_output=True, text=True)
+    assert unset.returncode != 0 and not out.exists()
+    assert "MODEL: set it to a local GGUF file or a hub id org/name[:quant]" in unset.stderr
+
+
 # -- what cannot be exported ----------------------------------------------------------
 
 @pytest.mark.parametrize("engine, mode, message", [

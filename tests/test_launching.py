@@ -82,7 +82,10 @@ def test_a_config_the_engine_cannot_run_is_a_launch_error(model, tmp_path):
 @pytest.mark.parametrize("engine, weights, program, message", [
     ("nope", "model", FAKE, "launch: unknown engine 'nope'; allowed: vllm-ascend, vllm, sglang, llama-server, fastpp"),
     ("llama-server", None, FAKE, "model_path: give the weights llama-server loads (a path or hub id)"),
-    ("llama-server", "/nope.gguf", FAKE, "model_path: llama-server loads a local file; there is no file /nope.gguf"),
+    ("llama-server", "/nope.gguf", FAKE,
+     "model_path: llama-server loads a local GGUF file or a hub id org/name[:quant]; there is no file /nope.gguf"),
+    ("llama-server", "a/b/c", FAKE,
+     "model_path: llama-server loads a local GGUF file or a hub id org/name[:quant]; there is no file a/b/c"),
     ("llama-server", "model", "/nope/x", "program: '/nope/x' not found (not an executable file, nor on PATH)"),
     ("llama-server", "model", None, "launch: 'llama-server' not found on PATH; install llama-server or give its program"),
 ])
@@ -91,6 +94,11 @@ def test_a_launch_is_checked_before_any_work(model, monkeypatch, engine, weights
     with pytest.raises(ConfigError) as err:
         check_launch(engine, str(model) if weights == "model" else weights, program)
     assert str(err.value) == message
+
+
+def test_a_hub_id_passes_the_launch_check_without_a_local_file(monkeypatch):
+    monkeypatch.setenv("PATH", "")
+    assert check_launch("llama-server", "ggml-org/Qwen2.5-0.5B-Instruct-GGUF:Q8_0", FAKE)[0] == sys.executable
 
 
 def test_the_live_backend_takes_an_endpoint_or_an_engine_to_launch():

@@ -30,11 +30,31 @@ def alive(pid: int) -> bool:
 
 def test_llama_server_gets_the_flags_its_config_maps_to():
     argv, env = server_command(ServingConfig(**CPU).resolve(), "llama-server", "tiny.gguf", "127.0.0.1", 8123)
-    assert argv == ["llama-server", "--model", "tiny.gguf", "--parallel", "4", "--ctx-size", "4096",
+    assert argv == ["llama-server", "--model", "tiny.gguf", "--parallel", "4", "--kv-unified", "--ctx-size", "4096",
                     "--batch-size", "512", "--ubatch-size", "512", "--metrics", "--host", "127.0.0.1", "--port", "8123"]
     assert env == {}
     with pytest.raises(ExportError, match="^tp: llama-server runs one process"):
         server_command(ServingConfig(**{**CPU, "pp": 2}).resolve(), "llama-server", "tiny.gguf", "127.0.0.1", 1)
+
+
+@pytest.mark.parametrize("weights, words", [
+    ("ggml-org/Qwen2.5-0.5B-Instruct-GGUF", ["-hf", "ggml-org/Qwen2.5-0.5B-Instruct-GGUF"]),
+    ("ggml-org/Qwen2.5-0.5B-Instruct-GGUF:Q8_0", ["-hf", "ggml-org/Qwen2.5-0.5B-Instruct-GGUF:Q8_0"]),
+    ("tiny.gguf", ["--model", "tiny.gguf"]),
+    ("models/tiny.gguf", ["--model", "models/tiny.gguf"]),
+    ("/models/tiny", ["--model", "/models/tiny"]),
+])
+def test_llama_server_loads_a_local_file_with_model_and_a_hub_id_with_hf(weights, words):
+    argv, _ = server_command(ServingConfig(**CPU).resolve(), "llama-server", weights, "127.0.0.1", 8123)
+    assert argv[1:3] == words
+
+
+def test_a_local_folder_named_like_a_hub_id_is_a_path(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "org").mkdir()
+    (tmp_path / "org" / "name").write_bytes(b"GGUF")
+    argv, _ = server_command(ServingConfig(**CPU).resolve(), "llama-server", "org/name", "127.0.0.1", 8123)
+    assert argv[1:3] == ["--model", "org/name"]
 
 
 def test_vllm_gets_the_same_flags_and_environment_as_its_export():

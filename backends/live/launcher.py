@@ -67,7 +67,7 @@ def server_command(config: ResolvedConfig, engine: str, model_path: str, host: s
     """
     plan = plan_launch(config, engine, weights=False)
     spec, launch = plan.engine, plan.launch
-    argv = [*(program or spec.program), *((spec.model_flag, model_path) if spec.model_flag else (model_path,))]
+    argv = [*(program or spec.program), *spec.model_words(model_path)]
     for flag in launch.flags:
         argv += flag.argv()
     argv += ["--host", host, "--port", str(port)]

@@ -61,3 +61,9 @@ def test_a_server_killed_mid_run_fails_the_requests_in_flight_with_one_line(serv
     assert all("\n" not in r.error for r in failed)
     assert {r.error.split(":")[0] for r in failed} <= {"connect", "stream broken", "http 500", "ended early"}
     assert server.process.wait(5) == -signal.SIGKILL
+
+
+def test_the_launched_slots_share_one_context_pool(server):
+    """--parallel with --kv-unified: every slot may use the whole --ctx-size, as llama-server's own default."""
+    log = server.log_path.read_text()
+    assert "n_slots = 4, n_ctx_slot = 8192, kv_unified = 'true'" in log, log[-2000:]
