@@ -15,9 +15,13 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from importlib.metadata import PackageNotFoundError
+from importlib.metadata import version as installed_version
 from pathlib import Path
 from typing import Literal
+
+from packaging.version import InvalidVersion, Version
 
 from ..scenarios.errors import PipedeckError
 from .config import ResolvedConfig, default_layer_split
@@ -94,6 +98,18 @@ class Release:
     reads_config_file: bool = True  # its `--config` loader takes the exported YAML
     dcpp_under: str = ""  # vLLM-Ascend: the --additional-config key its DCPP settings sit under ("": the top level)
     mixed_chunk_with_pp: bool = True  # SGLang: takes --enable-mixed-chunk with --pp-size > 1
+    behaves_as: str = ""  # a release newer than any pipedeck knows: the newest known one, whose launch it gets
+
+    def parsed(self) -> Version | None:
+        """The version as PEP 440 orders it; None for a fork's own label (0.4.1-fastpp)."""
+        return _parse_version(self.version)
+
+
+def _parse_version(text: str) -> Version | None:
+    try:
+        return Version(text)
+    except InvalidVersion:
+        return None
 
 
 Render = Callable[[ResolvedConfig, Release], Launch]
@@ -128,6 +144,7 @@ class ServingEngine:
     check: Check | None = None  # the engine's own rules for the values it accepts; ExportError when one is broken
     hub_env: dict[str, str] = field(default_factory=dict)  # hub -> the variable that makes it download from there
     fork: str = ""  # what it is when it is not an upstream engine (says so in every launch)
+    package: str = ""  # the Python distribution whose installed version is the default release ("": none)
 
     def model_words(self, model: str) -> tuple[str, ...]:
         """The command-line words that load `model`: a hub id through `hub_flag`, anything else as a path."""
@@ -136,14 +153,39 @@ class ServingEngine:
         return (self.model_flag, model) if self.model_flag else (model,)
 
     def release(self, version: str | None = None) -> Release:
-        """The release `version` names (the default when None); ExportError listing the allowed ones otherwise."""
+        """The release `version` names; None: the installed engine's, else the newest that is not a candidate.
+
+        A version newer than every release pipedeck knows gets the newest
+        one's launch (`behaves_as` names it). ExportError naming the allowed
+        range for a malformed version or an unknown older one.
+        """
+        source = ""
         if version is None:
-            return [r for r in self.releases if not r.candidate][-1]
+            version, source = self._installed(), " (installed)"
+            if version is None:
+                return [r for r in self.releases if not r.candidate][-1]
         for release in self.releases:
             if version in (release.version, f"v{release.version}"):
                 return release
-        raise ExportError(f"engine_version: {self.name} {version!r} is not a release pipedeck knows; "
-                          f"allowed: {', '.join(r.version for r in self.releases)}")
+        newest = max((r for r in self.releases if r.parsed()), key=Release.parsed, default=None)
+        allowed = ", ".join(r.version for r in self.releases) + (f", or one newer than {newest.version}" if newest else "")
+        asked = _parse_version(version)
+        if asked is None and newest is not None:
+            raise ExportError(f"engine_version: {self.name} {version!r}{source} is not a version number; "
+                              f"allowed: {allowed}")
+        if asked is not None and newest is not None and asked > newest.parsed():
+            return replace(newest, version=str(asked), behaves_as=newest.version, candidate=bool(asked.pre),
+                           note=f"newer than {newest.version}, the newest release pipedeck knows, and written as "
+                                f"{newest.version} runs: {newest.note}")
+        raise ExportError(f"engine_version: {self.name} {version!r}{source} is not a release pipedeck knows; "
+                          f"allowed: {allowed}")
+
+    def _installed(self) -> str | None:
+        """The installed version of the engine's Python package, if it has one and it is installed."""
+        try:
+            return installed_version(self.package) if self.package else None
+        except PackageNotFoundError:
+            return None
 
 
 _HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+(:[\w.-]+)?")
@@ -299,7 +341,7 @@ def unmatched_semantics(config: ResolvedConfig, engine: str, matches: bool, rule
 # and `vllm serve` reads it with the top-level `vllm` parser, which has none.
 VLLM_RELEASES = (
     Release("0.23.0", "what vLLM-Ascend 0.23.0 runs on; `--config` YAML skips false values"),
-    Release("0.33.0", "newest; `--config` YAML turns `key: false` into `--no-key` only for options of the "
+    Release("0.33.0", "`--config` YAML turns `key: false` into `--no-key` only for options of the "
                       "top-level `vllm` parser, so serve options set false are still dropped"),
 )
 
@@ -407,7 +449,7 @@ def _ascend_vpp(config: ResolvedConfig, release: Release) -> Launch:
 SGLANG_RELEASES = (
     Release("0.5.7", "its --config YAML cannot carry switches, so no sglang-config.yaml is written; refuses "
                      "--enable-mixed-chunk with --pp-size > 1", reads_config_file=False, mixed_chunk_with_pp=False),
-    Release("0.5.23", "newest; --config YAML takes switches as `key: true`; takes --enable-mixed-chunk with a pipeline"),
+    Release("0.5.23", "--config YAML takes switches as `key: true`; takes --enable-mixed-chunk with a pipeline"),
 )
 # Releases whose ServerArgs.check_server_args (sglang/srt/server_args.py, 0.5.7 and 0.5.8) asserts, for pp_size > 1:
 # "Pipeline parallelism is not compatible with overlap schedule, speculative decoding, mixed chunked prefill."
@@ -475,12 +517,14 @@ def _llama_common(config: ResolvedConfig, release: Release) -> Launch:
 
 
 register_engine(ServingEngine("vllm-ascend", ("vllm", "serve"), None, _ascend_common, ASCEND_RELEASES, ("ascend",),
-                              "vllm-config.yaml", check=_vllm_check, hub_env={"modelscope": "VLLM_USE_MODELSCOPE"}))
+                              "vllm-config.yaml", check=_vllm_check, hub_env={"modelscope": "VLLM_USE_MODELSCOPE"},
+                              package="vllm-ascend"))
 register_engine(ServingEngine("vllm", ("vllm", "serve"), None, _vllm_common, VLLM_RELEASES, ("cuda",),
-                              "vllm-config.yaml", check=_vllm_check, hub_env={"modelscope": "VLLM_USE_MODELSCOPE"}))
+                              "vllm-config.yaml", check=_vllm_check, hub_env={"modelscope": "VLLM_USE_MODELSCOPE"},
+                              package="vllm"))
 register_engine(ServingEngine("sglang", ("python", "-m", "sglang.launch_server"), "--model-path", _sglang_common,
                               SGLANG_RELEASES, ("cuda",), "sglang-config.yaml", "model-path", check=_sglang_check,
-                              hub_env={"modelscope": "SGLANG_USE_MODELSCOPE"}))
+                              hub_env={"modelscope": "SGLANG_USE_MODELSCOPE"}, package="sglang"))
 register_engine(ServingEngine("llama-server", ("llama-server",), "--model", _llama_common, LLAMA_RELEASES,
                               ("cpu", "cuda"), model_file=True, hub_flag="-hf"))
 

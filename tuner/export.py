@@ -89,6 +89,9 @@ def export_warnings(best: BestConfig, plan: Plan) -> list[str]:
             f"{plan.checkpoint.id}{_precision(plan.checkpoint)}")
         found.append(f"WARNING: predicted for {config.hardware} ({hardware.platform}), but {engine.name} serves on "
                      f"{' or '.join(engine.platforms)}{weights}: the predictions do not hold for this launch")
+    if plan.release.behaves_as:
+        found.append(f"NOTE: {engine.name} {plan.release.version} is newer than {plan.release.behaves_as}, the newest "
+                     f"release pipedeck knows; written as {plan.release.behaves_as} runs")
     if best.engine and best.engine != engine.name:
         found.append(f"WARNING: study {best.study or '-'} was tuned for {best.engine} (its baseline and the modes "
                      f"it searched), but this launch is {engine.name}: its gain over the default is {best.engine}'s")
