@@ -43,12 +43,13 @@ def serve(**opts: object) -> None:
     server = start_server(config, str(opts["engine"]), str(opts["model_path"]), str(opts["log_path"]),
                           host=str(opts["host"]), port=opts["port"], program=program,
                           health_timeout_s=float(opts["health_timeout"]))
-    click.echo(f"serving {server.engine} at {server.url} (pid {server.process.pid}, log {server.log_path}); "
-               "Ctrl-C stops it")
-    # SIGINT too: a shell starts a background job with SIGINT ignored, and `kill -INT` should still stop it
+    # SIGINT too: a shell starts a background job with SIGINT ignored, and `kill -INT` should still stop it;
+    # both before the line below, which tells whoever waits for it that a signal now stops the server
     previous = {sig: signal.signal(sig, _raise_terminated) for sig in (signal.SIGTERM, signal.SIGINT)}
     stopped_by_us = False
     try:
+        click.echo(f"serving {server.engine} at {server.url} (pid {server.process.pid}, log {server.log_path}); "
+                   "Ctrl-C stops it")
         server.process.wait()
     except (KeyboardInterrupt, _Terminated):
         stopped_by_us = True

@@ -45,11 +45,13 @@ def test_the_launching_backend_restarts_the_server_only_when_the_config_changes(
     result = backend.run(scenario, ServingConfig(**{**CPU, "chunk": 1024}), rate=50, num_requests=4)
     assert backend.starts == 2 and first.poll() is not None
     assert len(result.records) == 4 and result.backend == "live" and result.config["chunk"] == 1024
-    logs = sorted((tmp_path / "logs").iterdir())
+    logs = sorted((tmp_path / "logs").glob("*.log"))
     assert len(logs) == 2 and "--batch-size 1024" in logs[1].read_text()
+    assert [p.name for p in (tmp_path / "logs").glob("*.pid")] == [logs[1].name + ".pid"]  # the running server's
     second = backend.server.process
     backend.close()
     assert second.poll() is not None and backend.server is None
+    assert not list((tmp_path / "logs").glob("*.pid"))
 
 
 def test_a_server_that_died_fails_the_run_with_one_line_and_the_next_run_gets_a_fresh_one(model, tmp_path):

@@ -3,13 +3,13 @@
 The same mapping writes `pipedeck export`'s serve.sh, so a server started here
 runs exactly the flags an export hands an operator. The server's output goes
 to a log file; it runs in a process group of its own and is stopped by its
-PID: SIGTERM, then SIGKILL after a grace period.
+PID: SIGTERM, then SIGKILL after a grace period. A pid file beside the log
+lets the next launch stop a server whose pipedeck was killed (leftovers.py).
 """
 
 from __future__ import annotations
 
 import os
-import signal
 import socket
 import subprocess
 import time
@@ -24,6 +24,7 @@ from ..blas_threads import user_environment
 from ..config import ResolvedConfig
 from ..errors import ServerError
 from ..launch import plan_launch
+from .leftovers import GRACE_S, pid_path, stop_group, stop_leftovers, write_pid_file
 
 LOOPBACK = "127.0.0.1"
 
@@ -41,16 +42,19 @@ class Server:
     process: subprocess.Popen
     log_path: Path
 
-    def stop(self, grace_s: float = 10.0) -> int | None:
+    def stop(self, grace_s: float = GRACE_S) -> int | None:
         """SIGTERM the server's process group, SIGKILL it after `grace_s`; returns the exit status."""
         if self.process.poll() is None:
-            _signal_group(self.process, signal.SIGTERM)
-            try:
-                self.process.wait(grace_s)
-            except subprocess.TimeoutExpired:
-                _signal_group(self.process, signal.SIGKILL)
-                self.process.wait()
+            stop_group(self.process.pid, self._ended, grace_s)
+        pid_path(self.log_path).unlink(missing_ok=True)
         return self.process.returncode
+
+    def _ended(self, timeout_s: float | None) -> bool:
+        try:
+            self.process.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            return False
+        return True
 
     def __enter__(self) -> Server:
         return self
@@ -91,9 +95,10 @@ def start_server(config: ResolvedConfig, engine: str, model_path: str, log_path:
     `cancelled` is asked while waiting; when it says True the server is
     stopped and RunCancelled raised.
     """
+    log = Path(log_path)
+    stop_leftovers(log.absolute().parent)  # first: a leftover server may hold the port asked for
     port = port or free_port(host)
     argv, env = server_command(config, engine, model_path, host, port, program)
-    log = Path(log_path)
     try:
         with log.open("wb") as out:
             process = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
@@ -103,6 +108,11 @@ def start_server(config: ResolvedConfig, engine: str, model_path: str, log_path:
     except OSError as err:
         raise LaunchError(f"log: cannot start {engine} logging to {log}: {err.strerror or err}") from None
     server = Server(engine, f"http://{host}:{port}", process, log)
+    try:
+        write_pid_file(log, engine, process.pid, argv)
+    except OSError as err:
+        server.stop(grace_s=2.0)
+        raise LaunchError(f"log: cannot write {pid_path(log)}: {err.strerror or err}") from None
     try:
         wait_healthy(server, health_timeout_s, cancelled)
     except BaseException:
@@ -138,9 +148,3 @@ def last_log_line(path: Path) -> str:
     lines = [line for line in path.read_text(errors="replace").splitlines() if line.strip()] if path.exists() else []
     return f" (last line: {lines[-1].strip()[:160]})" if lines else ""
 
-
-def _signal_group(process: subprocess.Popen, sig: int) -> None:
-    try:
-        os.killpg(process.pid, sig)
-    except ProcessLookupError:
-        pass
