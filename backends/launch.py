@@ -145,6 +145,7 @@ class ServingEngine:
     hub_env: dict[str, str] = field(default_factory=dict)  # hub -> the variable that makes it download from there
     fork: str = ""  # what it is when it is not an upstream engine (says so in every launch)
     package: str = ""  # the Python distribution whose installed version is the default release ("": none)
+    always: tuple[Flag, ...] = ()  # options every launch passes, with a config or with the engine's own defaults
 
     def model_words(self, model: str) -> tuple[str, ...]:
         """The command-line words that load `model`: a hub id through `hub_flag`, anything else as a path."""
@@ -464,6 +465,9 @@ def _sglang_check(config: ResolvedConfig, release: Release, launch: Launch) -> N
                           "mixed_batches off, or for SGLang 0.5.23")
 
 
+SGLANG_METRICS = Flag("--enable-metrics")
+
+
 def _sglang_flags(config: ResolvedConfig) -> tuple[Flag, ...]:
     """The common knobs in the spelling SGLang and its forks share."""
     return (
@@ -472,7 +476,7 @@ def _sglang_flags(config: ResolvedConfig) -> tuple[Flag, ...]:
         Flag("--chunked-prefill-size", config.chunk),
         Flag("--max-running-requests", config.max_running),
         *((Flag("--enable-mixed-chunk"),) if config.mixed_batches else ()),
-        Flag("--enable-metrics"),
+        SGLANG_METRICS,
     )
 
 
@@ -500,6 +504,9 @@ def _sglang_dcpp(config: ResolvedConfig, release: Release) -> Launch:
 LLAMA_RELEASES = (Release("0.3.36", "llama-server built from the llama.cpp sources llama-cpp-python 0.3.36 vendors"),)
 
 
+LLAMA_METRICS = Flag("--metrics")
+
+
 def _llama_common(config: ResolvedConfig, release: Release) -> Launch:
     if config.tp != 1 or config.pp != 1:
         raise ExportError(f"tp: llama-server runs one process without tensor or pipeline parallelism; "
@@ -512,7 +519,7 @@ def _llama_common(config: ResolvedConfig, release: Release) -> Launch:
         Flag("--ctx-size", config.kv_capacity),  # KV cache tokens of the whole pool
         Flag("--batch-size", config.chunk),  # tokens one decode call takes: the step's budget
         Flag("--ubatch-size", config.chunk),
-        Flag("--metrics"),
+        LLAMA_METRICS,
     ))
 
 
@@ -524,9 +531,11 @@ register_engine(ServingEngine("vllm", ("vllm", "serve"), None, _vllm_common, VLL
                               package="vllm"))
 register_engine(ServingEngine("sglang", ("python", "-m", "sglang.launch_server"), "--model-path", _sglang_common,
                               SGLANG_RELEASES, ("cuda",), "sglang-config.yaml", "model-path", check=_sglang_check,
-                              hub_env={"modelscope": "SGLANG_USE_MODELSCOPE"}, package="sglang"))
+                              hub_env={"modelscope": "SGLANG_USE_MODELSCOPE"}, package="sglang",
+                              always=(SGLANG_METRICS,)))
 register_engine(ServingEngine("llama-server", ("llama-server",), "--model", _llama_common, LLAMA_RELEASES,
-                              ("cpu", "cuda"), model_file=True, hub_flag="-hf"))
+                              ("cpu", "cuda"), model_file=True, hub_flag="-hf",
+                              always=(LLAMA_METRICS,)))
 
 
 # -- FastPP (an SGLang 0.4.1 fork) ------------------------------------------------------
@@ -576,7 +585,7 @@ def _fastpp_rebalancing(config: ResolvedConfig, release: Release) -> Launch:
 
 register_engine(ServingEngine("fastpp", ("python", "-m", "sglang.launch_server"), "--model-path", _fastpp_common,
                               FASTPP_RELEASES, ("cuda",), delay_scheduling=ModeSupport(_fastpp_rebalancing),
-                              fork=FASTPP))
+                              fork=FASTPP, always=(SGLANG_METRICS,)))
 for _name in ENGINES:
     register_support(_name, "cpp", ModeSupport(_nothing))
 register_support("vllm-ascend", "dcpp", ModeSupport(_ascend_dcpp, min_pp=2))

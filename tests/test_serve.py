@@ -191,3 +191,29 @@ def test_a_server_whose_pipedeck_still_runs_is_left_alone(tmp_path):
     finally:
         first.terminate()
         first.wait(10)
+
+
+def test_serving_a_weights_file_without_a_config_takes_the_engine_s_own_defaults(tmp_path):
+    """No catalog model, hardware or parallelism: llama-server picks its slots, context and batch itself."""
+    log = tmp_path / "serve.log"
+    argv = [str(Path(sys.executable).parent / "pipedeck"), "serve", "--engine", "llama-server", "--model-path",
+            "tiny.gguf", "--program", " ".join(FAKE), "--log", str(log)]
+    serve = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        line = serve.stdout.readline()
+        assert line.startswith("serving llama-server at http://127.0.0.1:"), line + serve.stderr.read()
+        serve.terminate()
+        assert serve.wait(10) == 0
+        assert serve.stderr.read() == ("pipedeck: no config option given: llama-server runs with its own defaults; "
+                                       "pipedeck passes only the weights, --metrics, --host and --port\n")
+        launched = log.read_text().splitlines()[0].split()[1:]
+        assert launched[:3] == ["--model", "tiny.gguf", "--metrics"] and launched[3] == "--host"
+    finally:
+        serve.kill()
+
+
+def test_the_engine_s_own_defaults_launch_passes_no_config_flags():
+    argv, env = server_command(None, "vllm", "Qwen/Qwen2.5-14B-Instruct", "127.0.0.1", 8000)
+    assert argv == ["vllm", "serve", "Qwen/Qwen2.5-14B-Instruct", "--host", "127.0.0.1", "--port", "8000"]
+    assert env == {}
+    assert server_command(None, "sglang", "m", "127.0.0.1", 1)[0][3:6] == ["--model-path", "m", "--enable-metrics"]

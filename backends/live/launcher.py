@@ -23,7 +23,7 @@ from ..base import RunCancelled
 from ..blas_threads import user_environment
 from ..config import ResolvedConfig
 from ..errors import ServerError
-from ..launch import plan_launch
+from ..launch import Launch, get_engine, plan_launch
 from .leftovers import GRACE_S, pid_path, stop_group, stop_leftovers, write_pid_file
 
 LOOPBACK = "127.0.0.1"
@@ -63,14 +63,19 @@ class Server:
         self.stop()
 
 
-def server_command(config: ResolvedConfig, engine: str, model_path: str, host: str, port: int,
+def server_command(config: ResolvedConfig | None, engine: str, model_path: str, host: str, port: int,
                    program: tuple[str, ...] | None = None) -> tuple[list[str], dict[str, str]]:
     """The argv and the environment additions that start `engine` serving `model_path` for `config`.
 
     The profile's checkpoint says nothing about `model_path`: its quantization and hub are left to the model.
+    Without a config the engine runs with its own defaults: only the options it always gets (`always`).
     """
-    plan = plan_launch(config, engine, weights=False)
-    spec, launch = plan.engine, plan.launch
+    if config is None:
+        spec = get_engine(engine)
+        launch = Launch(flags=spec.always)
+    else:
+        plan = plan_launch(config, engine, weights=False)
+        spec, launch = plan.engine, plan.launch
     argv = [*(program or spec.program), *spec.model_words(model_path)]
     for flag in launch.flags:
         argv += flag.argv()
@@ -87,10 +92,11 @@ def free_port(host: str = LOOPBACK) -> int:
         return probe.getsockname()[1]
 
 
-def start_server(config: ResolvedConfig, engine: str, model_path: str, log_path: str | os.PathLike[str], *,
+def start_server(config: ResolvedConfig | None, engine: str, model_path: str, log_path: str | os.PathLike[str], *,
                  host: str = LOOPBACK, port: int | None = None, program: tuple[str, ...] | None = None,
                  health_timeout_s: float = 600.0, cancelled: Callable[[], bool] = lambda: False) -> Server:
-    """Start the engine and wait until GET /health answers 200; LaunchError (and nothing left running) otherwise.
+    """Start the engine (config None: with its own defaults) and wait until GET /health answers 200; LaunchError
+    (and nothing left running) otherwise.
 
     `cancelled` is asked while waiting; when it says True the server is
     stopped and RunCancelled raised.
