@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from ..backends.registry import BACKENDS
-from .options import config_options, workload_options
+from .options import config_from_options, config_given, config_options, workload_options
 from .simulate import execute, output_options
 
 
@@ -20,5 +20,8 @@ from .simulate import execute, output_options
 @output_options
 def run(**opts: object) -> None:
     """Run one scenario under one serving config on a backend (a live server: the config it was started with)."""
-    options = {"endpoint": opts["endpoint"], "model": opts["served_model"]} if opts["backend"] == "live" else {}
-    execute(opts, str(opts["backend"]), **options)
+    live = opts["backend"] == "live"
+    options = {"endpoint": opts["endpoint"], "model": opts["served_model"]} if live else {}
+    # a server started elsewhere runs its own config: without options, record what it says, not pipedeck's defaults
+    config = config_from_options(opts) if not live or config_given(click.get_current_context()) else None
+    execute(opts, str(opts["backend"]), config, **options)
