@@ -43,7 +43,7 @@ class Server:
     log_path: Path
 
     def stop(self, grace_s: float = GRACE_S) -> int | None:
-        """SIGTERM the server's process group, SIGKILL it after `grace_s`; returns the exit status."""
+        """SIGTERM the server's process group, SIGKILL it after `grace_s`, remove its pid file; returns the exit status."""
         if self.process.poll() is None:
             stop_group(self.process.pid, self._ended, grace_s)
         pid_path(self.log_path).unlink(missing_ok=True)
