@@ -13,9 +13,15 @@ simulator's `Engine`, which is its event loop.)
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from importlib.metadata import PackageNotFoundError
+from importlib.metadata import version as installed_version
+from pathlib import Path
 from typing import Literal
+
+from packaging.version import InvalidVersion, Version
 
 from ..scenarios.errors import PipedeckError
 from .config import ResolvedConfig, default_layer_split
@@ -92,6 +98,18 @@ class Release:
     reads_config_file: bool = True  # its `--config` loader takes the exported YAML
     dcpp_under: str = ""  # vLLM-Ascend: the --additional-config key its DCPP settings sit under ("": the top level)
     mixed_chunk_with_pp: bool = True  # SGLang: takes --enable-mixed-chunk with --pp-size > 1
+    behaves_as: str = ""  # a release newer than any pipedeck knows: the newest known one, whose launch it gets
+
+    def parsed(self) -> Version | None:
+        """The version as PEP 440 orders it; None for a fork's own label (0.4.1-fastpp)."""
+        return _parse_version(self.version)
+
+
+def _parse_version(text: str) -> Version | None:
+    try:
+        return Version(text)
+    except InvalidVersion:
+        return None
 
 
 Render = Callable[[ResolvedConfig, Release], Launch]
@@ -121,21 +139,68 @@ class ServingEngine:
     config_model_key: str = "model"
     modes: dict[str, ModeSupport] = field(default_factory=dict)
     delay_scheduling: ModeSupport | None = None  # how it runs decode rebalancing, if it can
-    model_file: bool = False  # the weights must be a local file (llama-server's GGUF), not a hub id
+    model_file: bool = False  # `model_flag` takes a local file (llama-server's GGUF), never a hub id
+    hub_flag: str | None = None  # with model_file: the option that takes a hub id instead (llama-server's -hf)
     check: Check | None = None  # the engine's own rules for the values it accepts; ExportError when one is broken
     hub_env: dict[str, str] = field(default_factory=dict)  # hub -> the variable that makes it download from there
     fork: str = ""  # what it is when it is not an upstream engine (says so in every launch)
     upstream: Callable[[Launch], tuple[str, ...]] | None = None  # a fork: notes on how its upstream takes the launch
+    package: str = ""  # the Python distribution whose installed version is the default release ("": none)
+    always: tuple[Flag, ...] = ()  # options every launch passes, with a config or with the engine's own defaults
+
+    def model_words(self, model: str) -> tuple[str, ...]:
+        """The command-line words that load `model`: a hub id through `hub_flag`, anything else as a path."""
+        if self.hub_flag and is_hub_id(model):
+            return self.hub_flag, model
+        return (self.model_flag, model) if self.model_flag else (model,)
 
     def release(self, version: str | None = None) -> Release:
-        """The release `version` names (the default when None); ExportError listing the allowed ones otherwise."""
+        """The release `version` names; None: the installed engine's, else the newest that is not a candidate.
+
+        A version newer than every release pipedeck knows gets the newest
+        one's launch (`behaves_as` names it). ExportError naming the allowed
+        range for a malformed version or an unknown older one.
+        """
+        source = ""
         if version is None:
-            return [r for r in self.releases if not r.candidate][-1]
+            version, source = self._installed(), " (installed)"
+            if version is None:
+                return [r for r in self.releases if not r.candidate][-1]
         for release in self.releases:
             if version in (release.version, f"v{release.version}"):
                 return release
-        raise ExportError(f"engine_version: {self.name} {version!r} is not a release pipedeck knows; "
-                          f"allowed: {', '.join(r.version for r in self.releases)}")
+        newest = max((r for r in self.releases if r.parsed()), key=Release.parsed, default=None)
+        allowed = ", ".join(r.version for r in self.releases) + (f", or one newer than {newest.version}" if newest else "")
+        asked = _parse_version(version)
+        if asked is None and newest is not None:
+            raise ExportError(f"engine_version: {self.name} {version!r}{source} is not a version number; "
+                              f"allowed: {allowed}")
+        if asked is not None and newest is not None and asked > newest.parsed():
+            return replace(newest, version=str(asked), behaves_as=newest.version, candidate=bool(asked.pre),
+                           note=f"newer than {newest.version}, the newest release pipedeck knows, and written as "
+                                f"{newest.version} runs: {newest.note}")
+        raise ExportError(f"engine_version: {self.name} {version!r}{source} is not a release pipedeck knows; "
+                          f"allowed: {allowed}")
+
+    def _installed(self) -> str | None:
+        """The installed version of the engine's Python package, if it has one and it is installed."""
+        try:
+            return installed_version(self.package) if self.package else None
+        except PackageNotFoundError:
+            return None
+
+
+_HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+(:[\w.-]+)?")
+
+
+def is_hub_id(model: str) -> bool:
+    """Whether `model` names a hub repository, `org/name[:quant]`, rather than a local path.
+
+    Something on disk is a path, and so is a name ending in `.gguf` (a file
+    that is missing, not a repository).
+    """
+    return (_HUB_ID.fullmatch(model) is not None and not model.split(":")[0].endswith(".gguf")
+            and not Path(model).exists())
 
 
 @dataclass(frozen=True)
@@ -280,7 +345,7 @@ def unmatched_semantics(config: ResolvedConfig, engine: str, matches: bool, rule
 # and `vllm serve` reads it with the top-level `vllm` parser, which has none.
 VLLM_RELEASES = (
     Release("0.23.0", "what vLLM-Ascend 0.23.0 runs on; `--config` YAML skips false values"),
-    Release("0.33.0", "newest; `--config` YAML turns `key: false` into `--no-key` only for options of the "
+    Release("0.33.0", "`--config` YAML turns `key: false` into `--no-key` only for options of the "
                       "top-level `vllm` parser, so serve options set false are still dropped"),
 )
 
@@ -388,7 +453,7 @@ def _ascend_vpp(config: ResolvedConfig, release: Release) -> Launch:
 SGLANG_RELEASES = (
     Release("0.5.7", "its --config YAML cannot carry switches, so no sglang-config.yaml is written; refuses "
                      "--enable-mixed-chunk with --pp-size > 1", reads_config_file=False, mixed_chunk_with_pp=False),
-    Release("0.5.23", "newest; --config YAML takes switches as `key: true`; takes --enable-mixed-chunk with a pipeline"),
+    Release("0.5.23", "--config YAML takes switches as `key: true`; takes --enable-mixed-chunk with a pipeline"),
 )
 # Releases whose ServerArgs.check_server_args (sglang/srt/server_args.py, 0.5.7 and 0.5.8) asserts, for pp_size > 1:
 # "Pipeline parallelism is not compatible with overlap schedule, speculative decoding, mixed chunked prefill."
@@ -403,6 +468,9 @@ def _sglang_check(config: ResolvedConfig, release: Release, launch: Launch) -> N
                           "mixed_batches off, or for SGLang 0.5.23")
 
 
+SGLANG_METRICS = Flag("--enable-metrics")
+
+
 def _sglang_flags(config: ResolvedConfig) -> tuple[Flag, ...]:
     """The common knobs in the spelling SGLang and its forks share."""
     return (
@@ -411,7 +479,7 @@ def _sglang_flags(config: ResolvedConfig) -> tuple[Flag, ...]:
         Flag("--chunked-prefill-size", config.chunk),
         Flag("--max-running-requests", config.max_running),
         *((Flag("--enable-mixed-chunk"),) if config.mixed_batches else ()),
-        Flag("--enable-metrics"),
+        SGLANG_METRICS,
     )
 
 
@@ -439,28 +507,38 @@ def _sglang_dcpp(config: ResolvedConfig, release: Release) -> Launch:
 LLAMA_RELEASES = (Release("0.3.36", "llama-server built from the llama.cpp sources llama-cpp-python 0.3.36 vendors"),)
 
 
+LLAMA_METRICS = Flag("--metrics")
+
+
 def _llama_common(config: ResolvedConfig, release: Release) -> Launch:
     if config.tp != 1 or config.pp != 1:
         raise ExportError(f"tp: llama-server runs one process without tensor or pipeline parallelism; "
                           f"got tp={config.tp} pp={config.pp} (use tp=1 pp=1)")
     return Launch(flags=(
         Flag("--parallel", config.max_running),  # slots: the requests it decodes at once
-        Flag("--ctx-size", config.kv_capacity),  # KV cache tokens over all slots
+        # one KV pool the slots share, as llama-server's default (--parallel auto) has and the baseline assumes;
+        # without it an explicit --parallel splits --ctx-size into fixed per-slot shares (tools/server/server.cpp)
+        Flag("--kv-unified"),
+        Flag("--ctx-size", config.kv_capacity),  # KV cache tokens of the whole pool
         Flag("--batch-size", config.chunk),  # tokens one decode call takes: the step's budget
         Flag("--ubatch-size", config.chunk),
-        Flag("--metrics"),
+        LLAMA_METRICS,
     ))
 
 
 register_engine(ServingEngine("vllm-ascend", ("vllm", "serve"), None, _ascend_common, ASCEND_RELEASES, ("ascend",),
-                              "vllm-config.yaml", check=_vllm_check, hub_env={"modelscope": "VLLM_USE_MODELSCOPE"}))
+                              "vllm-config.yaml", check=_vllm_check, hub_env={"modelscope": "VLLM_USE_MODELSCOPE"},
+                              package="vllm-ascend"))
 register_engine(ServingEngine("vllm", ("vllm", "serve"), None, _vllm_common, VLLM_RELEASES, ("cuda",),
-                              "vllm-config.yaml", check=_vllm_check, hub_env={"modelscope": "VLLM_USE_MODELSCOPE"}))
+                              "vllm-config.yaml", check=_vllm_check, hub_env={"modelscope": "VLLM_USE_MODELSCOPE"},
+                              package="vllm"))
 register_engine(ServingEngine("sglang", ("python", "-m", "sglang.launch_server"), "--model-path", _sglang_common,
                               SGLANG_RELEASES, ("cuda",), "sglang-config.yaml", "model-path", check=_sglang_check,
-                              hub_env={"modelscope": "SGLANG_USE_MODELSCOPE"}))
+                              hub_env={"modelscope": "SGLANG_USE_MODELSCOPE"}, package="sglang",
+                              always=(SGLANG_METRICS,)))
 register_engine(ServingEngine("llama-server", ("llama-server",), "--model", _llama_common, LLAMA_RELEASES,
-                              ("cpu", "cuda"), model_file=True))
+                              ("cpu", "cuda"), model_file=True, hub_flag="-hf",
+                              always=(LLAMA_METRICS,)))
 
 
 # -- FastPP (an SGLang 0.4.1 fork) ------------------------------------------------------
@@ -525,7 +603,7 @@ def _fastpp_rebalancing(config: ResolvedConfig, release: Release) -> Launch:
 
 register_engine(ServingEngine("fastpp", ("python", "-m", "sglang.launch_server"), "--model-path", _fastpp_common,
                               FASTPP_RELEASES, ("cuda",), delay_scheduling=ModeSupport(_fastpp_rebalancing),
-                              fork=FASTPP, upstream=_fastpp_upstream))
+                              fork=FASTPP, upstream=_fastpp_upstream, always=(SGLANG_METRICS,)))
 for _name in ENGINES:
     register_support(_name, "cpp", ModeSupport(_nothing))
 register_support("vllm-ascend", "dcpp", ModeSupport(_ascend_dcpp, min_pp=2))

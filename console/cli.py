@@ -17,7 +17,7 @@ from pathlib import Path
 import click
 
 from ..backends.blas_threads import one_blas_thread
-from .errors import exit_with, run_cli
+from .errors import exit_with, report_on_stderr, run_cli
 
 # command -> (its module under pipedeck.console, the function click made the command from)
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -67,4 +67,5 @@ def cli() -> None:
 def main(argv: list[str] | None = None) -> None:
     """Console-script entry point."""
     one_blas_thread()  # before anything loads numpy
+    report_on_stderr()
     exit_with(lambda: run_cli(cli, argv))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import sys
 from collections.abc import Callable
 
@@ -32,3 +33,18 @@ def _fail(message: str) -> int:
 def exit_with(run: Callable[[], int]) -> None:
     """Exit the process with `run()`'s status."""
     sys.exit(run())
+
+
+class _StderrLines(logging.Handler):
+    """Each record as one `pipedeck: ...` line on the stderr of the moment (click's, so tests can capture it)."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        click.echo(f"pipedeck: {record.getMessage()}", err=True)
+
+
+def report_on_stderr() -> None:
+    """What the core tells the operator through the `pipedeck` loggers (a leftover server stopped) goes to stderr."""
+    logger = logging.getLogger("pipedeck")
+    if not any(isinstance(handler, _StderrLines) for handler in logger.handlers):
+        logger.addHandler(_StderrLines(logging.WARNING))
+    logger.propagate = False

@@ -20,7 +20,7 @@ __all__ = ["export", "export_study", "read_config_json", "warn_on_stderr"]
               help="Export a pipedeck-best.json or a plain config JSON instead of a study's best trial.")
 @click.option("--format", "engine", type=click.Choice(list(ENGINES)), required=True, help="Engine to launch with.")
 @click.option("--engine-version", default=None,
-              help="Engine release to write for (default: its newest release; docs/export.md lists them).")
+              help="Engine release to write for (default: the installed one, else its newest known; docs/export.md lists them).")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), required=True,
               help="Folder to write into (created if missing; files in it are replaced).")
 @click.option("--db", type=click.Path(dir_okay=False, path_type=Path), default=None,

@@ -45,6 +45,16 @@ def config_options(fn: Callable) -> Callable:
     return fn
 
 
+CONFIG_FIELDS = ("model", "hardware", "tp", "pp", "mode", "chunk", "layer_split", "kv_capacity",
+                 *(knob.field for knob in KNOBS))  # the parameters `config_options` adds
+
+
+def config_given(ctx: click.Context) -> bool:
+    """Whether the user set any config option (on the command line or in the environment), not only defaults."""
+    return any(ctx.get_parameter_source(name) not in (None, click.core.ParameterSource.DEFAULT)
+               for name in CONFIG_FIELDS)
+
+
 def config_from_options(opts: dict[str, object]) -> ServingConfig:
     """Build and validate a ServingConfig from the parsed options; print a warning line for an odd chunk."""
     capacity = opts["kv_capacity"]

@@ -10,7 +10,10 @@ QUANTILES = ("mean", "p50", "p90", "p99")
 
 
 def config_line(config: dict[str, object]) -> str:
-    """One line naming a config's model, cluster and knobs."""
+    """One line naming a config's model, cluster and knobs (a live server's own: what it said of itself)."""
+    if "hardware" not in config:
+        return (f"{config.get('model') or 'model not reported'} on {config.get('engine') or 'an unknown engine'}"
+                "  (its own config: hardware and parallelism not known)")
     split = ",".join(map(str, config.get("layer_split") or []))
     return (f"{config['model']} on {config['hardware']}  tp={config['tp']} pp={config['pp']}  "
             f"mode={config['mode']}  chunk={format_tokens(int(config['chunk']))}  split={split}")

@@ -7,7 +7,7 @@ import click
 from ..backends.errors import ServerError
 from ..backends.registry import BACKENDS, backend_entry
 from ..backends.result import RunResult
-from .options import config_options, workload_options
+from .options import config_from_options, config_given, config_options, workload_options
 from .simulate import execute, output_options
 
 
@@ -25,12 +25,15 @@ from .simulate import execute, output_options
 @output_options
 def run(**opts: object) -> None:
     """Run one scenario under one serving config on a backend (a live server: the config it was started with)."""
-    if opts["fresh_prompts"] and not backend_entry(str(opts["backend"])).capabilities.endpoint:
+    endpoint = backend_entry(str(opts["backend"])).capabilities.endpoint
+    if opts["fresh_prompts"] and not endpoint:
         raise click.BadParameter(f"the {opts['backend']} backend has no prefix cache; it is for --backend live",
                                  param_hint="--fresh-prompts")
     options = {"endpoint": opts["endpoint"], "model": opts["served_model"],
-               "fresh_prompts": opts["fresh_prompts"]} if opts["backend"] == "live" else {}
-    report_unserved(*execute(opts, str(opts["backend"]), **options))
+               "fresh_prompts": opts["fresh_prompts"]} if endpoint else {}
+    # a server started elsewhere runs its own config: without options, record what it says, not pipedeck's defaults
+    config = config_from_options(opts) if not endpoint or config_given(click.get_current_context()) else None
+    report_unserved(*execute(opts, str(opts["backend"]), config, **options))
 
 
 def report_unserved(result: RunResult, run_id: int | None) -> None:

@@ -73,7 +73,7 @@ def row_cells(r: RunRow) -> tuple[str, ...]:
     """A listed run as text cells: id, created, scenario, model, config, TTFT p90, TPOT p90, bubble, and a
     label cell: the backend unless simulated, failed requests, the run's label and trial."""
     scenario = r.scenario if r.rate is None else f"{r.scenario}@{r.rate:.3g}"
-    config = " ".join(part for part in (r.mode, f"{r.tp}×{r.pp}",
+    config = " ".join(part for part in (r.mode, None if r.tp is None else f"{r.tp}×{r.pp}",
                                         format_tokens(int(r.chunk)) if r.chunk is not None else None) if part)
     label = " ".join(part for part in (None if r.backend == "sim" else r.backend,
                                        f"{r.failed} failed" if r.failed else None,

@@ -8,6 +8,7 @@ from collections.abc import Callable
 import click
 
 from .. import store as run_store  # its RunStore, and DuckDB with it, loads only when a run is stored
+from ..backends.config import ServingConfig
 from ..backends.registry import make_backend
 from ..backends.result import RunResult
 from ..backends.footprint import check_footprint
@@ -38,12 +39,13 @@ def output_options(fn: Callable) -> Callable:
 @output_options
 def simulate(**opts: object) -> None:
     """Simulate one scenario under one serving config."""
-    execute(opts, "sim")
+    execute(opts, "sim", config_from_options(opts))
 
 
-def execute(opts: dict[str, object], backend_name: str, **backend_options: object) -> tuple[RunResult, int | None]:
-    """Run, store, and print one run as the options say; the run and its id in the store (None: not stored)."""
-    config = config_from_options(opts)
+def execute(opts: dict[str, object], backend_name: str, config: ServingConfig | None,
+            **backend_options: object) -> tuple[RunResult, int | None]:
+    """Run `config` (None: a live server's own, recorded as it describes itself), store and print it as `opts`
+    say; the run and its id in the store (None: not stored)."""
     scenario = load_scenario(str(opts["scenario"]))
     backend = make_backend(backend_name, **backend_options)
     if opts["timeline"]:

@@ -68,7 +68,7 @@ from .tunespec import (DEFAULT_REPEATS, DEFAULT_SCENARIO, TuneInputError, TuneIn
 @click.option("--db", default=None, help="Run store file (default: pipedeck.duckdb or $PIPEDECK_DB).")
 @click.option("--export", "export_dir", default=None, help="Also write the best config's deployable files here.")
 @click.option("--format", "export_format", default=None, help="Engine for --export (default: vllm-ascend on Ascend, else vllm).")
-@click.option("--engine-version", default=None, help="Engine release for --export (default: its newest release).")
+@click.option("--engine-version", default=None, help="Engine release for --export (default: the installed one, else its newest known release).")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of tables.")
 @progress_option
 @interrupted_by_signals

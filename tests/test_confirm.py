@@ -153,7 +153,7 @@ def test_a_live_tune_runs_each_trial_on_a_fresh_server_and_a_failed_one_fails_th
     (["--confirm", "live", "--launch", "nope"], "'--launch': 'nope' is not one of"),
     (["--confirm", "live", "--launch", "llama-server", "--program", FAKE], "--model-path: give the weights"),
     (["--confirm", "live", "--launch", "llama-server", "--program", FAKE, "--model-path", "/nope.gguf"],
-     "--model-path: llama-server loads a local file; there is no file /nope.gguf"),
+     "--model-path: llama-server loads a local GGUF file or a hub id org/name[:quant]; there is no file /nope.gguf"),
     (["--confirm", "live", "--launch", "llama-server", "--model-path", "MODEL", "--endpoint", "http://127.0.0.1:1"],
      "--endpoint: give either --endpoint"),
     (["--confirm", "live", "--endpoint", "http://127.0.0.1:1", "--confirm-top", "0"],

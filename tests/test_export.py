@@ -390,6 +390,26 @@ def test_script_launches_the_engine_with_its_environment(tmp_path, engine, progr
     assert "/weights/dsv3" in json.loads(out.read_text())["argv"]
 
 
+def test_a_llama_server_script_loads_a_gguf_file_with_model_and_a_hub_id_with_hf(tmp_path):
+    """The profile's checkpoint (safetensors on the hub) is no GGUF: the script asks for MODEL and maps it."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "llama-server").write_text(STUB.format(python=sys.executable))
+    (bin_dir / "llama-server").chmod(0o755)
+    path = export(tmp_path, "llama-server", **QWEN, tp=1, pp=1, kv_capacity=4096, max_running=4)["serve.sh"]
+    out, gguf = tmp_path / "launched.json", tmp_path / "tiny.gguf"
+    gguf.write_bytes(b"GGUF")
+    base = {"PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}", "STUB_OUT": str(out)}
+    for model, words in ((str(gguf), ["--model", str(gguf)]), ("ggml-org/Qwen2.5-0.5B-Instruct-GGUF:Q8_0",
+                                                                ["-hf", "ggml-org/Qwen2.5-0.5B-Instruct-GGUF:Q8_0"])):
+        subprocess.run(["bash", str(path)], env={**base, "MODEL": model}, check=True)
+        assert json.loads(out.read_text())["argv"][:2] == words
+    out.unlink()
+    unset = subprocess.run(["bash", str(path)], env=base, capture_output=True, text=True)
+    assert unset.returncode != 0 and not out.exists()
+    assert "MODEL: set it to a local GGUF file or a hub id org/name[:quant]" in unset.stderr
+
+
 # -- what cannot be exported ----------------------------------------------------------
 
 @pytest.mark.parametrize("engine, mode, message", [
@@ -603,9 +623,58 @@ def test_a_step_budget_vllm_refuses_is_not_exported(tmp_path, engine):
 
 def test_an_unknown_engine_release_is_one_line_naming_the_known_ones(tmp_path):
     with pytest.raises(ExportError, match=r"^engine_version: vllm-ascend '0\.9' is not a release pipedeck knows; "
-                                          r"allowed: 0\.23\.0, 0\.25\.1rc1$"):
+                                          r"allowed: 0\.23\.0, 0\.25\.1rc1, or one newer than 0\.25\.1rc1$"):
         write_export(best(**DSV3, pp=2), "vllm-ascend", tmp_path / "out", "0.9")
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("engine, version, message", [
+    ("vllm", "0.30.0", "engine_version: vllm '0.30.0' is not a release pipedeck knows; "
+                       "allowed: 0.23.0, 0.33.0, or one newer than 0.33.0"),
+    ("vllm", "latest", "engine_version: vllm 'latest' is not a version number; "
+                       "allowed: 0.23.0, 0.33.0, or one newer than 0.33.0"),
+    ("fastpp", "0.5.0", "engine_version: fastpp '0.5.0' is not a release pipedeck knows; allowed: 0.4.1-fastpp"),
+])
+def test_an_unknown_old_or_malformed_release_is_refused_naming_the_range(engine, version, message):
+    with pytest.raises(ExportError) as err:
+        ENGINES[engine].release(version)
+    assert str(err.value) == message
+
+
+def test_a_release_newer_than_the_newest_known_is_exported_as_the_newest_with_a_note(tmp_path, capsys):
+    release = ENGINES["vllm"].release("v0.34.0")
+    assert (release.version, release.behaves_as) == ("0.34.0", "0.33.0")
+    assert release.reads_config_file == ENGINES["vllm"].release("0.33.0").reads_config_file
+    record = write_export(best(**QWEN, tp=2, pp=2), "vllm", tmp_path / "first")[-1]
+    status, out, err = run(capsys, ["export", "--config", str(record), "--format", "vllm", "--engine-version", "0.34.0",
+                                    "--out", str(tmp_path / "o")])
+    assert status == 0 and err == ("NOTE: vllm 0.34.0 is newer than 0.33.0, the newest release pipedeck knows; "
+                                   "written as 0.33.0 runs\n")
+    script = (tmp_path / "o" / "serve.sh").read_text()
+    assert "for vllm 0.34.0." in script and f"# {err.strip()}" in script
+    assert json.loads((tmp_path / "o" / "pipedeck-best.json").read_text())["engine_version"] == "0.34.0"
+
+
+def installed(tmp_path: Path, monkeypatch, package: str, version: str) -> None:
+    """An installed distribution `package` at `version` (its metadata on sys.path, as pip leaves it)."""
+    info = tmp_path / "site" / f"{package}-{version}.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {package}\nVersion: {version}\n")
+    monkeypatch.syspath_prepend(str(tmp_path / "site"))
+
+
+@pytest.mark.parametrize("version", ["0.34.0", "0.23.0"])
+def test_the_default_release_is_the_installed_engine_s(tmp_path, monkeypatch, version):
+    installed(tmp_path, monkeypatch, "vllm", version)
+    assert ENGINES["vllm"].release().version == version
+    assert ENGINES["sglang"].release().version == "0.5.23"  # not installed: its newest known
+
+
+def test_an_installed_release_pipedeck_does_not_know_is_refused_naming_it(tmp_path, monkeypatch):
+    installed(tmp_path, monkeypatch, "vllm_ascend", "0.11.0")
+    with pytest.raises(ExportError, match=r"^engine_version: vllm-ascend '0\.11\.0' \(installed\) is not a release "
+                                          r"pipedeck knows; allowed: 0\.23\.0, 0\.25\.1rc1, or one newer"):
+        ENGINES["vllm-ascend"].release()
 
 
 def test_the_default_release_is_the_newest_that_is_not_a_candidate():
@@ -625,10 +694,11 @@ def test_the_record_names_release_weights_and_the_studys_engine(tmp_path):
 
 def test_cli_engine_version_is_checked_in_one_line(tmp_path, capsys):
     record = write_export(best(**DSV3, pp=2), "vllm-ascend", tmp_path / "first")[-1]
-    status, out, err = run(capsys, ["export", "--config", str(record), "--format", "sglang", "--engine-version", "9",
-                                    "--out", str(tmp_path / "o")])
+    status, out, err = run(capsys, ["export", "--config", str(record), "--format", "sglang", "--engine-version",
+                                    "0.5.9", "--out", str(tmp_path / "o")])
     assert status == 2 and out == "" and err == (
-        "pipedeck: error: engine_version: sglang '9' is not a release pipedeck knows; allowed: 0.5.7, 0.5.23\n")
+        "pipedeck: error: engine_version: sglang '0.5.9' is not a release pipedeck knows; "
+        "allowed: 0.5.7, 0.5.23, or one newer than 0.5.23\n")
     status, out, err = run(capsys, ["export", "--config", str(record), "--format", "vllm-ascend", "--engine-version",
                                     "0.25.1rc1", "--out", str(tmp_path / "o")])
     assert status == 0, err

@@ -45,11 +45,13 @@ def test_the_launching_backend_restarts_the_server_only_when_the_config_changes(
     result = backend.run(scenario, ServingConfig(**{**CPU, "chunk": 1024}), rate=50, num_requests=4)
     assert backend.starts == 2 and first.poll() is not None
     assert len(result.records) == 4 and result.backend == "live" and result.config["chunk"] == 1024
-    logs = sorted((tmp_path / "logs").iterdir())
+    logs = sorted((tmp_path / "logs").glob("*.log"))
     assert len(logs) == 2 and "--batch-size 1024" in logs[1].read_text()
+    assert [p.name for p in (tmp_path / "logs").glob("*.pid")] == [logs[1].name + ".pid"]  # the running server's
     second = backend.server.process
     backend.close()
     assert second.poll() is not None and backend.server is None
+    assert not list((tmp_path / "logs").glob("*.pid"))
 
 
 def test_a_server_that_died_fails_the_run_with_one_line_and_the_next_run_gets_a_fresh_one(model, tmp_path):
@@ -82,7 +84,10 @@ def test_a_config_the_engine_cannot_run_is_a_launch_error(model, tmp_path):
 @pytest.mark.parametrize("engine, weights, program, message", [
     ("nope", "model", FAKE, "launch: unknown engine 'nope'; allowed: vllm-ascend, vllm, sglang, llama-server, fastpp"),
     ("llama-server", None, FAKE, "model_path: give the weights llama-server loads (a path or hub id)"),
-    ("llama-server", "/nope.gguf", FAKE, "model_path: llama-server loads a local file; there is no file /nope.gguf"),
+    ("llama-server", "/nope.gguf", FAKE,
+     "model_path: llama-server loads a local GGUF file or a hub id org/name[:quant]; there is no file /nope.gguf"),
+    ("llama-server", "a/b/c", FAKE,
+     "model_path: llama-server loads a local GGUF file or a hub id org/name[:quant]; there is no file a/b/c"),
     ("llama-server", "model", "/nope/x", "program: '/nope/x' not found (not an executable file, nor on PATH)"),
     ("llama-server", "model", None, "launch: 'llama-server' not found on PATH; install llama-server or give its program"),
 ])
@@ -91,6 +96,11 @@ def test_a_launch_is_checked_before_any_work(model, monkeypatch, engine, weights
     with pytest.raises(ConfigError) as err:
         check_launch(engine, str(model) if weights == "model" else weights, program)
     assert str(err.value) == message
+
+
+def test_a_hub_id_passes_the_launch_check_without_a_local_file(monkeypatch):
+    monkeypatch.setenv("PATH", "")
+    assert check_launch("llama-server", "ggml-org/Qwen2.5-0.5B-Instruct-GGUF:Q8_0", FAKE)[0] == sys.executable
 
 
 def test_the_live_backend_takes_an_endpoint_or_an_engine_to_launch():

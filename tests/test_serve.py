@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
 from pathlib import Path
 
 import httpx
+import psutil
 import pytest
 from pipedeck.backends.config import ServingConfig
 from pipedeck.backends.launch import ExportError
@@ -30,11 +32,31 @@ def alive(pid: int) -> bool:
 
 def test_llama_server_gets_the_flags_its_config_maps_to():
     argv, env = server_command(ServingConfig(**CPU).resolve(), "llama-server", "tiny.gguf", "127.0.0.1", 8123)
-    assert argv == ["llama-server", "--model", "tiny.gguf", "--parallel", "4", "--ctx-size", "4096",
+    assert argv == ["llama-server", "--model", "tiny.gguf", "--parallel", "4", "--kv-unified", "--ctx-size", "4096",
                     "--batch-size", "512", "--ubatch-size", "512", "--metrics", "--host", "127.0.0.1", "--port", "8123"]
     assert env == {}
     with pytest.raises(ExportError, match="^tp: llama-server runs one process"):
         server_command(ServingConfig(**{**CPU, "pp": 2}).resolve(), "llama-server", "tiny.gguf", "127.0.0.1", 1)
+
+
+@pytest.mark.parametrize("weights, words", [
+    ("ggml-org/Qwen2.5-0.5B-Instruct-GGUF", ["-hf", "ggml-org/Qwen2.5-0.5B-Instruct-GGUF"]),
+    ("ggml-org/Qwen2.5-0.5B-Instruct-GGUF:Q8_0", ["-hf", "ggml-org/Qwen2.5-0.5B-Instruct-GGUF:Q8_0"]),
+    ("tiny.gguf", ["--model", "tiny.gguf"]),
+    ("models/tiny.gguf", ["--model", "models/tiny.gguf"]),
+    ("/models/tiny", ["--model", "/models/tiny"]),
+])
+def test_llama_server_loads_a_local_file_with_model_and_a_hub_id_with_hf(weights, words):
+    argv, _ = server_command(ServingConfig(**CPU).resolve(), "llama-server", weights, "127.0.0.1", 8123)
+    assert argv[1:3] == words
+
+
+def test_a_local_folder_named_like_a_hub_id_is_a_path(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "org").mkdir()
+    (tmp_path / "org" / "name").write_bytes(b"GGUF")
+    argv, _ = server_command(ServingConfig(**CPU).resolve(), "llama-server", "org/name", "127.0.0.1", 8123)
+    assert argv[1:3] == ["--model", "org/name"]
 
 
 def test_vllm_gets_the_same_flags_and_environment_as_its_export():
@@ -106,11 +128,16 @@ def _ignore_sigint() -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # as a shell starts a background job (`pipedeck serve ... &`)
 
 
+def serve_argv(log: Path) -> list[str]:
+    """`pipedeck serve` of the fake engine, logging to `log`."""
+    return [str(Path(sys.executable).parent / "pipedeck"), "serve", "--engine", "llama-server", "--model-path", "t.gguf",
+            "--model", "qwen2.5-14b", "--hardware", "a100-40g-pcie", "--tp", "1", "--pp", "1", "--kv-capacity", "4096",
+            "--program", " ".join(FAKE), "--log", str(log)]
+
+
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["sigterm", "sigint-in-background"])
 def test_pipedeck_serve_runs_until_sigterm_or_sigint_and_stops_the_engine(tmp_path, sig):
-    argv = [str(Path(sys.executable).parent / "pipedeck"), "serve", "--engine", "llama-server", "--model-path", "t.gguf",
-            "--model", "qwen2.5-14b", "--hardware", "a100-40g-pcie", "--tp", "1", "--pp", "1", "--kv-capacity", "4096",
-            "--program", " ".join(FAKE), "--log", str(tmp_path / "serve.log")]
+    argv = serve_argv(tmp_path / "serve.log")
     serve = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=_ignore_sigint)
     try:
         line = serve.stdout.readline()
@@ -123,3 +150,85 @@ def test_pipedeck_serve_runs_until_sigterm_or_sigint_and_stops_the_engine(tmp_pa
             httpx.get(f"{url}/health", timeout=1.0)
     finally:
         serve.kill()
+
+
+def running(pid: int) -> bool:
+    """Whether `pid` runs (a zombie that no parent has reaped yet has stopped)."""
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def start_serving(log: Path) -> tuple[subprocess.Popen, str, int]:
+    """A `pipedeck serve` process, the URL it serves on and its server's PID, once the server is healthy."""
+    serve = subprocess.Popen(serve_argv(log), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    line = serve.stdout.readline()
+    match = re.match(r"serving llama-server at (\S+) \(pid (\d+),", line)
+    assert match, line + serve.stderr.read()
+    return serve, match[1], int(match[2])
+
+
+def test_a_server_left_by_a_killed_pipedeck_is_stopped_by_the_next_launch(tmp_path):
+    log = tmp_path / "serve.log"
+    first, url, orphan = start_serving(log)
+    first.kill()  # kill -9: no handler runs, the server is left behind
+    first.wait()
+    assert httpx.get(f"{url}/health").status_code == 200
+    second = None
+    try:
+        second, _, server = start_serving(log)  # the same command again
+        assert not running(orphan) and running(server)
+        with pytest.raises(httpx.TransportError):
+            httpx.get(f"{url}/health", timeout=1.0)
+        second.terminate()
+        assert second.wait(10) == 0 and not running(server)
+        assert second.stderr.read() == (f"pipedeck: stopped llama-server (pid {orphan}) left running by pipedeck "
+                                        f"(pid {first.pid}), which is gone; its log: {log}\n")
+        assert not list(tmp_path.glob("*.pid"))  # a server stopped by its pipedeck leaves no pid file
+    finally:
+        for process in (first, second):
+            if process is not None:
+                process.kill()
+        if running(orphan):
+            os.killpg(orphan, signal.SIGKILL)
+
+
+def test_a_server_whose_pipedeck_still_runs_is_left_alone(tmp_path):
+    first, url, server = start_serving(tmp_path / "first.log")
+    (tmp_path / "other.pid").write_text(f"{server}\n")  # another program's pid file: not pipedeck's to act on
+    try:
+        second, _, _ = start_serving(tmp_path / "second.log")
+        second.terminate()
+        assert second.wait(10) == 0 and "left running" not in second.stderr.read()
+        assert running(server) and httpx.get(f"{url}/health").status_code == 200
+        assert (tmp_path / "other.pid").read_text() == f"{server}\n"
+    finally:
+        first.terminate()
+        first.wait(10)
+
+
+def test_serving_a_weights_file_without_a_config_takes_the_engine_s_own_defaults(tmp_path):
+    """No catalog model, hardware or parallelism: llama-server picks its slots, context and batch itself."""
+    log = tmp_path / "serve.log"
+    argv = [str(Path(sys.executable).parent / "pipedeck"), "serve", "--engine", "llama-server", "--model-path",
+            "tiny.gguf", "--program", " ".join(FAKE), "--log", str(log)]
+    serve = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        line = serve.stdout.readline()
+        assert line.startswith("serving llama-server at http://127.0.0.1:"), line + serve.stderr.read()
+        serve.terminate()
+        assert serve.wait(10) == 0
+        assert serve.stderr.read() == ("pipedeck: no config option given: llama-server runs with its own defaults; "
+                                       "pipedeck passes only the weights, --metrics, --host and --port\n")
+        launched = log.read_text().splitlines()[0].split()[1:]
+        assert launched[:3] == ["--model", "tiny.gguf", "--metrics"] and launched[3] == "--host"
+    finally:
+        serve.kill()
+
+
+def test_the_engine_s_own_defaults_launch_passes_no_config_flags():
+    argv, env = server_command(None, "vllm", "Qwen/Qwen2.5-14B-Instruct", "127.0.0.1", 8000)
+    assert argv == ["vllm", "serve", "Qwen/Qwen2.5-14B-Instruct", "--host", "127.0.0.1", "--port", "8000"]
+    assert env == {}
+    assert server_command(None, "sglang", "m", "127.0.0.1", 1)[0][3:6] == ["--model-path", "m", "--enable-metrics"]

@@ -18,7 +18,7 @@ import yaml
 
 from ..backends.profiles.schema import PLATFORMS
 from ..backends.config import ResolvedConfig, ServingConfig
-from ..backends.launch import EnvVar, ExportError, Plan, plan_launch
+from ..backends.launch import EnvVar, ExportError, Plan, ServingEngine, plan_launch
 from ..backends.profiles.schema import Checkpoint
 from .objective import OBJECTIVES
 from .verdict import in_force, stored_verdict
@@ -91,6 +91,9 @@ def export_warnings(best: BestConfig, plan: Plan) -> list[str]:
             f"{plan.checkpoint.id}{_precision(plan.checkpoint)}")
         found.append(f"WARNING: predicted for {config.hardware} ({hardware.platform}), but {engine.name} serves on "
                      f"{' or '.join(engine.platforms)}{weights}: the predictions do not hold for this launch")
+    if plan.release.behaves_as:
+        found.append(f"NOTE: {engine.name} {plan.release.version} is newer than {plan.release.behaves_as}, the newest "
+                     f"release pipedeck knows; written as {plan.release.behaves_as} runs")
     if best.engine and best.engine != engine.name:
         found.append(f"WARNING: study {best.study or '-'} was tuned for {best.engine} (its baseline and the modes "
                      f"it searched), but this launch is {engine.name}: its gain over the default is {best.engine}'s")
@@ -112,13 +115,28 @@ def render_script(best: BestConfig, config: ServingConfig, plan: Plan, warnings:
     lines += [_env_line(var) for var in launch.env]
     if launch.env:
         lines.append("")
-    model = f'"${{MODEL:-{plan.checkpoint.id}}}"'
     command = [" ".join(shlex.quote(part) for part in ("exec", *engine.program))]
-    command.append(f"{shlex.quote(engine.model_flag)} {model}" if engine.model_flag else model)
+    if engine.hub_flag:
+        lines += _weights_from_model(engine)
+        command.append('"${WEIGHTS[@]}"')
+    else:
+        model = f'"${{MODEL:-{plan.checkpoint.id}}}"'
+        command.append(f"{shlex.quote(engine.model_flag)} {model}" if engine.model_flag else model)
     command += [" ".join(shlex.quote(part) for part in flag.argv()) for flag in launch.flags]
     command.append('"$@"')
     lines.append(" \\\n  ".join(command))
     return "\n".join(lines) + "\n"
+
+
+def _weights_from_model(engine: ServingEngine) -> list[str]:
+    """Script lines that require MODEL and load it as the launcher would: a file (or *.gguf) by path, else from the hub.
+
+    The profile's checkpoint is no default here: it is not in the format such
+    an engine loads (llama-server takes GGUF).
+    """
+    return [f'MODEL="${{MODEL:?set it to a local GGUF file or a hub id org/name[:quant]}}"',
+            f'if [[ -e "$MODEL" || "$MODEL" == *.gguf ]]; then WEIGHTS=({shlex.quote(engine.model_flag)} "$MODEL"); '
+            f'else WEIGHTS=({shlex.quote(engine.hub_flag)} "$MODEL"); fi', ""]
 
 
 def render_yaml(config: ServingConfig, plan: Plan) -> str:
@@ -223,7 +241,9 @@ def _header(best: BestConfig, config: ServingConfig, plan: Plan) -> list[str]:
         f"Model {config.model} on {config.hardware}: {config.devices} devices (tp {config.tp} x pp {config.pp}), "
         f"mode {config.mode}, chunk {config.chunk}, layers per virtual stage {split}",
         f"Weights: {weights.id}" + (f" ({how})" if how else "") + f"; source: {weights.source}",
-        f"MODEL=/path/or/hub-id ./{SCRIPT} overrides {weights.id}; extra arguments (--port 8000) are passed on.",
+        (f"MODEL=tiny.gguf ./{SCRIPT} loads a local file, MODEL=org/name[:quant] a hub id ({engine.hub_flag}); "
+         "extra arguments (--port 8000) are passed on." if engine.hub_flag else
+         f"MODEL=/path/or/hub-id ./{SCRIPT} overrides {weights.id}; extra arguments (--port 8000) are passed on."),
     ]
     if engine.config_file:
         lines.append(f"The same options as YAML: {engine.config_file} ({' '.join(engine.program)} --config).")

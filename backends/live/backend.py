@@ -14,7 +14,8 @@ class LiveBackend:
 
     The server runs whatever config it was started with (`pipedeck serve`
     starts it from one); the config given to `run` is recorded with the run,
-    not applied. A live server has no per-rank timeline.
+    not applied (None: the model name and engine the server reports). A live
+    server has no per-rank timeline.
     """
 
     name = "live"
@@ -25,9 +26,10 @@ class LiveBackend:
         self.endpoint, self.options = endpoint.rstrip("/"), options
         self.capabilities = backend_entry("live").capabilities
 
-    def run(self, scenario: Scenario, config: ServingConfig, rate: float | None = None, seed: int = 0,
+    def run(self, scenario: Scenario, config: ServingConfig | None, rate: float | None = None, seed: int = 0,
             num_requests: int | None = None, observer: RunObserver | None = None,
             timeline: bool = True) -> RunResult:
         """Replay `scenario` against the server and return what the clients and /metrics saw."""
         return run_scenario(scenario, self.endpoint, rate=rate, seed=seed, num_requests=num_requests,
-                            options=self.options, config=config.to_dict(), observer=observer)
+                            options=self.options, config=None if config is None else config.to_dict(),
+                            observer=observer)

@@ -3,14 +3,14 @@
 The same mapping writes `pipedeck export`'s serve.sh, so a server started here
 runs exactly the flags an export hands an operator. The server's output goes
 to a log file; it runs in a process group of its own and is stopped by its
-PID: SIGTERM, then SIGKILL after a grace period.
+PID: SIGTERM, then SIGKILL after a grace period. A pid file beside the log
+lets the next launch stop a server whose pipedeck was killed (leftovers.py).
 """
 
 from __future__ import annotations
 
 import os
 import shutil
-import signal
 import socket
 import subprocess
 import time
@@ -24,8 +24,9 @@ from ..base import RunCancelled
 from ..blas_threads import user_environment
 from ..config import ResolvedConfig
 from ..errors import ServerError
-from ..launch import plan_launch
+from ..launch import Launch, get_engine, plan_launch
 from .client import clip
+from .leftovers import GRACE_S, pid_path, stop_group, stop_leftovers, write_pid_file
 
 LOOPBACK = "127.0.0.1"
 
@@ -43,16 +44,19 @@ class Server:
     process: subprocess.Popen
     log_path: Path
 
-    def stop(self, grace_s: float = 10.0) -> int | None:
-        """SIGTERM the server's process group, SIGKILL it after `grace_s`; returns the exit status."""
+    def stop(self, grace_s: float = GRACE_S) -> int | None:
+        """SIGTERM the server's process group, SIGKILL it after `grace_s`, remove its pid file; returns the exit status."""
         if self.process.poll() is None:
-            _signal_group(self.process, signal.SIGTERM)
-            try:
-                self.process.wait(grace_s)
-            except subprocess.TimeoutExpired:
-                _signal_group(self.process, signal.SIGKILL)
-                self.process.wait()
+            stop_group(self.process.pid, self._ended, grace_s)
+        pid_path(self.log_path).unlink(missing_ok=True)
         return self.process.returncode
+
+    def _ended(self, timeout_s: float | None) -> bool:
+        try:
+            self.process.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            return False
+        return True
 
     def __enter__(self) -> Server:
         return self
@@ -61,15 +65,20 @@ class Server:
         self.stop()
 
 
-def server_command(config: ResolvedConfig, engine: str, model_path: str, host: str, port: int,
+def server_command(config: ResolvedConfig | None, engine: str, model_path: str, host: str, port: int,
                    program: tuple[str, ...] | None = None) -> tuple[list[str], dict[str, str]]:
     """The argv and the environment additions that start `engine` serving `model_path` for `config`.
 
     The profile's checkpoint says nothing about `model_path`: its quantization and hub are left to the model.
+    Without a config the engine runs with its own defaults: only the options it always gets (`always`).
     """
-    plan = plan_launch(config, engine, weights=False)
-    spec, launch = plan.engine, plan.launch
-    argv = [*(program or spec.program), *((spec.model_flag, model_path) if spec.model_flag else (model_path,))]
+    if config is None:
+        spec = get_engine(engine)
+        launch = Launch(flags=spec.always)
+    else:
+        plan = plan_launch(config, engine, weights=False)
+        spec, launch = plan.engine, plan.launch
+    argv = [*(program or spec.program), *spec.model_words(model_path)]
     for flag in launch.flags:
         argv += flag.argv()
     argv += ["--host", host, "--port", str(port)]
@@ -85,19 +94,21 @@ def free_port(host: str = LOOPBACK) -> int:
         return probe.getsockname()[1]
 
 
-def start_server(config: ResolvedConfig, engine: str, model_path: str, log_path: str | os.PathLike[str], *,
+def start_server(config: ResolvedConfig | None, engine: str, model_path: str, log_path: str | os.PathLike[str], *,
                  host: str = LOOPBACK, port: int | None = None, program: tuple[str, ...] | None = None,
                  health_timeout_s: float = 600.0, cancelled: Callable[[], bool] = lambda: False) -> Server:
-    """Start the engine and wait until GET /health answers 200; LaunchError (and nothing left running) otherwise.
+    """Start the engine (config None: with its own defaults) and wait until GET /health answers 200; LaunchError
+    (and nothing left running) otherwise.
 
     `cancelled` is asked while waiting; when it says True the server is
     stopped and RunCancelled raised.
     """
+    log = Path(log_path)
+    stop_leftovers(log.absolute().parent)  # first: a leftover server may hold the port asked for
     port = port or free_port(host)
     argv, env = server_command(config, engine, model_path, host, port, program)
     if shutil.which(argv[0]) is None:  # before the log is opened: an earlier log is not emptied for nothing
         raise LaunchError(f"engine: {argv[0]!r} not found; install {engine} or give its program")
-    log = Path(log_path)
     created = not log.exists()
     try:
         with log.open("wb") as out:
@@ -108,6 +119,11 @@ def start_server(config: ResolvedConfig, engine: str, model_path: str, log_path:
             log.unlink(missing_ok=True)
         raise LaunchError(f"log: cannot start {engine} logging to {log}: {err.strerror or err}") from None
     server = Server(engine, f"http://{host}:{port}", process, log)
+    try:
+        write_pid_file(log, engine, process.pid, argv)
+    except OSError as err:
+        server.stop(grace_s=2.0)
+        raise LaunchError(f"log: cannot write {pid_path(log)}: {err.strerror or err}") from None
     try:
         wait_healthy(server, health_timeout_s, cancelled)
     except BaseException:
@@ -143,9 +159,3 @@ def last_log_line(path: Path) -> str:
     lines = [line for line in path.read_text(errors="replace").splitlines() if line.strip()] if path.exists() else []
     return f" (last line: {clip(lines[-1], 160)})" if lines else ""
 
-
-def _signal_group(process: subprocess.Popen, sig: int) -> None:
-    try:
-        os.killpg(process.pid, sig)
-    except ProcessLookupError:
-        pass

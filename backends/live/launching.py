@@ -25,7 +25,7 @@ from ...scenarios.scenario import Scenario
 from ..base import RunObserver
 from ..config import ResolvedConfig, ServingConfig
 from ..errors import ConfigError
-from ..launch import ENGINES, ExportError
+from ..launch import ENGINES, ExportError, is_hub_id
 from ..result import RunResult
 from .backend import LiveBackend
 from .launcher import LaunchError, Server, last_log_line, start_server
@@ -44,8 +44,9 @@ def check_launch(engine: str, model_path: str | None, program: str | None) -> tu
     spec = ENGINES[engine]
     if not model_path:
         raise ConfigError(f"model_path: give the weights {engine} loads (a path or hub id)")
-    if spec.model_file and not Path(model_path).is_file():
-        raise ConfigError(f"model_path: {engine} loads a local file; there is no file {model_path}")
+    if spec.model_file and not Path(model_path).is_file() and not (spec.hub_flag and is_hub_id(model_path)):
+        hub = " or a hub id org/name[:quant]" if spec.hub_flag else ""
+        raise ConfigError(f"model_path: {engine} loads a local GGUF file{hub}; there is no file {model_path}")
     words = tuple(shlex.split(program)) if program else None
     if program is not None and not words:
         raise ConfigError("program: empty; give the engine's launcher command")

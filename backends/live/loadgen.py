@@ -66,11 +66,14 @@ class LoadOptions:
 def run_scenario(scenario: Scenario, base_url: str, *, rate: float | None = None, seed: int = 0,
                  num_requests: int | None = None, options: LoadOptions = LoadOptions(),
                  config: dict[str, object] | None = None, observer: RunObserver | None = None) -> RunResult:
-    """Replay `scenario`'s workload for `seed` against the server at `base_url` and return the run."""
+    """Replay `scenario`'s workload for `seed` against the server at `base_url` and return the run.
+
+    `config` is recorded with the run; None: what the server says of itself (`LiveRun.described`).
+    """
     check_footprint("live", scenario, None, num_requests, seed, rate)  # before any request is drawn
     workload = scenario.workload(seed=seed, rate=rate, num_requests=num_requests)
     live = asyncio.run(replay(workload, base_url, options, seed, observer, rate=rate))
-    return run_result(live, scenario.name, config or {}, seed, rate)
+    return run_result(live, scenario.name, live.described() if config is None else config, seed, rate)
 
 
 def run_result(live: LiveRun, scenario: str, config: dict[str, object], seed: int, rate: float | None) -> RunResult:
@@ -115,7 +118,7 @@ async def replay(workload: Workload, base_url: str, options: LoadOptions = LoadO
         await pool.aclose()
     requests = sorted(run.done, key=lambda r: r.id)
     return LiveRun(requests=requests, unsent=len(workload) - len(requests), loadgen_cpu_s=cpu, server=server,
-                   engine_version=version)
+                   engine_version=version, served_model=model)
 
 
 def _body(request: Request, model: str, ids: tuple[int, int] | None, seed: int, fresh_at: float | None) -> bytes:

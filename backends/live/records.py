@@ -67,6 +67,15 @@ class LiveRun:
     loadgen_cpu_s: float  # CPU seconds the load generator's process used during the run
     server: MetricsTimeline | None = None  # None when /metrics was not scraped
     engine_version: str | None = None  # "<engine> <version>" as the server reported it; None: it did not say
+    served_model: str | None = None  # the model name the requests asked for (/v1/models' first, or as named)
+
+    def described(self) -> dict[str, object]:
+        """What the server said of itself, as a run's config when none was given: its model name and engine.
+
+        Nothing else is known of a server started elsewhere (hardware, parallelism), so nothing else is said.
+        """
+        engine = self.engine_version.split()[0] if self.engine_version else None
+        return {key: value for key, value in (("model", self.served_model), ("engine", engine)) if value}
 
     def failed(self) -> list[LiveRequest]:
         return [r for r in self.requests if r.error is not None]
@@ -135,7 +144,7 @@ def live_to_dict(run: LiveRun) -> dict[str, object]:
     server = run.server
     return {
         "requests": [r._asdict() for r in run.requests], "unsent": run.unsent, "loadgen_cpu_s": run.loadgen_cpu_s,
-        "engine_version": run.engine_version,
+        "engine_version": run.engine_version, "served_model": run.served_model,
         "server": None if server is None else {
             "engine": server.engine, "errors": server.errors,
             "samples": [{"time_s": s.time_s, "values": {k: _value_to_json(v) for k, v in s.values.items()}}
@@ -150,7 +159,8 @@ def live_from_dict(data: dict) -> LiveRun:
         server["engine"], [Sample(s["time_s"], {k: _value_from_json(v) for k, v in s["values"].items()})
                            for s in server["samples"]], list(server["errors"]))
     requests = [LiveRequest(**{**r, "gaps_s": tuple(r["gaps_s"])}) for r in data["requests"]]
-    return LiveRun(requests, data["unsent"], data["loadgen_cpu_s"], timeline, data.get("engine_version"))
+    return LiveRun(requests, data["unsent"], data["loadgen_cpu_s"], timeline, data.get("engine_version"),
+                   data.get("served_model"))
 
 
 def _value_to_json(value: float | Histogram) -> object:

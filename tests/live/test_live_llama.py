@@ -74,3 +74,9 @@ def test_the_prefix_cache_hit_rate_falls_when_each_rate_draws_fresh_prompts(serv
     first, replayed, fresh = hit_rate(4.0, False), hit_rate(8.0, False), hit_rate(16.0, True)
     assert first < 0.1 and fresh < 0.1  # prompts it has not seen
     assert replayed > 0.5, replayed  # the first rate's prompts again: served from its cache
+
+
+def test_the_launched_slots_share_one_context_pool(server):
+    """--parallel with --kv-unified: every slot may use the whole --ctx-size, as llama-server's own default."""
+    log = server.log_path.read_text()
+    assert "n_slots = 4, n_ctx_slot = 8192, kv_unified = 'true'" in log, log[-2000:]

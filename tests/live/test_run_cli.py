@@ -193,3 +193,25 @@ def test_a_live_run_and_show_print_the_prefix_cache_hit_rate_and_fresh_prompts_i
     assert "prefix cache: hit rate 100.0% (from usage)" in capsys.readouterr().out
     assert run_cli(cli, ["run", "--backend", "sim", "--fresh-prompts", "--no-store"]) == 2
     assert "--fresh-prompts" in capsys.readouterr().err
+
+
+def test_a_live_run_without_a_config_records_what_the_server_says_not_pipedeck_s_defaults(capsys, tmp_path,
+                                                                                         mock_server):
+    db = str(tmp_path / "runs.duckdb")
+    common = ["--backend", "live", "--endpoint", mock_server, "--scenario", "sharegpt", "--requests", "4", "--db", db,
+              "--json"]
+    first, second = (cli_json(capsys, ["run", *common]) for _ in range(2))
+    assert first["config"] == {"model": "mock", "engine": "llama.cpp"}  # /v1/models' name, /props' engine; no more
+    with RunStore.open(db, read_only=True) as store:
+        rows = {row.id: row for row in store.list_runs()}
+    row = rows[first["run_id"]]
+    assert (row.model, row.hardware, row.tp, row.pp) == ("mock", None, None, None)
+    assert row_cells(row)[3:5] == ("mock", "")  # no tp×pp made up
+    out = tmp_path / "compare.html"
+    assert run_cli(cli, ["compare", str(first["run_id"]), str(second["run_id"]), "--db", db, "--out", str(out)]) == 0, \
+        capsys.readouterr().err
+    assert "deepseek" not in out.read_text().lower()
+    capsys.readouterr()
+    given = cli_json(capsys, ["run", *common, "--model", "qwen2.5-14b", "--hardware", "a100-40g-pcie", "--tp", "1",
+                              "--pp", "1"])
+    assert given["config"]["model"] == "qwen2.5-14b" and given["config"]["tp"] == 1  # a config given is recorded
