@@ -81,7 +81,7 @@ def tune(**opts: object) -> None:
                 f"best {value_text(spec.objective, p.best_value)} (trial {p.best_trial})"
             bar.update(task, completed=p.finished, description=f"{best}; {p.running} running")
 
-        outcome = run_study(spec, opts["db"], jobs=jobs, on_progress=show)
+        outcome = run_study(spec, opts["db"], jobs=jobs, on_progress=show, on_notice=warn_on_stderr)
     confirmed = run_confirm(spec, live, opts["db"], outcome.best.number if outcome.best else None,
                             progress_mode(opts)) if live.confirm and not outcome.interrupted else None
     exported = _export(spec, outcome, opts) if opts["export_dir"] and outcome.best else []

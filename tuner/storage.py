@@ -29,6 +29,7 @@ from optuna.storages.journal import JournalFileBackend
 from sqlalchemy.pool import NullPool
 
 from ..backends.errors import ConfigError
+from .journal import check_journal
 
 ALLOWED = "a journal file path, sqlite:///FILE or postgresql://USER@HOST:PORT/DATABASE"
 POSTGRES_SCHEMES = {"postgresql": "postgresql+psycopg", "postgresql+psycopg": "postgresql+psycopg"}
@@ -95,7 +96,8 @@ def _engine_kwargs(url: str) -> dict[str, object]:
 
 
 def check_storage(url: str, existing: bool = False) -> None:
-    """Fail with one line unless `url` is a storage pipedeck can open (an `existing` one): a database is reached."""
+    """Fail with one line unless `url` is a storage pipedeck can open (an `existing` one): a database is reached,
+    a journal file's lines are Optuna's records."""
     if storage_kind(url) == "postgresql":
         open_storage(url)
         return
@@ -104,6 +106,8 @@ def check_storage(url: str, existing: bool = False) -> None:
         raise ConfigError(f"storage: no file {path}")
     if not path.parent.is_dir():
         raise ConfigError(f"storage: no folder {path.parent} for {url}; allowed: {ALLOWED}")
+    if storage_kind(url) == "journal" and path.is_file():
+        check_journal(path)
 
 
 def open_storage(url: str, heartbeat_s: int = HEARTBEAT_S,
@@ -117,6 +121,8 @@ def open_storage(url: str, heartbeat_s: int = HEARTBEAT_S,
     """
     kind = storage_kind(url)
     if kind == "journal":
+        if Path(url).is_file():
+            check_journal(Path(url))  # a line that is not a record: one line naming it, not Optuna's traceback
         return JournalStorage(JournalFileBackend(url))
     if kind == "postgresql" and importlib.util.find_spec("psycopg") is None:
         raise ConfigError(f"storage: {NO_DRIVER}")

@@ -30,7 +30,8 @@ from .confidence import interval, separated
 from .objective import FINISHED, OBJECTIVE_LABELS, Evaluator, TuneSpec, search_precision, space_context
 from .slo import parse_slo
 from .space import default_params, foreign_params
-from .storage import locked, open_storage, shown
+from .journal import recover_journal
+from .storage import locked, open_storage, shown, storage_kind
 from .verdict import Finished, decide
 from .workers import POLL_S, counted, storage_of, worker
 
@@ -95,12 +96,20 @@ class TuneOutcome:
 SETTINGS_BEFORE_THEY_EXISTED = {"backend": "sim"}  # what studies created before a setting existed ran with
 
 
-def create_or_resume(spec: TuneSpec) -> tuple[optuna.Study, bool]:
+def create_or_resume(spec: TuneSpec, on_notice: Callable[[str], None] | None = None) -> tuple[optuna.Study, bool]:
     """Open the study, creating it (seeded with the engine default) if new; refuse mismatched settings.
 
     Under the study's lock: of workers starting together, on any host, one
-    creates the study and the others find it complete.
+    creates the study and the others find it complete. A journal whose last
+    line was cut off is first cut back to its complete lines, a copy of it
+    kept, and `on_notice` told in one line.
     """
+    if storage_kind(spec.storage) == "journal":
+        backup = recover_journal(Path(spec.storage))
+        if backup is not None and on_notice is not None:
+            complete = Path(spec.storage).read_bytes().count(b"\n")
+            on_notice(f"{spec.storage}: its last line was cut off (an interrupted write); kept the whole file as "
+                      f"{backup} and resumed from its {complete} complete lines")
     storage = storage_of(spec)
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     with locked(spec.storage, spec.study):
@@ -219,13 +228,15 @@ def pull_study(storage: str, name: str, db: str | Path) -> optuna.Study:
 
 def run_study(spec: TuneSpec, db: str | Path, jobs: int = 1,
               on_progress: Callable[[Progress], None] | None = None,
-              stop_requested: threading.Event | None = None) -> TuneOutcome:
+              stop_requested: threading.Event | None = None,
+              on_notice: Callable[[str], None] | None = None) -> TuneOutcome:
     """Tune until the study has `spec.trials` finished trials or the deadline passes.
 
     Ctrl-C, or setting `stop_requested` (from another thread), stops cleanly:
     the trials in progress are abandoned and retried when the study resumes.
+    `on_notice` hears, in one line, of a damaged journal set aside.
     """
-    study, _ = create_or_resume(spec)
+    study, _ = create_or_resume(spec, on_notice)
     with open_store(db) as store:
         save_study(store, spec.study, spec.settings(), spec.storage)
     sync = StoreSync(db, study)
