@@ -238,7 +238,11 @@ class Objective:
 
     def __call__(self, trial: optuna.Trial) -> float:
         draft = suggest_config(trial, self.ctx, self.spec.fixed)
-        trial.set_user_attr("flags", searched_flags(trial.params, draft))  # the run store's `params`
+        flags = searched_flags(trial.params, draft)
+        trial.set_user_attr("flags", flags)  # the run store's `params`
+        as_run = {name: flags[name] for name, value in trial.params.items() if flags.get(name, value) != value}
+        if as_run:  # what ran where it is not what Optuna sampled: the chunk on its tile, max-running within it
+            trial.set_user_attr("params_as_run", as_run)
         for limit in self.evaluator.slo.limits if self.evaluator.slo else ():
             draft.setdefault(f"slo_{limit.metric}_s", limit.limit_s)  # SLO-driven controllers steer by the study's SLO
         try:

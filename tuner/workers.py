@@ -49,12 +49,14 @@ def seed_stream(seed: int, worker: int) -> int:
 def register(study: optuna.Study) -> int:
     """This worker's number in the study: 0 for the first to join, on any host, in any session.
 
-    Take the study's lock around it. The worker is also named by host and
-    PID, so recovery can tell, on this host, that it is gone.
+    Take the study's lock around it. The worker is also listed by host and
+    PID in the study's one `worker_processes` attribute, so recovery can
+    tell, on this host, that it is gone.
     """
     number = int(study.user_attrs.get("workers", 0))
     study.set_user_attr("workers", number + 1)
-    study.set_user_attr(f"worker/{socket.gethostname()}/{os.getpid()}", time.time())
+    joined = {"host": socket.gethostname(), "pid": os.getpid(), "joined": time.time()}
+    study.set_user_attr("worker_processes", [*study.user_attrs.get("worker_processes", []), joined])
     return number
 
 
