@@ -90,9 +90,21 @@ def worker(spec: TuneSpec, stop: object, index: int, in_process: bool, errors: o
         errors.put(err if isinstance(err, ConfigError) else RuntimeError(f"tuner worker {index} failed: {err!r}"))
 
 
+class OrphanStop:
+    """A worker process's stop flag: set by the tune process, or gone with it (killed with SIGKILL, say), so that
+    no worker goes on running the study without the process that reports it."""
+
+    def __init__(self, stop: object):
+        self.stop, self.parent = stop, os.getppid()
+
+    def is_set(self) -> bool:
+        return self.stop.is_set() or os.getppid() != self.parent
+
+
 def work(spec: TuneSpec, stop: object, in_process: bool) -> None:
     if not in_process:
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent handles Ctrl-C
+        stop = OrphanStop(stop)
     optuna.logging.set_verbosity(optuna.logging.ERROR)  # no traceback for a trial a stop cut short
     storage, lock = storage_of(spec), StudyLock(spec.storage, spec.study)
     try:
