@@ -21,7 +21,7 @@ from .goodput import MIN_RATE, find_goodput, workload_ceiling
 from .recovery import recover_abandoned, watched
 from .slo import SLO, parse_slo
 from .space import SpaceContext, searched_flags, suggest_config
-from .storage import HEARTBEAT_S, has_heartbeat
+from .storage import HEARTBEAT_S, LOST, has_heartbeat
 
 OBJECTIVES = {"goodput": "maximize", "ttft": "minimize", "throughput": "maximize"}
 OBJECTIVE_NAMES = {"goodput": "goodput", "ttft": "mean TTFT", "throughput": "throughput"}
@@ -237,6 +237,13 @@ class Objective:
         self.heartbeat = has_heartbeat(spec.storage)
 
     def __call__(self, trial: optuna.Trial) -> float:
+        try:
+            return self._measure(trial)
+        except LOST:  # the database went away: retried as an interrupted trial (if it is down, the heartbeat's)
+            trial.set_user_attr("interrupted", True)
+            raise
+
+    def _measure(self, trial: optuna.Trial) -> float:
         draft = suggest_config(trial, self.ctx, self.spec.fixed)
         flags = searched_flags(trial.params, draft)
         trial.set_user_attr("flags", flags)  # the run store's `params`

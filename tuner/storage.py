@@ -29,6 +29,7 @@ from optuna.storages.journal import JournalFileBackend
 from sqlalchemy.pool import NullPool
 
 from ..backends.errors import ConfigError
+from ..scenarios import PipedeckError
 from .journal import check_journal
 
 ALLOWED = "a journal file path, sqlite:///FILE or postgresql://USER@HOST:PORT/DATABASE"
@@ -140,8 +141,30 @@ def open_storage(url: str, heartbeat_s: int = HEARTBEAT_S,
 
 def unreachable(url: str, err: sqlalchemy.exc.DBAPIError) -> ConfigError:
     """One line: the database (password hidden) and the driver's first line."""
-    reason = str(err.orig).strip().splitlines()[0] if str(err.orig).strip() else type(err.orig).__name__
-    return ConfigError(f"storage: cannot use {shown(url)}: {reason}")
+    return ConfigError(f"storage: cannot use {shown(url)}: {_driver_reason(err)}")
+
+
+class StorageLost(PipedeckError):
+    """The study's database went away mid-tune (a restart, a failover, the network): one line, and the tune stops."""
+
+
+LOST = (sqlalchemy.exc.DBAPIError, optuna.exceptions.StorageInternalError)  # how a database that went away fails
+
+
+def lost_connection(url: str, err: Exception) -> StorageLost:
+    """One line: the database (password hidden), the driver's first line, and what becomes of the trial in flight."""
+    return StorageLost(f"storage: lost the connection to {shown(url)} ({_driver_reason(err)}); its trial in flight "
+                       "is failed and retried by the heartbeat: rerun the same command to resume")
+
+
+def _driver_reason(err: BaseException) -> str:
+    """The first line of the database driver's error behind `err` (Optuna wraps SQLAlchemy's, which wraps it)."""
+    while err is not None and not isinstance(err, sqlalchemy.exc.DBAPIError):
+        err = err.__cause__
+    if err is None:
+        return "the database failed"
+    text = str(err.orig).strip()
+    return text.splitlines()[0] if text else type(err.orig).__name__
 
 
 class StudyLock:

@@ -33,7 +33,7 @@ from .slo import parse_slo
 from .space import default_params, foreign_params
 from .journal import recover_journal
 from .signals import stop_on_signals
-from .storage import locked, open_storage, shown, storage_kind
+from .storage import LOST, locked, lost_connection, open_storage, shown, storage_kind
 from .verdict import Finished, decide
 from .workers import POLL_S, counted, storage_of, worker
 
@@ -240,18 +240,27 @@ def run_study(spec: TuneSpec, db: str | Path, jobs: int = 1,
     `on_notice` hears, in one line, of a damaged journal set aside.
     """
     stop_requested = threading.Event() if stop_requested is None else stop_requested
-    with stop_on_signals(stop_requested):
-        study, _ = create_or_resume(spec, on_notice)
-        with open_store(db) as store:
-            save_study(store, spec.study, spec.settings(), spec.storage)
-        sync = StoreSync(db, study)
-        interrupted = _run_workers(spec, study, jobs, sync, on_progress, stop_requested)
-        if on_progress is not None:
-            on_progress(_progress(study, spec))
-        try:
-            return _outcome(spec, study, db, interrupted or stop_requested.is_set(), stop_requested)
-        except TuneInterrupted:  # stopped while measuring the finalists: what the study has, without them
-            return _outcome(spec, study, db, True, stop_requested)
+    try:
+        with stop_on_signals(stop_requested):
+            return _tune(spec, db, jobs, on_progress, stop_requested, on_notice)
+    except LOST as err:  # the database went away: one line, not the driver's traceback
+        raise lost_connection(spec.storage, err) from None
+
+
+def _tune(spec: TuneSpec, db: str | Path, jobs: int, on_progress: Callable[[Progress], None] | None,
+          stop_requested: threading.Event, on_notice: Callable[[str], None] | None) -> TuneOutcome:
+    """run_study's steps: open the study, run its workers, then the outcome (its finalists measured)."""
+    study, _ = create_or_resume(spec, on_notice)
+    with open_store(db) as store:
+        save_study(store, spec.study, spec.settings(), spec.storage)
+    sync = StoreSync(db, study)
+    interrupted = _run_workers(spec, study, jobs, sync, on_progress, stop_requested)
+    if on_progress is not None:
+        on_progress(_progress(study, spec))
+    try:
+        return _outcome(spec, study, db, interrupted or stop_requested.is_set(), stop_requested)
+    except TuneInterrupted:  # stopped while measuring the finalists: what the study has, without them
+        return _outcome(spec, study, db, True, stop_requested)
 
 
 def _run_workers(spec: TuneSpec, study: optuna.Study, jobs: int, sync: StoreSync,
@@ -265,17 +274,19 @@ def _run_workers(spec: TuneSpec, study: optuna.Study, jobs: int, sync: StoreSync
     else:
         stop, errors = threading.Event(), queue.Queue()
         workers = [threading.Thread(target=worker, args=(spec, stop, 0, True, errors), daemon=True)]
-    for w in workers:
-        w.start()
-    while any(w.is_alive() for w in workers) and not stop_requested.is_set():
-        time.sleep(POLL_S)
-        sync()
-        if on_progress is not None:
-            on_progress(_progress(study, spec))
-    interrupted = stop_requested.is_set()
-    stop.set()
-    for w in workers:
-        w.join()
+    try:
+        for w in workers:
+            w.start()
+        while any(w.is_alive() for w in workers) and not stop_requested.is_set():
+            time.sleep(POLL_S)
+            sync()
+            if on_progress is not None:
+                on_progress(_progress(study, spec))
+    finally:  # also when the store or the storage fails here: no worker outlives the tune
+        interrupted = stop_requested.is_set()
+        stop.set()
+        for w in workers:
+            w.join()
     sync()
     if not errors.empty():
         raise errors.get()

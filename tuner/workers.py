@@ -23,7 +23,7 @@ from optuna.trial import FrozenTrial, TrialState
 from ..backends.errors import ConfigError
 from .objective import FINISHED, WAIT_S, Objective, TuneInterrupted, TuneSpec
 from .recovery import recover_abandoned, retry, watched
-from .storage import StudyLock, has_heartbeat, open_storage
+from .storage import LOST, StudyLock, has_heartbeat, lost_connection, open_storage
 
 POLL_S = 0.25  # how often the tune process syncs the run store and shows progress
 SAMPLERS = ("tpe", "random")
@@ -86,6 +86,8 @@ def worker(spec: TuneSpec, stop: object, index: int, in_process: bool, errors: o
     """Run trials until the study has enough, the deadline passes, or stop is set; report failures on `errors`."""
     try:
         work(spec, stop, in_process)
+    except LOST as err:  # its trial in flight stops beating: another worker, or a resume, fails and retries it
+        errors.put(lost_connection(spec.storage, err))
     except Exception as err:  # noqa: BLE001 - handed to the parent, which raises it
         errors.put(err if isinstance(err, ConfigError) else RuntimeError(f"tuner worker {index} failed: {err!r}"))
 
