@@ -159,12 +159,12 @@ def lost_connection(url: str, err: Exception) -> StorageLost:
 
 def _driver_reason(err: BaseException) -> str:
     """The first line of the database driver's error behind `err` (Optuna wraps SQLAlchemy's, which wraps it)."""
-    while err is not None and not isinstance(err, sqlalchemy.exc.DBAPIError):
-        err = err.__cause__
-    if err is None:
-        return "the database failed"
-    text = str(err.orig).strip()
-    return text.splitlines()[0] if text else type(err.orig).__name__
+    cause: BaseException | None = err
+    while cause is not None and not isinstance(cause, sqlalchemy.exc.DBAPIError):
+        cause = cause.__cause__
+    original = err if cause is None else cause.orig
+    text = str(original).strip()
+    return text.splitlines()[0] if text else type(original).__name__
 
 
 class StudyLock:

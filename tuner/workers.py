@@ -86,7 +86,7 @@ def worker(spec: TuneSpec, stop: object, index: int, in_process: bool, errors: o
     """Run trials until the study has enough, the deadline passes, or stop is set; report failures on `errors`."""
     try:
         work(spec, stop, in_process)
-    except LOST as err:  # its trial in flight stops beating: another worker, or a resume, fails and retries it
+    except LOST as err:  # the database went away: one line; its trial in flight is retried (Objective.__call__)
         errors.put(lost_connection(spec.storage, err))
     except Exception as err:  # noqa: BLE001 - handed to the parent, which raises it
         errors.put(err if isinstance(err, ConfigError) else RuntimeError(f"tuner worker {index} failed: {err!r}"))
