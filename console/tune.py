@@ -86,9 +86,12 @@ def tune(**opts: object) -> None:
                 f"best {value_text(spec.objective, p.best_value)} (trial {p.best_trial})"
             bar.update(task, completed=p.finished, description=f"{best}; {p.running} running")
 
-        outcome = run_study(spec, opts["db"], jobs=jobs, on_progress=show)
+        outcome = run_study(spec, opts["db"], jobs=jobs, on_progress=show, on_notice=warn_on_stderr)
+    if outcome.interrupted:  # one line, no result: the study is half done
+        click.echo(f"interrupted: rerun the same command to resume study {spec.study!r}", err=True)
+        raise SystemExit(130)
     confirmed = run_confirm(spec, live, opts["db"], outcome.best.number if outcome.best else None,
-                            progress_mode(opts)) if live.confirm and not outcome.interrupted else None
+                            progress_mode(opts)) if live.confirm else None
     exported = _export(spec, outcome, opts) if opts["export_dir"] and outcome.best else []
     errors = server_errors(spec)
     effects = _effects(spec, outcome, progress_mode(opts))
@@ -102,9 +105,6 @@ def tune(**opts: object) -> None:
         if effects is not None:
             print_effects(spec, outcome, effects, out)
         _print_files_and_next(spec, outcome, opts, exported, out)
-    if outcome.interrupted:
-        click.echo(f"interrupted: rerun the same command to resume study {spec.study!r}", err=True)
-        raise SystemExit(130)
 
 
 def _spec_from_options(opts: dict[str, object], live: LivePlan) -> tuple[TuneSpec, int]:

@@ -61,7 +61,25 @@ def read_trace(path: Path) -> Trace:
 
 
 def _rows(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
-    """Yield (line number, row) for each row of a .csv or .jsonl file."""
+    """Yield (line number, row) for each row of a .csv or .jsonl file; a byte that is not UTF-8 is a one-line error."""
+    try:
+        yield from _decoded_rows(path)
+    except UnicodeDecodeError:
+        raise _not_text(path) from None
+
+
+def _not_text(path: Path) -> ScenarioError:
+    """The error naming the line of the file's first byte that is not UTF-8 (the reader's offsets are its buffer's)."""
+    data = path.read_bytes()
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError as err:
+        line = data.count(b"\n", 0, err.start) + 1
+        return ScenarioError(f"{path}:{line}: must be UTF-8 text, got byte 0x{data[err.start]:02x}")
+    return ScenarioError(f"{path}: must be UTF-8 text")  # the file changed while it was read
+
+
+def _decoded_rows(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
     with path.open(encoding="utf-8-sig", newline="") as f:
         if path.suffix.lower() == ".csv":
             reader = csv.DictReader(f)

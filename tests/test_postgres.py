@@ -84,12 +84,12 @@ def wait_until(condition, timeout_s: float, what: str) -> None:
         time.sleep(0.05)
 
 
-def study_created(url: str) -> bool:
-    """Whether study S and its settings are in the database, looked up without creating Optuna's tables."""
+def study_created(url: str, name: str = "S") -> bool:
+    """Whether study `name` and its settings are in the database, looked up without creating Optuna's tables."""
     with psycopg.connect(url) as con:
         try:
             return con.execute("SELECT 1 FROM study_user_attributes a JOIN studies s USING (study_id) "
-                               "WHERE s.study_name = 'S' AND a.key = 'pipedeck'").fetchone() is not None
+                               "WHERE s.study_name = %s AND a.key = 'pipedeck'", (name,)).fetchone() is not None
         except psycopg.errors.UndefinedTable:
             return False
 
@@ -215,3 +215,39 @@ def test_a_database_that_refuses_is_one_line_and_leaves_no_file(postgres, tmp_pa
     assert err.startswith("pipedeck: error: Invalid value for --storage: cannot use postgresql://pipedeck:***@")
     assert message in err and "tuning-secret" not in err and "wrong" not in err
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_lost_database_connection_is_one_line_and_its_trial_is_retried(postgres, tmp_path):
+    """The server ends every connection of a tune mid-trial (a restart, a failover): the worker says so in one line
+    and exits 2; its trial in flight is failed by the heartbeat and retried when the study resumes."""
+    url = postgres.create_database("lost")
+    argv = [sys.executable, "-m", "pipedeck.console", "tune", *SMALL, "--repeats", "1", "--study", "L",
+            "--storage", url, "--heartbeat", str(HEARTBEAT_S), "--db", str(tmp_path / "r.duckdb"), "--progress", "off"]
+    tune = subprocess.Popen([*argv, "--trials", "40"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        wait_until(lambda: study_created(url, "L"), 120, "the tune to create the study")
+        optuna.logging.set_verbosity(optuna.logging.WARNING)
+        study = optuna.load_study(study_name="L", storage=open_storage(url))
+        wait_until(lambda: counted(study) and measuring(study, tune.pid), 120, "a trial in flight")
+        in_flight = [t.number for t in measuring(study, tune.pid)]
+        with psycopg.connect(postgres.url("postgres"), autocommit=True) as con:
+            ended = con.execute("SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+                                "WHERE datname = 'lost' AND pid <> pg_backend_pid()").fetchone()[0]
+        out, err = tune.communicate(timeout=120)
+    finally:
+        if tune.poll() is None:
+            tune.kill()
+            tune.wait()
+    assert ended >= 1 and tune.returncode == 2, err
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1, err
+    assert err.startswith("pipedeck: error: storage: lost the connection to postgresql://pipedeck:***@127.0.0.1:")
+    assert "tuning-secret" not in err and "rerun the same command" in err
+
+    study = optuna.load_study(study_name="L", storage=open_storage(url))
+    resumed = subprocess.run([*argv, "--trials", str(len(counted(study)) + 1)], capture_output=True, text=True,
+                             timeout=300)
+    assert resumed.returncode == 0, resumed.stderr
+    trials = study.get_trials(deepcopy=False)
+    for number in in_flight:
+        assert trials[number].state == TrialState.FAIL
+        assert [t.user_attrs.get("retry_of") for t in trials].count(number) == 1

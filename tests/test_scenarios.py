@@ -364,6 +364,16 @@ def test_bad_azure_timestamp_and_jsonl_line(tmp_path):
     assert error_of(load_scenario, str(jsonl)) == f"{jsonl}:2: must be a JSON object, got '[1, 2]'"
 
 
+@pytest.mark.parametrize("name, head", [
+    ("t.csv", b"arrival_s,prompt_tokens,output_tokens\n0,1,1\n"),
+    ("t.jsonl", b'{"arrival_s": 0, "prompt_tokens": 1, "output_tokens": 1}\n\n'),
+], ids=["csv", "jsonl"])
+def test_a_trace_with_binary_bytes_names_the_line(tmp_path, name, head):
+    path = tmp_path / name
+    path.write_bytes(head + b"1,\x89PNG\xff,2\n" + b"2,3,4\n" * 5000)  # past the reader's first buffer
+    assert error_of(load_scenario, str(path)) == f"{path}:3: must be UTF-8 text, got byte 0x89"
+
+
 def test_trace_limits(tmp_path):
     path = tmp_path / "t.csv"
     path.write_text("arrival_s,prompt_tokens,output_tokens\n0,1,1\n0,2,2\n0,3,3\n")

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import socket
+import subprocess
 import sys
 import threading
 
@@ -148,3 +149,60 @@ def test_report_from_a_run_store_without_the_study_reads_its_storage(tmp_path, c
     assert run_cli(cli, ["report", "--study", "other", "--storage", journal, "--db", str(elsewhere),
                          "--out", str(page)]) == 2
     assert capsys.readouterr().err.strip() == f"pipedeck: error: study: no study 'other' in {journal}"
+
+
+def small_journal(path) -> bytes:
+    """A journal of one study with three finished trials, written by Optuna; its bytes."""
+    study = optuna.create_study(study_name="j", storage=open_storage(str(path)))
+    for value in (1.0, 2.0, 3.0):
+        study.add_trial(optuna.create_trial(state=TrialState.COMPLETE, value=value, user_attrs={"v": value}))
+    return path.read_bytes()
+
+
+BAD_LINES = {"binary": (b"\x00\x89PNG\xff\xfe\n", "bytes that are not UTF-8 text"),
+             "text": (b"not a record\n", "text that is not JSON: 'not a record'"),
+             "keys": (b'{"hello": "world"}\n', "a JSON line without Optuna's keys (op_code, worker_id)")}
+
+
+@pytest.mark.parametrize("command", ["tune", "studies"])
+@pytest.mark.parametrize("bad", list(BAD_LINES))
+def test_a_corrupt_journal_line_is_one_line_naming_file_and_line_and_nothing_changes(tmp_path, capsys, command, bad):
+    journal = tmp_path / "j.jsonl"
+    lines = small_journal(journal).splitlines(keepends=True)
+    line, reason = BAD_LINES[bad]
+    journal.write_bytes(b"".join(lines[:3] + [line] + lines[3:]))
+    before = journal.read_bytes()
+    argv = ["tune", *SMALL, "--trials", "2", "--study", "j", "--db", str(tmp_path / "r.duckdb")] \
+        if command == "tune" else ["studies"]
+    assert run_cli(cli, [*argv, "--storage", str(journal)]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1, err
+    assert f"{journal}:4: must be an Optuna journal record, got {reason}; nothing was changed" in err
+    assert journal.read_bytes() == before
+    assert sorted(p.name for p in tmp_path.iterdir() if not p.name.endswith("lock")) == ["j.jsonl"]
+
+
+def test_a_journal_whose_last_line_was_cut_off_is_set_aside_and_the_study_resumes(tmp_path, capsys):
+    db, journal = tmp_path / "runs.duckdb", tmp_path / "runs.optuna.jsonl"
+    argv = ["tune", *SMALL, "--repeats", "1", "--study", "s", "--db", str(db), "--json"]
+    first = subprocess.run([sys.executable, "-m", "pipedeck.console", *argv, "--trials", "2"], capture_output=True,
+                           text=True, timeout=600)  # a process of its own: its trial cut short is a dead worker's
+    assert first.returncode == 0, first.stderr
+    whole = journal.read_bytes()
+    last = whole.rstrip(b"\n").rfind(b"\n") + 1
+    cut = whole[:last + (len(whole) - last) // 2]  # a power loss mid-way through the last record
+    journal.write_bytes(cut)
+    kept = {t.number: (t.state, t.value) for t in optuna.load_study(study_name="s", storage=open_storage(str(journal)))
+            .trials if t.state.is_finished()}
+    capsys.readouterr()
+    assert run_cli(cli, [*argv, "--trials", "3"]) == 0
+    err = capsys.readouterr().err.strip().splitlines()
+    backups = [p for p in tmp_path.iterdir() if p.name.startswith("runs.optuna.jsonl.damaged-")]
+    assert len(backups) == 1 and backups[0].read_bytes() == cut
+    complete = cut.count(b"\n")
+    assert err == [f"{journal}: its last line was cut off (an interrupted write); kept the whole file as "
+                   f"{backups[0]} and resumed from its {complete} complete lines"]
+    resumed = {t.number: t for t in optuna.load_study(study_name="s", storage=open_storage(str(journal))).trials}
+    assert all((resumed[n].state, resumed[n].value) == was for n, was in kept.items())
+    assert sum(t.state.is_finished() and "duplicate_of" not in t.user_attrs for t in resumed.values()) >= 3
+    assert journal.read_bytes().startswith(cut[:cut.rfind(b"\n") + 1])

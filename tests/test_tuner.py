@@ -183,6 +183,22 @@ def test_study_runs_seeds_the_default_and_syncs_the_store(tmp_path):
             assert t.intermediate_values[0] == metrics["fails_slo_at_rps"] * metrics["attainment_at_fail"]
 
 
+def test_the_dashboard_reads_the_values_that_ran_and_one_attribute_of_worker_processes(tmp_path):
+    """optuna-dashboard shows what the study holds: each trial's parameters as they ran, readable study attributes."""
+    run_study(spec(tmp_path, trials=6), tmp_path / "runs.duckdb", jobs=2)
+    study = optuna.load_study(study_name="t", storage=open_storage(str(tmp_path / "journal.jsonl")))
+    measured = [t for t in study.trials if "config" in t.user_attrs and "chunk" in t.params]
+    assert any("chunk" in t.user_attrs.get("params_as_run", {}) for t in measured)  # a chunk snapped to its tile
+    for t in measured:
+        ran = {**t.params, **t.user_attrs.get("params_as_run", {})}
+        assert (ran["chunk"], ran["max-running"]) == (t.user_attrs["config"]["chunk"],
+                                                      t.user_attrs["config"]["max_running"])
+        assert set(t.user_attrs.get("params_as_run", {})) <= set(t.params)
+    assert set(study.user_attrs) == {"pipedeck", "objective", "workers", "worker_processes"}
+    processes = study.user_attrs["worker_processes"]
+    assert len(processes) == study.user_attrs["workers"] == 2 and all({"host", "pid"} <= set(p) for p in processes)
+
+
 def test_stop_request_interrupts_and_the_study_resumes(tmp_path):
     stop = threading.Event()
     seen = []

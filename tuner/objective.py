@@ -21,7 +21,7 @@ from .goodput import MIN_RATE, find_goodput, workload_ceiling
 from .recovery import recover_abandoned, watched
 from .slo import SLO, parse_slo
 from .space import SpaceContext, searched_flags, suggest_config
-from .storage import HEARTBEAT_S, has_heartbeat
+from .storage import HEARTBEAT_S, LOST, has_heartbeat
 
 OBJECTIVES = {"goodput": "maximize", "ttft": "minimize", "throughput": "maximize"}
 OBJECTIVE_NAMES = {"goodput": "goodput", "ttft": "mean TTFT", "throughput": "throughput"}
@@ -257,8 +257,19 @@ class Objective:
         self.heartbeat = has_heartbeat(spec.storage)
 
     def __call__(self, trial: optuna.Trial) -> float:
+        try:
+            return self._measure(trial)
+        except LOST:  # the database went away: retried as an interrupted trial (if it is down, the heartbeat's)
+            trial.set_user_attr("interrupted", True)
+            raise
+
+    def _measure(self, trial: optuna.Trial) -> float:
         draft = suggest_config(trial, self.ctx, self.spec.fixed)
-        trial.set_user_attr("flags", searched_flags(trial.params, draft))  # the run store's `params`
+        flags = searched_flags(trial.params, draft)
+        trial.set_user_attr("flags", flags)  # the run store's `params`
+        as_run = {name: flags[name] for name, value in trial.params.items() if flags.get(name, value) != value}
+        if as_run:  # what ran where it is not what Optuna sampled: the chunk on its tile, max-running within it
+            trial.set_user_attr("params_as_run", as_run)
         for limit in self.evaluator.slo.limits if self.evaluator.slo else ():
             draft.setdefault(f"slo_{limit.metric}_s", limit.limit_s)  # SLO-driven controllers steer by the study's SLO
         try:

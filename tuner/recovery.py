@@ -78,5 +78,5 @@ def _left_by_dead_worker(study: optuna.Study, trial: FrozenTrial) -> bool:
     worker = trial.user_attrs.get("worker")
     if worker is not None:
         return worker["host"] == host and not _alive(worker["pid"])
-    workers = [key.split("/")[1:] for key in study.user_attrs if key.startswith("worker/")]
-    return not any(h != host or _alive(int(pid)) for h, pid in workers)
+    workers = study.user_attrs.get("worker_processes", [])
+    return not any(w["host"] != host or _alive(int(w["pid"])) for w in workers)

@@ -29,6 +29,8 @@ from optuna.storages.journal import JournalFileBackend
 from sqlalchemy.pool import NullPool
 
 from ..backends.errors import ConfigError
+from ..scenarios import PipedeckError
+from .journal import check_journal
 
 ALLOWED = "a journal file path, sqlite:///FILE or postgresql://USER@HOST:PORT/DATABASE"
 POSTGRES_SCHEMES = {"postgresql": "postgresql+psycopg", "postgresql+psycopg": "postgresql+psycopg"}
@@ -95,7 +97,8 @@ def _engine_kwargs(url: str) -> dict[str, object]:
 
 
 def check_storage(url: str, existing: bool = False) -> None:
-    """Fail with one line unless `url` is a storage pipedeck can open (an `existing` one): a database is reached."""
+    """Fail with one line unless `url` is a storage pipedeck can open (an `existing` one): a database is reached,
+    a journal file's lines are Optuna's records."""
     if storage_kind(url) == "postgresql":
         open_storage(url)
         return
@@ -104,6 +107,8 @@ def check_storage(url: str, existing: bool = False) -> None:
         raise ConfigError(f"storage: no file {path}")
     if not path.parent.is_dir():
         raise ConfigError(f"storage: no folder {path.parent} for {url}; allowed: {ALLOWED}")
+    if storage_kind(url) == "journal" and path.is_file():
+        check_journal(path)
 
 
 def open_storage(url: str, heartbeat_s: int = HEARTBEAT_S,
@@ -117,6 +122,8 @@ def open_storage(url: str, heartbeat_s: int = HEARTBEAT_S,
     """
     kind = storage_kind(url)
     if kind == "journal":
+        if Path(url).is_file():
+            check_journal(Path(url))  # a line that is not a record: one line naming it, not Optuna's traceback
         return JournalStorage(JournalFileBackend(url))
     if kind == "postgresql" and importlib.util.find_spec("psycopg") is None:
         raise ConfigError(f"storage: {NO_DRIVER}")
@@ -134,8 +141,30 @@ def open_storage(url: str, heartbeat_s: int = HEARTBEAT_S,
 
 def unreachable(url: str, err: sqlalchemy.exc.DBAPIError) -> ConfigError:
     """One line: the database (password hidden) and the driver's first line."""
-    reason = str(err.orig).strip().splitlines()[0] if str(err.orig).strip() else type(err.orig).__name__
-    return ConfigError(f"storage: cannot use {shown(url)}: {reason}")
+    return ConfigError(f"storage: cannot use {shown(url)}: {_driver_reason(err)}")
+
+
+class StorageLost(PipedeckError):
+    """The study's database went away mid-tune (a restart, a failover, the network): one line, and the tune stops."""
+
+
+LOST = (sqlalchemy.exc.DBAPIError, optuna.exceptions.StorageInternalError)  # how a database that went away fails
+
+
+def lost_connection(url: str, err: Exception) -> StorageLost:
+    """One line: the database (password hidden), the driver's first line, and what becomes of the trial in flight."""
+    return StorageLost(f"storage: lost the connection to {shown(url)} ({_driver_reason(err)}); its trial in flight "
+                       "is failed and retried by the heartbeat: rerun the same command to resume")
+
+
+def _driver_reason(err: BaseException) -> str:
+    """The first line of the database driver's error behind `err` (Optuna wraps SQLAlchemy's, which wraps it)."""
+    cause: BaseException | None = err
+    while cause is not None and not isinstance(cause, sqlalchemy.exc.DBAPIError):
+        cause = cause.__cause__
+    original = err if cause is None else cause.orig
+    text = str(original).strip()
+    return text.splitlines()[0] if text else type(original).__name__
 
 
 class StudyLock:

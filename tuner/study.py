@@ -28,10 +28,13 @@ from ..backends.errors import ConfigError
 from ..store import RunStore
 from .confidence import clear_win, interval
 from .importance import param_importances
-from .objective import FINISHED, OBJECTIVE_LABELS, Evaluator, TuneSpec, search_precision, space_context
+from .journal import recover_journal
+from .objective import (FINISHED, OBJECTIVE_LABELS, Evaluator, StopFlag, TuneInterrupted, TuneSpec, search_precision,
+                        space_context)
+from .signals import stop_on_signals
 from .slo import parse_slo
 from .space import default_params, foreign_params
-from .storage import locked, open_storage, shown
+from .storage import LOST, locked, lost_connection, open_storage, shown, storage_kind
 from .verdict import Finished, Verdict, decide
 from .workers import POLL_S, counted, storage_of, worker
 
@@ -96,12 +99,20 @@ class TuneOutcome:
 SETTINGS_BEFORE_THEY_EXISTED = {"backend": "sim"}  # what studies created before a setting existed ran with
 
 
-def create_or_resume(spec: TuneSpec) -> tuple[optuna.Study, bool]:
+def create_or_resume(spec: TuneSpec, on_notice: Callable[[str], None] | None = None) -> tuple[optuna.Study, bool]:
     """Open the study, creating it (seeded with the engine default) if new; refuse mismatched settings.
 
     Under the study's lock: of workers starting together, on any host, one
-    creates the study and the others find it complete.
+    creates the study and the others find it complete. A journal whose last
+    line was cut off is first cut back to its complete lines, a copy of it
+    kept, and `on_notice` told in one line.
     """
+    if storage_kind(spec.storage) == "journal":
+        backup = recover_journal(Path(spec.storage))
+        if backup is not None and on_notice is not None:
+            complete = Path(spec.storage).read_bytes().count(b"\n")
+            on_notice(f"{spec.storage}: its last line was cut off (an interrupted write); kept the whole file as "
+                      f"{backup} and resumed from its {complete} complete lines")
     storage = storage_of(spec)
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     with locked(spec.storage, spec.study):
@@ -224,16 +235,42 @@ def pull_study(storage: str, name: str, db: str | Path) -> optuna.Study:
 
 def run_study(spec: TuneSpec, db: str | Path, jobs: int = 1,
               on_progress: Callable[[Progress], None] | None = None,
-              stop_requested: threading.Event | None = None) -> TuneOutcome:
+              stop_requested: threading.Event | None = None,
+              on_notice: Callable[[str], None] | None = None) -> TuneOutcome:
     """Tune until the study has `spec.trials` finished trials or the deadline passes.
 
-    Ctrl-C, or setting `stop_requested` (from another thread), stops cleanly:
-    the trials in progress are abandoned and retried when the study resumes.
+    Ctrl-C, SIGTERM, or setting `stop_requested` (from another thread), stops
+    cleanly: the trials in progress are abandoned and retried when the study
+    resumes, and the finalists are not measured.
+    `on_notice` hears, in one line, of a damaged journal set aside.
     """
-    study, _ = create_or_resume(spec)
+    stop_requested = threading.Event() if stop_requested is None else stop_requested
+    try:
+        with stop_on_signals(stop_requested):
+            return _tune(spec, db, jobs, on_progress, stop_requested, on_notice)
+    except LOST as err:  # the database went away: one line, not the driver's traceback
+        raise lost_connection(spec.storage, err) from None
+
+
+def _tune(spec: TuneSpec, db: str | Path, jobs: int, on_progress: Callable[[Progress], None] | None,
+          stop_requested: threading.Event, on_notice: Callable[[str], None] | None) -> TuneOutcome:
+    """run_study's steps: open the study, run its workers, then the outcome (its finalists measured)."""
+    study, _ = create_or_resume(spec, on_notice)
     with open_store(db) as store:
         save_study(store, spec.study, spec.settings(), spec.storage)
     sync = StoreSync(db, study)
+    interrupted = _run_workers(spec, study, jobs, sync, on_progress, stop_requested)
+    if on_progress is not None:
+        on_progress(_progress(study, spec))
+    try:
+        return _outcome(spec, study, db, interrupted or stop_requested.is_set(), stop_requested)
+    except TuneInterrupted:  # stopped while measuring the finalists: what the study has, without them
+        return _outcome(spec, study, db, True, stop_requested)
+
+
+def _run_workers(spec: TuneSpec, study: optuna.Study, jobs: int, sync: StoreSync,
+                 on_progress: Callable[[Progress], None] | None, stop_requested: threading.Event) -> bool:
+    """Run the workers until they end, syncing the store and showing progress; whether a stop cut them short."""
     context = multiprocessing.get_context("spawn")
     if jobs > 1:
         stop, errors = context.Event(), context.Queue()
@@ -242,28 +279,23 @@ def run_study(spec: TuneSpec, db: str | Path, jobs: int = 1,
     else:
         stop, errors = threading.Event(), queue.Queue()
         workers = [threading.Thread(target=worker, args=(spec, stop, 0, True, errors), daemon=True)]
-    interrupted = False
     try:
         for w in workers:
             w.start()
-        while any(w.is_alive() for w in workers):
+        while any(w.is_alive() for w in workers) and not stop_requested.is_set():
             time.sleep(POLL_S)
             sync()
             if on_progress is not None:
                 on_progress(_progress(study, spec))
-            if stop_requested is not None and stop_requested.is_set():
-                raise KeyboardInterrupt
-    except KeyboardInterrupt:
-        interrupted = True
+    finally:  # also when the store or the storage fails here: no worker outlives the tune
+        interrupted = stop_requested.is_set()
         stop.set()
         for w in workers:
             w.join()
     sync()
     if not errors.empty():
         raise errors.get()
-    if on_progress is not None:
-        on_progress(_progress(study, spec))
-    return _outcome(spec, study, db, interrupted)
+    return interrupted
 
 
 def _progress(study: optuna.Study, spec: TuneSpec) -> Progress:
@@ -295,7 +327,7 @@ def recommended_trial(study: optuna.Study) -> FrozenTrial | None:
     return None if verdict is None else study.get_trials(deepcopy=False)[verdict.winner.number]
 
 
-def _outcome(spec: TuneSpec, study: optuna.Study, db: str | Path, interrupted: bool) -> TuneOutcome:
+def _outcome(spec: TuneSpec, study: optuna.Study, db: str | Path, interrupted: bool, stop: StopFlag) -> TuneOutcome:
     """The verdict (best, ties, knobs free among them), the finalists' intervals, and their runs stored with timelines."""
     default = _default_trial(study)
     complete = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
@@ -303,12 +335,12 @@ def _outcome(spec: TuneSpec, study: optuna.Study, db: str | Path, interrupted: b
                             slo=spec.slo)
     best = next(t for t in complete if t.number == verdict.winner.number) if verdict else None
     finalists = {t.number: t for t in (best, default) if t is not None}
-    intervals = {} if interrupted else {n: _interval(spec, study, t) for n, t in finalists.items()}
+    intervals = {} if interrupted else {n: _interval(spec, study, t, stop) for n, t in finalists.items()}
     with open_store(db) as store:
         run_ids = {row.trial: row.id for row in store.list_runs(study=spec.study)
                    if row.trial is not None and row.label in ("best", "default")}  # not other runs of a trial
     if not interrupted:
-        evaluator = Evaluator(spec)
+        evaluator = Evaluator(spec, stop)
         for number, trial in finalists.items():
             if intervals.get(number):
                 StoreSync(db, study).save(trial, {"goodput_ci": intervals[number]})
@@ -347,7 +379,7 @@ def link_runs(db: str | Path, study: str, run_ids: dict[int, int]) -> None:
                 store.link_run(study, number, run_id)
 
 
-def _interval(spec: TuneSpec, study: optuna.Study, trial: FrozenTrial) -> dict[str, object] | None:
+def _interval(spec: TuneSpec, study: optuna.Study, trial: FrozenTrial, stop: StopFlag) -> dict[str, object] | None:
     """The trial's goodput over `spec.repeats` seeds (its own measurement first), kept in the study to reuse.
 
     Under a lock of its own, not the study's: of workers ending together one
@@ -360,7 +392,7 @@ def _interval(spec: TuneSpec, study: optuna.Study, trial: FrozenTrial) -> dict[s
         if key not in study.user_attrs:
             config = ServingConfig.from_dict(trial.user_attrs["config"]).resolve()
             seeds = [spec.seed + k for k in range(spec.repeats)]
-            values = [trial.value] + [Evaluator(dataclasses.replace(spec, seed=seed)).measure(config).value or 0.0
+            values = [trial.value] + [Evaluator(dataclasses.replace(spec, seed=seed), stop).measure(config).value or 0.0
                                       for seed in seeds[1:]]
             study.set_user_attr(key, interval(values, seeds))
     return study.user_attrs[key]

@@ -23,7 +23,7 @@ from optuna.trial import FrozenTrial, TrialState
 from ..backends.errors import ConfigError
 from .objective import FINISHED, WAIT_S, Objective, TuneInterrupted, TuneSpec
 from .recovery import recover_abandoned, retry, watched
-from .storage import StudyLock, has_heartbeat, open_storage
+from .storage import LOST, StudyLock, has_heartbeat, lost_connection, open_storage
 
 POLL_S = 0.25  # how often the tune process syncs the run store and shows progress
 SAMPLERS = ("tpe", "random")
@@ -49,12 +49,14 @@ def seed_stream(seed: int, worker: int) -> int:
 def register(study: optuna.Study) -> int:
     """This worker's number in the study: 0 for the first to join, on any host, in any session.
 
-    Take the study's lock around it. The worker is also named by host and
-    PID, so recovery can tell, on this host, that it is gone.
+    Take the study's lock around it. The worker is also listed by host and
+    PID in the study's one `worker_processes` attribute, so recovery can
+    tell, on this host, that it is gone.
     """
     number = int(study.user_attrs.get("workers", 0))
     study.set_user_attr("workers", number + 1)
-    study.set_user_attr(f"worker/{socket.gethostname()}/{os.getpid()}", time.time())
+    joined = {"host": socket.gethostname(), "pid": os.getpid(), "joined": time.time()}
+    study.set_user_attr("worker_processes", [*study.user_attrs.get("worker_processes", []), joined])
     return number
 
 
@@ -84,13 +86,27 @@ def worker(spec: TuneSpec, stop: object, index: int, in_process: bool, errors: o
     """Run trials until the study has enough, the deadline passes, or stop is set; report failures on `errors`."""
     try:
         work(spec, stop, in_process)
+    except LOST as err:  # the database went away: one line; its trial in flight is retried (Objective.__call__)
+        errors.put(lost_connection(spec.storage, err))
     except Exception as err:  # noqa: BLE001 - handed to the parent, which raises it
         errors.put(err if isinstance(err, ConfigError) else RuntimeError(f"tuner worker {index} failed: {err!r}"))
+
+
+class OrphanStop:
+    """A worker process's stop flag: set by the tune process, or gone with it (killed with SIGKILL, say), so that
+    no worker goes on running the study without the process that reports it."""
+
+    def __init__(self, stop: object):
+        self.stop, self.parent = stop, os.getppid()
+
+    def is_set(self) -> bool:
+        return self.stop.is_set() or os.getppid() != self.parent
 
 
 def work(spec: TuneSpec, stop: object, in_process: bool) -> None:
     if not in_process:
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent handles Ctrl-C
+        stop = OrphanStop(stop)
     optuna.logging.set_verbosity(optuna.logging.ERROR)  # no traceback for a trial a stop cut short
     storage, lock = storage_of(spec), StudyLock(spec.storage, spec.study)
     try:
