@@ -16,7 +16,7 @@ from .simulate import execute, output_options
 @click.option("--served-model", default=None,
               help="Live: the model name to request (default: the first one /v1/models lists).")
 @config_options
-@workload_options("azure-conv")
+@workload_options
 @output_options
 def run(**opts: object) -> None:
     """Run one scenario under one serving config on a backend (a live server: the config it was started with)."""
