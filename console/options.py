@@ -14,6 +14,7 @@ from ..backends.policies.modes import MODES
 from ..backends.tokens import parse_tokens
 
 _DEFAULT = ServingConfig()
+DEFAULT_SCENARIO = "azure-conv"  # what simulate, run and tune use without --scenario: chat traffic under load
 
 
 def _knob_option(knob: Knob) -> Callable:
@@ -79,16 +80,15 @@ def check_writable(path: str, flag: str) -> None:
         raise click.BadParameter(f"cannot write {path}", param_hint=flag)
 
 
-def workload_options(default_scenario: str) -> Callable[[Callable], Callable]:
-    """--scenario --rate --requests --seed."""
-    def decorate(fn: Callable) -> Callable:
-        options = [
-            click.option("--scenario", default=default_scenario, show_default=True, help="Catalog name, or a .toml/.csv/.jsonl file."),
-            click.option("--rate", type=float, default=None, help="Poisson arrival rate in requests/s (default: the scenario's)."),
-            click.option("--requests", "num_requests", type=int, default=None, help="Number of requests (default: the scenario's)."),
-            click.option("--seed", type=int, default=0, show_default=True, help="Seed for arrivals and lengths."),
-        ]
-        for option in reversed(options):
-            fn = option(fn)
-        return fn
-    return decorate
+def workload_options(fn: Callable) -> Callable:
+    """--scenario (default DEFAULT_SCENARIO) --rate --requests --seed."""
+    options = [
+        click.option("--scenario", default=DEFAULT_SCENARIO, show_default=True, help="Catalog name, or a .toml/.csv/.jsonl file."),
+        click.option("--rate", type=float, default=None, help="Poisson arrival rate in requests/s (default: the scenario's)."),
+        click.option("--requests", "num_requests", type=int, default=None, help="Number of requests (default: the scenario's)."),
+        click.option("--seed", type=int, default=0, show_default=True, help="Seed for arrivals and lengths."),
+    ]
+    for option in reversed(options):
+        fn = option(fn)
+    return fn
+

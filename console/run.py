@@ -21,7 +21,7 @@ from .simulate import execute, output_options
               help="Live: draw this rate's own prompts, so that none is served from a prefix cache an earlier run "
                    "at another rate filled (default: the seed's prompts, the same at every rate).")
 @config_options
-@workload_options("azure-conv")
+@workload_options
 @output_options
 def run(**opts: object) -> None:
     """Run one scenario under one serving config on a backend (a live server: the config it was started with)."""

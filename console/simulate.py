@@ -35,7 +35,7 @@ def output_options(fn: Callable) -> Callable:
 
 @click.command()
 @config_options
-@workload_options("long-128k")
+@workload_options
 @output_options
 def simulate(**opts: object) -> None:
     """Simulate one scenario under one serving config."""

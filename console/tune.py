@@ -34,7 +34,7 @@ from .export import warn_on_stderr
 from .options import workload_options
 from .output import output_console
 from .progress import make_progress, progress_mode, progress_option
-from .tunespec import (DEFAULT_REPEATS, DEFAULT_SCENARIO, TuneInputError, TuneInputs, build_spec, default_engine,
+from .tunespec import (DEFAULT_REPEATS, TuneInputError, TuneInputs, build_spec, default_engine,
                        stored_runs_text, value_text)
 
 
@@ -42,7 +42,7 @@ from .tunespec import (DEFAULT_REPEATS, DEFAULT_SCENARIO, TuneInputError, TuneIn
 @click.option("--model", default=ServingConfig.model, show_default=True, help="Model profile name, TOML file or HF config.json.")
 @click.option("--hardware", default=ServingConfig.hardware, show_default=True, help="Hardware profile name or TOML file.")
 @click.option("--devices", type=int, default=None, help="Devices to use (default: what the model needs on that hardware).")
-@workload_options(DEFAULT_SCENARIO)
+@workload_options
 @click.option("--slo", default=None, help="Limits such as ttft=2s,tpot=200ms (percentile p90 unless ttft@p99=3s).")
 @click.option("--objective", type=click.Choice(list(OBJECTIVES)), default=None,
               help="goodput (default with --slo), ttft (mean, for one-at-a-time long prompts) or throughput.")

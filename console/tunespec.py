@@ -22,8 +22,8 @@ from ..tuner.slo import parse_slo
 from ..tuner.space import default_params, engine_search, parse_fixes, suggest_config
 from ..tuner.storage import HEARTBEAT_S, check_storage, default_storage
 from ..tuner.workers import make_sampler
+from .options import DEFAULT_SCENARIO
 
-DEFAULT_SCENARIO = "azure-conv"
 DEFAULT_TRIALS = 50
 DEFAULT_REPEATS = 5  # seeds per finalist: a t-interval over 5 values is about +-1.2 standard deviations
 

@@ -19,6 +19,7 @@ from pipedeck.backends.sim import SimBackend, footprint
 from pipedeck.backends.policies.modes import MODES
 from pipedeck.console.cli import cli
 from pipedeck.console.errors import run_cli
+from pipedeck.console.options import DEFAULT_SCENARIO
 from pipedeck.scenarios import load_scenario
 
 QWEN = ["--model", "qwen2.5-14b", "--hardware", "a100-40g-pcie"]
@@ -121,6 +122,15 @@ def test_rate_changes_an_open_loop_run(capsys):
     assert slow["rate"] == 0.5 and fast["rate"] == 50
     assert slow["makespan_s"] > fast["makespan_s"]
     assert slow["breakdown_s"]["idle"] > fast["breakdown_s"]["idle"]
+
+
+def test_run_on_the_simulator_is_simulate(capsys):
+    """`run --backend sim` runs what `simulate` runs, on the same default scenario `tune` tunes on."""
+    argv = [*QWEN, "--tp", "2", "--pp", "2", "--requests", "20", "--no-store"]
+    simulated, _ = run_json(capsys, ["simulate", *argv])
+    ran, _ = run_json(capsys, ["run", "--backend", "sim", *argv])
+    assert ran == simulated
+    assert simulated["scenario"] == DEFAULT_SCENARIO
 
 
 # -- --timeline ----------------------------------------------------------------------

@@ -81,6 +81,39 @@ def test_locks_of_different_names_on_one_journal_do_not_wait_on_each_other(tmp_p
         other.close()
 
 
+def test_a_released_lock_leaves_no_file_behind(tmp_path):
+    """Every study name has its own lock file; they must not pile up beside the journal."""
+    url = str(tmp_path / "study.jsonl")
+    for name in ("", "s", "s/goodput_ci"):
+        with StudyLock(url, name):
+            assert [p.name for p in tmp_path.glob("*.pipedeck-lock")]
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_waiter_woken_on_a_removed_lock_file_still_excludes_a_newcomer(tmp_path):
+    """The holder removes the file as it releases; whoever was waiting on that file and whoever opens the path
+    afterwards (a new file) must not both hold the lock."""
+    url = str(tmp_path / "study.jsonl")
+    first, waiter, newcomer = StudyLock(url, "s"), StudyLock(url, "s"), StudyLock(url, "s")
+    first.acquire()
+    waiting = threading.Thread(target=waiter.acquire)
+    waiting.start()
+    waiting.join(timeout=0.5)
+    assert waiting.is_alive()  # blocked on the file the first holder is about to remove
+    first.close()
+    waiting.join(timeout=10)
+    assert waiter.held
+    coming = threading.Thread(target=newcomer.acquire)
+    coming.start()
+    coming.join(timeout=0.5)
+    assert coming.is_alive(), "the newcomer took the lock the waiter holds"
+    waiter.close()
+    coming.join(timeout=10)
+    assert newcomer.held
+    newcomer.close()
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_admission_keeps_finished_and_running_trials_within_the_target(tmp_path):
     target = spec(tmp_path, trials=4)
     study = optuna.create_study(study_name="t", storage=open_storage(target.storage))

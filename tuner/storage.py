@@ -7,7 +7,8 @@ several hosts share. Every pipedeck process working on a study takes the
 study's lock around the steps that must not interleave: creating the schema
 and the study, registering a worker, admitting a trial, claiming a config.
 On PostgreSQL it is an advisory lock, which holds across hosts and is freed
-when its holder dies; on a file it is a file lock beside the file.
+when its holder dies; on a file it is a file lock on a lock file beside the
+file, which its holder removes as it releases it (StudyLock).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from __future__ import annotations
 import fcntl
 import hashlib
 import importlib.util
+import os
 import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -173,6 +175,17 @@ class StudyLock:
     Holders are processes or threads, on any host for PostgreSQL. Not
     re-entrant: take it around short steps, never inside itself. A
     PostgreSQL lock keeps its own connection until `close()`.
+
+    On a file storage the lock is flock(2) on FILE[.<digest>].pipedeck-lock,
+    and its holder deletes that file just before it unlocks it, so no empty
+    lock files pile up. That is safe because a holder counts only when, once
+    locked, the path still names the file it locked: a waiter woken on a
+    deleted file, or one that opened the path before an earlier holder
+    deleted it, finds the path gone or naming another file and starts again,
+    while anyone opening the path meanwhile creates and locks a new file.
+    So at any moment at most one holder has locked the file the path names.
+    A holder killed while holding leaves its file behind; the next holder
+    deletes it.
     """
 
     def __init__(self, url: str, name: str):
@@ -186,8 +199,7 @@ class StudyLock:
         if self.kind == "postgresql":
             self._database().execute(sqlalchemy.text("SELECT pg_advisory_lock(:key)"), {"key": self._key()})
         else:
-            self._file = open(self._lock_file(), "a")  # noqa: SIM115 - closed by release()
-            fcntl.flock(self._file, fcntl.LOCK_EX)
+            self._file = self._lock_the_file()
         self.held = True
 
     def release(self) -> None:
@@ -197,6 +209,7 @@ class StudyLock:
         if self.kind == "postgresql":
             self._database().execute(sqlalchemy.text("SELECT pg_advisory_unlock(:key)"), {"key": self._key()})
         else:
+            Path(self._lock_file()).unlink(missing_ok=True)  # while still holding it: see the class docstring
             self._file.close()  # closing the file frees its lock
             self._file = None
 
@@ -216,6 +229,19 @@ class StudyLock:
     def _key(self) -> int:
         """A signed 64-bit advisory-lock key for this study (or the storage)."""
         return int.from_bytes(self._digest(), "big", signed=True)
+
+    def _lock_the_file(self) -> IO[str]:
+        """Lock the file the lock's path names, opening (or creating) it again until the one locked is still it."""
+        path = self._lock_file()
+        while True:
+            handle = open(path, "a")  # noqa: SIM115 - closed by release()
+            fcntl.flock(handle, fcntl.LOCK_EX)
+            try:
+                if os.path.samestat(os.fstat(handle.fileno()), os.stat(path)):
+                    return handle
+            except FileNotFoundError:  # its holder deleted it as it released it
+                pass
+            handle.close()
 
     def _lock_file(self) -> str:
         """The file a journal or SQLite storage's lock is held on: FILE.pipedeck-lock for the storage itself,
