@@ -11,7 +11,7 @@ import threading
 from textual.widgets import DataTable, Static
 
 from pipedeck.console.tui import PipedeckApp
-from pipedeck.console.tui.tune import TuneScreen, trial_cells, trial_detail
+from pipedeck.console.tui.tune import TuneScreen, best_text, trial_cells, trial_detail
 from pipedeck.store import RunStore, TrialRow
 from pipedeck.backends.launch import ENGINES
 from pipedeck.tuner.study import run_study
@@ -157,3 +157,12 @@ def test_quitting_during_a_study_stops_it_quietly_and_it_resumes(tmp_path, capfd
     with RunStore.open(db, read_only=True) as store:
         numbers = [t.number for t in store.trials(spec.study)]
     assert not outcome.interrupted and outcome.trials >= len(before) + 1 and len(numbers) == len(set(numbers))
+
+
+def test_the_best_panel_words_the_gain_over_the_default_in_the_objective_s_direction():
+    """A TTFT study's best is lower, not '1.33x the default'; a goodput study's is higher (as tune prints them)."""
+    trial = TrialRow(study="s", number=3, state="COMPLETE", params={}, config={"mode": "cpp", "tp": 2, "pp": 2,
+                     "chunk": 2048, "layer_split": [24, 24]}, metrics={}, objective=1.5, duration_s=1.0,
+                     completed_at=None, run_id=None)
+    assert "1.33x lower mean TTFT than the default config" in best_text(trial, "ttft", 1.33).plain
+    assert "1.33x higher goodput than the default config" in best_text(trial, "goodput", 1.33).plain

@@ -22,7 +22,7 @@ from ...backends.tokens import format_tokens
 from ...scenarios import catalog
 from ...store import TrialRow
 from ...tuner.export import export_best
-from ...tuner.objective import OBJECTIVES, TuneSpec
+from ...tuner.objective import OBJECTIVES, TuneSpec, better_by
 from ...tuner.slo import SLOError
 from ...backends.knobs import setting_text
 from ...tuner.space import knob_settings
@@ -95,7 +95,7 @@ def best_text(trial: TrialRow | None, objective: str, ratio: float | None) -> Te
     config, metrics = trial.config or {}, trial.metrics or {}
     text = Text.assemble((f"trial {trial.number}: ", "bold"), (value_text(objective, trial.objective), "bold green"))
     if ratio is not None:
-        text.append(f"\n{ratio:.2f}x the default config", style="bold")
+        text.append(f"\n{better_by(objective, ratio)} than the default config", style="bold")
     split = ",".join(map(str, config.get("layer_split") or ()))
     text.append(f"\n{config.get('mode')} {config.get('tp')}×{config.get('pp')} chunk "
                 f"{format_tokens(int(config.get('chunk', 0)))}\nsplit {split}")
