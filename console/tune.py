@@ -77,7 +77,6 @@ def tune(**opts: object) -> None:
     live = live_plan(opts)
     spec, jobs = _spec_from_options(opts, live)
     console = Console(stderr=True)
-    RunStore.open(opts["db"]).close()  # a bad --db fails now, before any work
     with make_progress(progress_mode(opts), console) as bar:
         task = bar.add_task(f"study {spec.study}: starting", total=spec.trials)
 
@@ -112,6 +111,7 @@ def _spec_from_options(opts: dict[str, object], live: LivePlan) -> tuple[TuneSpe
     if opts["jobs"] is not None and opts["jobs"] < 1:
         raise click.BadParameter(f"must be a positive integer, got {opts['jobs']}", param_hint="--jobs")
     opts["db"] = opts["db"] or str(default_db_path())
+    RunStore.check_writable(opts["db"])  # a bad --db fails now, before the study's storage is opened or created
     inputs = TuneInputs(
         scenario=str(opts["scenario"]), model=str(opts["model"]), hardware=str(opts["hardware"]),
         devices=opts["devices"], slo=opts["slo"], objective=opts["objective"], fixes=tuple(opts["fixes"]),

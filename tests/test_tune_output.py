@@ -195,3 +195,11 @@ def test_knobs_that_vary_among_ties_are_free_within_the_tie_set_not_said_to_not_
                                   (Finished(3, best.config, metrics, 2.0), Finished(5, config, metrics, 1.99)),
                                   ("chunk",)))
     assert "Knobs free within the tie set (" in report and report.endswith("): chunk.") and "did not change" not in report
+
+
+def test_a_tune_refused_for_its_run_store_leaves_no_journal_behind(tmp_path, capsys):
+    bad = tmp_path / "bad.duckdb"
+    bad.write_text("not a store")
+    assert run_cli(cli, ["tune", "--slo", "ttft=2s,tpot=200ms", "--trials", "1", "--db", str(bad)]) == 2
+    assert capsys.readouterr().err.startswith("pipedeck: error: db: ")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.duckdb"] and bad.read_text() == "not a store"
