@@ -24,7 +24,7 @@ from pipedeck.console.errors import run_cli
 from pipedeck.console.tunespec import TuneInputs, build_spec
 from pipedeck.store import RunStore
 from pipedeck.tuner.confidence import clear_win
-from pipedeck.tuner.objective import Evaluator
+from pipedeck.tuner.objective import PRUNED_VALUE, Evaluator
 from pipedeck.tuner.space import (
     SpaceContext,
     default_params,
@@ -175,12 +175,15 @@ def test_study_runs_seeds_the_default_and_syncs_the_store(tmp_path):
             assert {"tp", "pp", "chunk"} <= set(t.params)
             assert_flags_give_back(t.params, t.config)
     study = optuna.load_study(study_name="t", storage=open_storage(str(tmp_path / "journal.jsonl")))
-    assert study.metric_names == ["goodput (req/s)"] and study.user_attrs["objective"] == "goodput (req/s), maximized"
+    assert study.metric_names == [f"goodput (req/s); a pruned trial: {PRUNED_VALUE}"]
+    assert study.user_attrs["objective"] == "goodput (req/s), maximized"
     assert foreign_params({name for t in study.trials for name in t.params}) == []
-    for t in study.trials:  # a pruned trial reports the requests/s it served within the SLO where it failed
-        if t.state == optuna.trial.TrialState.PRUNED and t.intermediate_values:
-            metrics = t.user_attrs["metrics"]
-            assert t.intermediate_values[0] == metrics["fails_slo_at_rps"] * metrics["attainment_at_fail"]
+    pruned = [t for t in study.trials if t.state == optuna.trial.TrialState.PRUNED and t.intermediate_values]
+    assert pruned, "the study prunes configs that fail below the best so far"
+    for t in pruned:  # a pruned trial reports the requests/s it served within the SLO where it failed
+        metrics = t.user_attrs["metrics"]
+        assert t.intermediate_values[0] == metrics["fails_slo_at_rps"] * metrics["attainment_at_fail"]
+        assert t.user_attrs["value_is"] == PRUNED_VALUE  # optuna-dashboard shows that figure as its value
 
 
 def test_the_dashboard_reads_the_values_that_ran_and_one_attribute_of_worker_processes(tmp_path):
@@ -436,7 +439,7 @@ def test_a_tune_searches_only_what_its_engine_can_run(tmp_path):
 
 
 def test_a_goodput_search_on_a_live_server_draws_fresh_prompts_for_each_rate_unless_told():
-    from pipedeck.tuner.objective import Evaluator, TuneSpec
+    from pipedeck.tuner.objective import PRUNED_VALUE, Evaluator, TuneSpec
 
     def options(objective: str, **backend_options: object):
         spec = TuneSpec(study="s", storage="", model="qwen2.5-14b", hardware="a100-40g-pcie", devices=1,
@@ -452,7 +455,7 @@ def test_a_live_rate_that_served_nothing_fails_in_one_line_counting_the_failures
     import socket
 
     from pipedeck.backends.errors import ServerError
-    from pipedeck.tuner.objective import Evaluator, TuneSpec
+    from pipedeck.tuner.objective import PRUNED_VALUE, Evaluator, TuneSpec
 
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))

@@ -26,6 +26,15 @@ from .storage import HEARTBEAT_S, LOST, has_heartbeat
 OBJECTIVES = {"goodput": "maximize", "ttft": "minimize", "throughput": "maximize"}
 OBJECTIVE_NAMES = {"goodput": "goodput", "ttft": "mean TTFT", "throughput": "throughput"}
 OBJECTIVE_LABELS = {"goodput": "goodput (req/s)", "ttft": "mean TTFT (s)", "throughput": "throughput (tok/s)"}
+# Optuna stores a pruned trial's last report as its value, which optuna-dashboard shows under the metric's name:
+# a goodput study says what that value of a pruned trial is (see Objective.__call__), so it is not read as goodput.
+PRUNED_VALUE = "req/s within the SLO at the rate where it failed, not a goodput"
+
+
+def metric_name(objective: str) -> str:
+    """The study's value as optuna-dashboard heads it: the objective, and what a pruned trial's value is."""
+    label = OBJECTIVE_LABELS[objective]
+    return f"{label}; a pruned trial: {PRUNED_VALUE}" if objective == "goodput" else label
 
 
 def better_by(objective: str, ratio: float, *, percent: bool = False) -> str:
@@ -281,7 +290,7 @@ class Objective:
             earlier = claim_config(trial, config.to_dict(), self.heartbeat)
         if earlier is not None:  # never measure a config twice: answer with its result
             return self._answer(trial, earlier)
-        prunable = self.spec.objective == "goodput" and "role" not in trial.user_attrs
+        prunable = self.spec.objective == "goodput" and "role" not in trial.user_attrs  # as metric_name says
         try:
             measured = self.evaluator.measure(config, best_value(trial.study) if prunable else None)
         except TuneInterrupted:
@@ -298,6 +307,7 @@ class Objective:
             # at the same rate (the best so far), so reporting that rate alone would tie them all, and TPE would
             # take the earliest pruned configs as its "good" ones while few trials have completed.
             trial.report((measured.upper or 0.0) * measured.metrics["attainment_at_fail"], 0)
+            trial.set_user_attr("value_is", PRUNED_VALUE)
             raise optuna.TrialPruned(f"fails the SLO at {measured.upper:.4g} req/s, below the best so far")
         return measured.value
 

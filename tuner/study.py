@@ -29,8 +29,8 @@ from ..store import RunStore
 from .confidence import clear_win, interval
 from .importance import param_importances
 from .journal import recover_journal
-from .objective import (FINISHED, OBJECTIVE_LABELS, Evaluator, StopFlag, TuneInterrupted, TuneSpec, search_precision,
-                        space_context)
+from .objective import (FINISHED, OBJECTIVE_LABELS, Evaluator, StopFlag, TuneInterrupted, TuneSpec, metric_name,
+                        search_precision, space_context)
 from .signals import stop_on_signals
 from .slo import parse_slo
 from .space import default_params, foreign_params
@@ -155,10 +155,11 @@ def refuse_foreign_params(study: optuna.Study) -> None:
 
 
 def name_objective(study: optuna.Study, spec: TuneSpec) -> None:
-    """Name the study's value as its objective (optuna-dashboard shows it), e.g. "goodput (req/s)"."""
+    """Name the study's value as its objective (optuna-dashboard shows it), e.g. "goodput (req/s); a pruned trial:
+    ..."."""
     with warnings.catch_warnings():  # set_metric_names is marked experimental
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-        study.set_metric_names([OBJECTIVE_LABELS[spec.objective]])
+        study.set_metric_names([metric_name(spec.objective)])
     study.set_user_attr("objective", f"{OBJECTIVE_LABELS[spec.objective]}, {spec.direction}d")
 
 
