@@ -11,7 +11,7 @@ from textual.widgets import DataTable, Static
 from pipedeck.backends.sim import SimBackend
 from pipedeck.console.tui import PipedeckApp
 from pipedeck.console.tui.compare import CompareScreen
-from pipedeck.console.tui.runs import RUN_COLUMNS
+from pipedeck.console.tui.runs import RUN_COLUMNS, WIDE_COLUMNS, WIDE_FROM
 from pipedeck.scenarios import load_scenario
 from pipedeck.store import RunStore
 from tests.run_kinds import store_awkward_runs
@@ -102,5 +102,26 @@ def test_the_console_starts_on_a_store_of_every_kind_of_run(tmp_path, monkeypatc
             await pilot.pause()
             assert "3 failed" in str(runs.query_one("#run-detail", Static).render())
             assert app.is_running
+
+    asyncio.run(scenario())
+
+
+def test_a_wide_terminal_shows_the_model_time_and_label_columns_and_a_narrow_one_hides_them(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    db = tmp_path / "kinds.duckdb"
+    ids = store_awkward_runs(db)
+
+    async def scenario() -> None:
+        app = PipedeckApp(db)
+        async with app.run_test(size=(WIDE_FROM, 30)) as pilot:
+            await pilot.press("3")
+            table = app.screen.query_one("#runs-table", DataTable)
+            await wait_for(pilot, lambda: table.row_count == len(ids))
+            headers = [str(column.label) for column in table.columns.values()]
+            assert headers == [*RUN_COLUMNS, *WIDE_COLUMNS]
+            assert "3 failed" in table.get_row(str(ids["all-failed"]))[headers.index("label")]
+            await pilot.resize_terminal(80, 24)
+            await wait_for(pilot, lambda: len(table.columns) == len(RUN_COLUMNS))
+            assert table.row_count == len(ids) and len(table.get_row(str(ids["all-failed"]))) == len(RUN_COLUMNS)
 
     asyncio.run(scenario())

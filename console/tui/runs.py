@@ -23,9 +23,12 @@ from .messages import Compared, StoreListed, WorkFailed
 from .view import View, cursor_key, one_line, shown_path
 
 # The columns whose headers fit whole at 80 columns, figures first; the run under the cursor's model, time and
-# label (free text of any length) go under the table.
+# label (free text of any length) go under the table, and also into columns of their own on a wide terminal.
 RUN_COLUMNS = ("", "id", "scenario", "config", "TTFT p90", "TPOT p90", "bubble")
 RUN_ORDER = (0, 2, 4, 5, 6, 7)  # row_cells (`pipedeck runs` order) -> RUN_COLUMNS after the mark
+WIDE_COLUMNS = ("model", "created", "label")
+WIDE_ORDER = (3, 1, 8)  # row_cells -> WIDE_COLUMNS
+WIDE_FROM = 120  # terminal columns from which the wide columns are shown
 NO_DETAIL = "the model, time and label of the run under the cursor show here"
 STUDY_COLUMNS = ("trials", "complete", "objective", "scenario", "created", "study")
 
@@ -66,6 +69,7 @@ class RunsScreen(View):
         self.studies: list[StudyRow] = []
         self.selected: list[int] = []  # run ids in the order chosen: the first is the baseline
         self.report: Path | None = None
+        self.wide = False  # whether the runs table shows WIDE_COLUMNS (set from the terminal's width)
 
     def body(self) -> ComposeResult:
         with Horizontal(classes="actions", id="runs-top"):
@@ -82,13 +86,27 @@ class RunsScreen(View):
 
     def on_mount(self) -> None:
         runs, studies = self.query_one("#runs-table", DataTable), self.query_one("#studies-table", DataTable)
-        runs.add_columns(*RUN_COLUMNS)
+        self.wide = self.app.size.width >= WIDE_FROM
+        runs.add_columns(*self._run_columns())
         studies.add_columns(*STUDY_COLUMNS)
         runs.border_title = "runs"
         studies.border_title = "studies (enter selects a study's stored runs)"
 
     def on_screen_resume(self) -> None:
         self.list_store()
+
+    def on_resize(self) -> None:
+        """A terminal grown past WIDE_FROM columns shows the model, time and label columns; one shrunk hides them."""
+        wide = self.app.size.width >= WIDE_FROM
+        if wide != self.wide:
+            self.wide = wide
+            runs = self.query_one("#runs-table", DataTable)
+            runs.clear(columns=True)
+            runs.add_columns(*self._run_columns())
+            self._fill()
+
+    def _run_columns(self) -> tuple[str, ...]:
+        return RUN_COLUMNS + WIDE_COLUMNS if self.wide else RUN_COLUMNS
 
     def palette_commands(self) -> Iterable[SystemCommand]:
         yield SystemCommand("Compare selected runs", "Metrics side by side and the HTML report", self.action_compare)
@@ -210,7 +228,8 @@ class RunsScreen(View):
             cells = row_cells(row)
             if matches(words, (*cells, row.study or "")):
                 mark = f"✓{self.selected.index(row.id) + 1}" if row.id in self.selected else ""
-                runs.add_row(mark, *(cells[i] for i in RUN_ORDER), key=str(row.id))
+                order = RUN_ORDER + WIDE_ORDER if self.wide else RUN_ORDER
+                runs.add_row(mark, *(cells[i] for i in order), key=str(row.id))
                 shown += 1
         runs.move_cursor(row=min(cursor, max(0, shown - 1)))
         self._show_detail()
