@@ -171,7 +171,7 @@ def test_the_query_by_tp_groups_a_study_that_pinned_tp(pinned):
     with RunStore.open(pinned, read_only=True) as store:
         trials = store.trials("demo")
         fixed = store.get_study("demo").settings["fixed"]
-    assert fixed == {"tp": 2} and not any("tp" in t.params for t in trials)
+    assert fixed["tp"] == 2 and not any("tp" in t.params for t in trials)  # pinned, so no trial searched it
     [query] = [sql for sql in sql_blocks() if "AS tp" in sql]
     [rows] = answers(pinned, None, [query])
     assert rows == tp_groups(trials, fixed) and [r["tp"] for r in rows] == [2]
