@@ -5,9 +5,8 @@ from __future__ import annotations
 
 import asyncio
 
-from textual.widgets import Static
-
 import pytest
+from textual.widgets import Static
 
 from pipedeck.backends import footprint
 from pipedeck.backends.live.mock_server import Behaviour, MockServer

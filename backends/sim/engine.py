@@ -32,10 +32,10 @@ import math
 from typing import Final, cast
 
 from ..base import RunCancelled, RunObserver, Snapshot
-from ..policies.chunking import StepReport
-from ..result import RankTime, RequestRecord, Span
 from ..errors import ConfigError
+from ..policies.chunking import StepReport
 from ..policies.layouts import program_order
+from ..result import RankTime, RequestRecord, Span
 from .costs import StageCosts
 from .scheduler import Batch, SimRequest, StepScheduler
 

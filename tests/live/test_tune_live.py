@@ -18,6 +18,7 @@ import threading
 from pathlib import Path
 
 import pytest
+
 from pipedeck.backends.config import ServingConfig
 from pipedeck.backends.live.launcher import LaunchError
 from pipedeck.backends.registry import make_backend
