@@ -30,7 +30,7 @@ def footprint(scenario: Scenario, config: ResolvedConfig | None, num_requests: i
     Without a timeline the config does not matter (None: any config, as before a tune).
     """
     n = scenario.num_requests if num_requests is None else num_requests
-    total = n * REQUEST_BYTES
+    total: float = n * REQUEST_BYTES
     if timeline and config is not None:
         total += n * _spans_per_request(scenario, config, min(n, SAMPLE), seed, rate) * SPAN_BYTES
     return int(total)
