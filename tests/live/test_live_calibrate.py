@@ -26,8 +26,6 @@ from pipedeck.store import RunStore
 from pipedeck.tuner.calibrate import FITTED
 from tests.live.llama_server import N_EMBD, N_LAYER, N_VOCAB
 
-pytestmark = pytest.mark.live
-
 START = str(Path(__file__).parent / "cpu-host.toml")
 PIPEDECK = str(Path(sys.executable).parent / "pipedeck")
 CONFIG = ["--tp", "1", "--pp", "1", "--chunk", "512", "--max-running", "2", "--kv-capacity", "8192"]

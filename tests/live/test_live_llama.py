@@ -22,7 +22,6 @@ from pipedeck.console.errors import run_cli
 from pipedeck.scenarios import load_scenario
 from pipedeck.store import RunStore
 
-pytestmark = pytest.mark.live
 CPU = dict(model="qwen2.5-14b", hardware="a100-40g-pcie", tp=1, pp=1, chunk=512, max_running=4, kv_capacity=8192)
 
 
