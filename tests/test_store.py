@@ -186,11 +186,11 @@ def test_runs_table_columns_hold_the_config_and_metrics(store, sim_result):
 @pytest.mark.filterwarnings("ignore::RuntimeWarning")
 def test_bulk_insert_of_100k_spans_is_fast(store):
     result = awkward_result(n_spans=100_000, n_records=10_000)
-    start = time.perf_counter()
+    start = time.process_time()  # CPU seconds of this process, DuckDB's threads included: not slowed by a busy machine
     run_id = store.save_run(result)
-    elapsed = time.perf_counter() - start
+    cpu_s = time.process_time() - start
     assert store.count_spans(run_id) == len(result.spans) > 100_000
-    assert elapsed < 2.0, f"saving 100k spans took {elapsed:.2f} s"  # row-by-row executemany takes minutes
+    assert cpu_s < 2.0, f"saving 100k spans took {cpu_s:.2f} CPU s"  # row-by-row executemany takes minutes
 
 
 # -- listing -------------------------------------------------------------------------------------------
