@@ -43,7 +43,8 @@ corebuild = _corebuild()
 
 def compiler_works() -> bool:
     """Whether a C extension including Python.h compiles and links here."""
-    from setuptools._distutils import ccompiler, sysconfig as dist_sysconfig
+    from setuptools._distutils import ccompiler
+    from setuptools._distutils import sysconfig as dist_sysconfig
 
     compiler = ccompiler.new_compiler()
     dist_sysconfig.customize_compiler(compiler)
@@ -54,7 +55,7 @@ def compiler_works() -> bool:
             objects = compiler.compile([str(source)], output_dir=folder,
                                        include_dirs=[sysconfig.get_paths()["include"]])
             compiler.link_shared_object(objects, str(Path(folder) / "probe.so"))
-        except Exception:  # no compiler, no headers, no linker: any of them means pure Python
+        except Exception:  # noqa: BLE001 - no compiler, no headers, no linker: any of them means pure Python
             return False
     return True
 
@@ -103,7 +104,7 @@ class build_core(build_ext):
     def run(self) -> None:
         try:
             super().run()
-        except Exception as err:  # a compile or link error: remove whatever was built (copies in place come after)
+        except Exception as err:  # noqa: BLE001 - a compile or link error: remove whatever was built (copies in place come after)
             for ext in self.extensions:
                 Path(self.get_ext_fullpath(ext.name)).unlink(missing_ok=True)
             print(f"pipedeck: simulator core left as pure Python: the C build failed: {err}", file=sys.stderr)

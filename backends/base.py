@@ -62,8 +62,8 @@ class Backend(Protocol):
 
     def run(
         self,
-        scenario: "Scenario",
-        config: "ServingConfig",
+        scenario: Scenario,
+        config: ServingConfig,
         rate: float | None = None,
         seed: int = 0,
         num_requests: int | None = None,

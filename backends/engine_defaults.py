@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from .errors import ConfigError
 from .profiles.schema import HardwareProfile
 
+
 @dataclass(frozen=True)
 class EngineDefaults:
     """An engine's default step budget (`--max-num-batched-tokens` and its kin) and running-request cap."""

@@ -589,16 +589,14 @@ def _fastpp(strategy: str) -> Render:
         fields = config.mode_spec.params
         return Launch(
             flags=(Flag("--enable-dynamic-chunk"), Flag("--dynamic-chunk-strategy", strategy)),
-            notes=(f"The controller steers by TTFT {config.slo_ttft_s:g} s and TPOT {config.slo_tpot_s:g} s.",)
-            + _fastpp_tuned(config, tuple(f for f in fields if f in _FASTPP_DEFAULTS)),
+            notes=(f"The controller steers by TTFT {config.slo_ttft_s:g} s and TPOT {config.slo_tpot_s:g} s.", *_fastpp_tuned(config, tuple(f for f in fields if f in _FASTPP_DEFAULTS))),
         )
     return render
 
 
 def _fastpp_rebalancing(config: ResolvedConfig, release: Release) -> Launch:
     return Launch(flags=(Flag("--enable-batch-rebalancing"),),
-                  notes=("Delay scheduling is the fork's --enable-batch-rebalancing.",)
-                  + _fastpp_tuned(config, ("waiting_tok_threshold", "load_alpha", "base_unit", "delay_mode")))
+                  notes=("Delay scheduling is the fork's --enable-batch-rebalancing.", *_fastpp_tuned(config, ("waiting_tok_threshold", "load_alpha", "base_unit", "delay_mode"))))
 
 
 register_engine(ServingEngine("fastpp", ("python", "-m", "sglang.launch_server"), "--model-path", _fastpp_common,

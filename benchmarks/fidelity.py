@@ -651,7 +651,7 @@ def loo_b(runner: Runner, current: dict[str, Measured], folder: str, log: Callab
     lo, hi = space.bounds()
     x0 = np.zeros(n)
     start = time.perf_counter()
-    steps = [B_DIFF_STEP if B_DIFF_STEP <= hi[i] else -B_DIFF_STEP for i in range(n)]
+    steps = [B_DIFF_STEP if hi[i] >= B_DIFF_STEP else -B_DIFF_STEP for i in range(n)]
     points = [x0] + [x0 + steps[i] * np.eye(n)[i] for i in range(n)]
     with ThreadPoolExecutor(len(points)) as threads:
         values = list(threads.map(lambda x: residuals(fit_keys, quick(x, fit_keys)), points))

@@ -22,6 +22,7 @@ import asyncio
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 from rich.console import Console
@@ -45,7 +46,7 @@ def start_mock(core: int | None, token_s: float) -> tuple[subprocess.Popen, str]
 def cpu_seconds(pid: int) -> float:
     """User + system CPU seconds of process `pid` so far (Linux /proc; NaN elsewhere)."""
     try:
-        fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     except OSError:
         return float("nan")
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")

@@ -10,7 +10,7 @@ import signal
 import tempfile
 import time
 from collections.abc import Iterator
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import click
@@ -89,7 +89,7 @@ def calibrate(**opts: object) -> None:
 
             backend = make_backend("live", endpoint=url, model=opts["served_model"])
             measured = measure(backend, config, points, passes, int(opts["seed"]), on_run=done)
-            provenance = Provenance(_engine(measured), url, datetime.now(timezone.utc).isoformat(timespec="seconds"))
+            provenance = Provenance(_engine(measured), url, datetime.now(UTC).isoformat(timespec="seconds"))
         progress.remove_task(task)
         fitting = progress.add_task("fitting", total=None)
         result = fit(measured, config,

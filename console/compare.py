@@ -18,13 +18,13 @@ from ..store import RunStore, StoredRun
 from ..tuner.confidence import interval_text
 from ..tuner.like_for_like import like_for_like, study_runs
 from ..tuner.slo import SLO, parse_slo
+from .db import READ_LOCK_WAIT_S, db_option, db_path, local_time
 from .options import check_writable
 from .plots import PlotRun, Section, latency_cdfs, metrics_table, page, time_breakdown, timelines
 from .plots.common import slo_from_dict
 from .plots.gantt import MAX_SPANS
 from .plots.naming import legend_names, mismatch_warnings, run_heads
 from .plots.server import scraped, server_gauges
-from .db import READ_LOCK_WAIT_S, db_option, db_path, local_time
 
 PNG_HINT = "png: skipped: PNG export needs kaleido: pip install 'pipedeck[png]'"
 

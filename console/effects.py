@@ -5,11 +5,11 @@ from __future__ import annotations
 from rich.console import Console
 from rich.markup import escape
 
+from ..backends.knobs import setting_text
 from ..backends.tokens import format_tokens
 from ..tuner.explain import KnobEffect
 from ..tuner.objective import TuneSpec, better_by
 from ..tuner.study import TuneOutcome
-from ..backends.knobs import setting_text
 
 TOKEN_KNOBS = ("chunk", "min-chunk", "kv-capacity", "controller-min-chunk")
 

@@ -10,11 +10,11 @@ import optuna
 from ..store import RunStore, StudyRow, TrialRow
 from ..tuner.confidence import interval_text, win_text
 from ..tuner.objective import OBJECTIVES
-from ..tuner.verdict import FREE_KNOBS, Verdict, stored_verdict
 from ..tuner.storage import open_storage, shown
 from ..tuner.study import pull_study
+from ..tuner.verdict import FREE_KNOBS, Verdict, stored_verdict
+from .db import READ_LOCK_WAIT_S, db_option, db_path, local_time
 from .options import check_writable
-from .storage import check_existing_storage
 from .plots import (
     Section,
     best_vs_default,
@@ -26,7 +26,7 @@ from .plots import (
 )
 from .plots.common import slo_from_dict
 from .plots.study import completed, objective_label
-from .db import READ_LOCK_WAIT_S, db_option, db_path, local_time
+from .storage import check_existing_storage
 
 
 @click.command()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import click
 import optuna
@@ -19,7 +19,7 @@ from .db import READ_LOCK_WAIT_S, db_option, db_path
 from .storage import check_existing_storage
 from .tunespec import value_text
 
-_EPOCH = datetime.min.replace(tzinfo=timezone.utc)
+_EPOCH = datetime.min.replace(tzinfo=UTC)
 
 
 @dataclass(frozen=True)

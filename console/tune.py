@@ -17,25 +17,40 @@ from ..backends.registry import BACKENDS
 from ..backends.tokens import format_tokens
 from ..store import RunStore, default_db_path
 from ..tuner.confidence import win_text
-from ..tuner.importance import MIN_TRIALS, too_few_text
 from ..tuner.explain import KnobEffect, effects_json, knob_effects
 from ..tuner.export import export_best
+from ..tuner.importance import MIN_TRIALS, too_few_text
 from ..tuner.objective import OBJECTIVES, TuneSpec, better_by
 from ..tuner.slo import METRICS, Limit, parse_slo
 from ..tuner.space import knob_settings, parse_fixes
-from ..tuner.study import TuneOutcome, open_store, run_study, saved_settings
 from ..tuner.storage import GRACE_BEATS, HEARTBEAT_S, shown
+from ..tuner.study import TuneOutcome, open_store, run_study, saved_settings
 from ..tuner.verdict import FREE_KNOBS
 from ..tuner.workers import SAMPLERS
-from .confirm import (LivePlan, confirm_json, interrupted_by_signals, live_plan, print_live, run_confirm,
-                      server_errors, server_options)
+from .confirm import (
+    LivePlan,
+    confirm_json,
+    interrupted_by_signals,
+    live_plan,
+    print_live,
+    run_confirm,
+    server_errors,
+    server_options,
+)
 from .effects import print_effects
 from .export import warn_on_stderr
 from .options import workload_options
 from .output import output_console
 from .progress import make_progress, progress_mode, progress_option
-from .tunespec import (DEFAULT_REPEATS, TuneInputError, TuneInputs, build_spec, default_engine,
-                       stored_runs_text, value_text)
+from .tunespec import (
+    DEFAULT_REPEATS,
+    TuneInputError,
+    TuneInputs,
+    build_spec,
+    default_engine,
+    stored_runs_text,
+    value_text,
+)
 
 
 @click.command()

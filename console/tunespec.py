@@ -11,11 +11,11 @@ import optuna
 
 from ..backends.config import ServingConfig
 from ..backends.errors import ConfigError
+from ..backends.footprint import check_footprint
 from ..backends.memory import weight_bytes_per_device
 from ..backends.policies.modes import MODES
 from ..backends.profiles import load_hardware
 from ..backends.registry import backend_entry
-from ..backends.footprint import check_footprint
 from ..scenarios import PipedeckError, load_scenario
 from ..tuner.objective import TuneSpec, space_context
 from ..tuner.slo import parse_slo

@@ -7,6 +7,16 @@ the light ones (the errors) does not load numpy and the catalog.
 from __future__ import annotations
 
 import importlib
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # what type checkers see; at run time __getattr__ imports each name on first use
+    from .errors import PipedeckError as PipedeckError
+    from .errors import ScenarioError as ScenarioError
+    from .loader import catalog as catalog
+    from .loader import load_scenario as load_scenario
+    from .request import Request as Request
+    from .request import Workload as Workload
+    from .scenario import Scenario as Scenario
 
 _WHERE = {"PipedeckError": "errors", "ScenarioError": "errors", "catalog": "loader", "load_scenario": "loader",
           "Request": "request", "Workload": "request", "Scenario": "scenario"}

@@ -51,13 +51,15 @@ class Poisson:
         ok = is_number(self.burstiness) and self.burstiness > 0
         require(ok, "burstiness", "a positive number", self.burstiness)
 
-    def times(self, rng: np.random.Generator, n: int, rate: float | None) -> list[float]:
+    def times(self, rng: np.random.Generator | None, n: int, rate: float | None) -> list[float]:
         """Return arrival times at ``rate`` requests per second."""
+        assert rng is not None  # draws is True: the scenario passes a generator
         import numpy as np  # here, not above: a replayed trace needs no numpy
 
         check_rate(rate)
         gaps = rng.gamma(self.burstiness, 1.0 / self.burstiness, n - 1)
-        return (np.concatenate(([0.0], np.cumsum(gaps))) / rate).tolist()
+        times: list[float] = (np.concatenate(([0.0], np.cumsum(gaps))) / rate).tolist()
+        return times
 
 
 @dataclass(frozen=True, slots=True)

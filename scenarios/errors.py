@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 import numbers
-from typing import TypeGuard
+from typing import TypeGuard, TypeVar
 
 
 class PipedeckError(ValueError):
@@ -52,7 +52,10 @@ def check_rate(rate: object) -> None:
     require(is_number(rate) and rate > 0, "rate", "a positive number of requests per second", rate)
 
 
-def head(values: tuple, n: int) -> tuple:
+Value = TypeVar("Value")
+
+
+def head(values: tuple[Value, ...], n: int) -> tuple[Value, ...]:
     """The first ``n`` values of a recorded trace column."""
     require(n <= len(values), "num_requests", f"at most {len(values)} (the trace's rows)", n)
     return values[:n]

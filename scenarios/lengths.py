@@ -72,8 +72,9 @@ class LogNormal:
         if high is not None:
             require(is_int(high) and high >= low, "max", f"an integer >= min ({low})", high)
 
-    def sample(self, rng: np.random.Generator, n: int) -> list[int]:
+    def sample(self, rng: np.random.Generator | None, n: int) -> list[int]:
         """Return ``n`` stratified, rounded and clipped lognormal draws."""
+        assert rng is not None  # draws is True: the scenario passes a generator
         from statistics import NormalDist  # here, not above: a replayed trace needs neither
 
         import numpy as np
@@ -81,7 +82,8 @@ class LogNormal:
         u = np.clip(stratified_uniforms(rng, n), 1e-15, 1 - 1e-15)  # inv_cdf needs 0 < u < 1
         z = np.fromiter(map(NormalDist().inv_cdf, u), float, n)
         tokens = np.rint(self.median * np.exp(self.sigma * z))
-        return np.clip(tokens, self.min, self.max).astype(np.int64).tolist()
+        counts: list[int] = np.clip(tokens, self.min, self.max).astype(np.int64).tolist()
+        return counts
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,12 +97,14 @@ class Empirical:
     def __post_init__(self) -> None:
         _check_tokens(self.values)
 
-    def sample(self, rng: np.random.Generator, n: int) -> list[int]:
+    def sample(self, rng: np.random.Generator | None, n: int) -> list[int]:
         """Return ``n`` values, one from each 1/n-quantile slice of the sorted values."""
+        assert rng is not None  # draws is True: the scenario passes a generator
         import numpy as np
 
         ordered = np.sort(np.asarray(self.values, dtype=np.int64))
-        return ordered[(stratified_uniforms(rng, n) * len(ordered)).astype(np.int64)].tolist()
+        counts: list[int] = ordered[(stratified_uniforms(rng, n) * len(ordered)).astype(np.int64)].tolist()
+        return counts
 
 
 @dataclass(frozen=True, slots=True)

@@ -8,7 +8,7 @@ import tomllib
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from .arrivals import AllAtOnce, ClosedLoop, Poisson, TraceArrivals
 from .errors import ScenarioError, require
@@ -16,9 +16,15 @@ from .lengths import Empirical, Fixed, LengthModel, LogNormal, Replay
 from .scenario import Scenario
 from .traces import read_trace
 
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
+
 CATALOG_PATH = Path(__file__).with_name("catalog.toml")
-_PROCESSES = {cls.process: cls for cls in (Poisson, ClosedLoop, AllAtOnce)}
-_DISTS = {cls.dist: cls for cls in (Fixed, LogNormal, Empirical)}
+_PROCESSES: dict[str, type[Poisson | ClosedLoop | AllAtOnce]] = {
+    cls.process: cls for cls in (Poisson, ClosedLoop, AllAtOnce)
+}
+_DISTS: dict[str, type[Fixed | LogNormal | Empirical]] = {cls.dist: cls for cls in (Fixed, LogNormal, Empirical)}
+Kind = TypeVar("Kind", bound="DataclassInstance")  # the kinds a table names are dataclasses
 _TEXT_KEYS = ("description", "source", "assumptions")
 _KEYS = (*_TEXT_KEYS, "num_requests", "rate", "arrivals", "prompt", "output")
 _REQUIRED_KEYS = ("num_requests", "arrivals", "prompt", "output")
@@ -97,7 +103,7 @@ def _length_model(field: str, spec: Any, base_dir: Path) -> LengthModel:
     return Empirical(trace.prompt_tokens if field == "prompt" else trace.output_tokens)
 
 
-def _build(field: str, kind_key: str, kinds: Mapping[str, type], spec: Any) -> Any:
+def _build(field: str, kind_key: str, kinds: Mapping[str, type[Kind]], spec: Any) -> Kind:
     """``kinds[spec[kind_key]](**other keys)``, naming ``field`` in any error."""
     one_of = f"one of {', '.join(kinds)}"
     require(isinstance(spec, dict), field, f"a table with {kind_key} = {one_of}", spec)

@@ -7,7 +7,7 @@ import os
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from importlib import metadata
 from pathlib import Path
 from types import TracebackType
@@ -414,12 +414,12 @@ def _loads(text: str | None) -> object:
 
 
 def _utc(value: datetime | None) -> datetime | None:
-    return None if value is None else value.replace(tzinfo=timezone.utc)
+    return None if value is None else value.replace(tzinfo=UTC)
 
 
 def _zoned(value: datetime) -> datetime:
     """A datetime as a zoned instant (a naive one is taken as UTC), as TIMESTAMPTZ columns store it."""
-    return value.replace(tzinfo=timezone.utc) if value.tzinfo is None else value
+    return value.replace(tzinfo=UTC) if value.tzinfo is None else value
 
 
 def _opt_float(value: object) -> float | None:

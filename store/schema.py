@@ -6,7 +6,7 @@ import json
 import re
 import threading
 from collections.abc import Callable
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import duckdb
@@ -257,4 +257,4 @@ def _migrate(con: duckdb.DuckDBPyConnection, path: Path, read_only: bool) -> int
 
 def utcnow() -> datetime:
     """Now, in UTC and zoned, as the store's TIMESTAMPTZ columns take it whatever the session's TimeZone."""
-    return datetime.now(timezone.utc)
+    return datetime.now(UTC)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 
 import duckdb
 
@@ -16,8 +16,6 @@ def transaction(con: duckdb.DuckDBPyConnection) -> Iterator[None]:
         yield
         con.execute("COMMIT")
     except BaseException:
-        try:
+        with suppress(duckdb.Error):  # the failed COMMIT already rolled back, or the connection is gone
             con.execute("ROLLBACK")
-        except duckdb.Error:
-            pass  # the failed COMMIT already rolled back, or the connection is gone
         raise

@@ -11,8 +11,10 @@ own watchers to `on_formed` and `on_evicted`.
 
 from __future__ import annotations
 
+import itertools
 from collections import Counter, defaultdict
-from typing import Callable, NamedTuple
+from collections.abc import Callable
+from typing import NamedTuple
 
 from pipedeck.backends.sim.scheduler import DECODE, FIRST_TOKEN, PREFILL
 
@@ -74,7 +76,7 @@ def check_tokens(log: Trace, records, requests, preemptions: int = 0, exits=None
         assert len(tokens) == q.output_tokens, (q.id, len(tokens), q.output_tokens)
         assert [t.kind == FIRST_TOKEN for t in tokens] == [True] + [False] * (len(tokens) - 1), q.id
         times = [t.time for t in tokens]
-        assert all(a < b for a, b in zip(times, times[1:])), q.id  # one token per micro-batch that leaves
+        assert all(a < b for a, b in itertools.pairwise(times)), q.id  # one token per micro-batch that leaves
         assert [t.finished for t in tokens] == [False] * (len(tokens) - 1) + [True], q.id
         assert rec.first_token_s == times[0] and rec.finish_s == times[-1], q.id  # nothing after the finish
         assert times[0] > rec.arrival_s, q.id

@@ -8,6 +8,7 @@ factory fails `test_every_registered_backend_is_checked`.
 from __future__ import annotations
 
 import pytest
+
 from pipedeck.backends.base import Backend, RunCancelled, RunObserver
 from pipedeck.backends.config import ServingConfig
 from pipedeck.backends.registry import BACKENDS, make_backend

@@ -10,6 +10,7 @@ import tomllib
 from pathlib import Path
 
 import pytest
+
 from pipedeck.backends.config import ResolvedConfig, ServingConfig
 from pipedeck.backends.profiles import load_hardware
 from pipedeck.backends.registry import make_backend
@@ -17,7 +18,6 @@ from pipedeck.console.cli import cli
 from pipedeck.console.errors import run_cli
 from pipedeck.store import RunStore
 from pipedeck.tuner.calibrate import FITTED, QUICK_PASSES, CalibrationError, fit, measure, plan
-
 from tests.live.llama_server import make_config
 
 START = str(Path(__file__).parent / "live" / "cpu-host.toml")

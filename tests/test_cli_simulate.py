@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from pipedeck.backends.config import ServingConfig
-from pipedeck.backends.result import TRANSFER_KINDS
 from pipedeck.backends import footprint as memory
-from pipedeck.backends.sim import SimBackend, footprint
+from pipedeck.backends.config import ServingConfig
 from pipedeck.backends.policies.modes import MODES
+from pipedeck.backends.result import TRANSFER_KINDS
+from pipedeck.backends.sim import SimBackend, footprint
 from pipedeck.console.cli import cli
 from pipedeck.console.errors import run_cli
 from pipedeck.console.options import DEFAULT_SCENARIO

@@ -92,7 +92,7 @@ def test_empty_and_missing_sources(capsys, tmp_path):
     RunStore.open(empty).close()
     assert run(capsys, ["studies", "--db", empty]) == (0, f"no studies in {empty}\n", "")
     missing = tmp_path / "missing.optuna.jsonl"
-    status, out, err = run(capsys, ["studies", "--storage", missing])
+    status, _out, err = run(capsys, ["studies", "--storage", missing])
     assert status == 2 and "--storage" in err and len(err.splitlines()) == 1, err
     assert not missing.exists(), "listing never creates a journal file"
 

@@ -1,5 +1,7 @@
 """DCPP's chunk sequence (vLLM-Ascend's profiling-chunk rule) and its step counts."""
 
+import itertools
+
 import pytest
 
 from pipedeck.backends.config import ServingConfig
@@ -29,7 +31,7 @@ def test_chunks_shrink_along_the_prompt_and_respect_the_floor(prompt, base):
     chunks = chunk_sequence(prompt, base)
     body = chunks[:-1]  # the last chunk is whatever remains
     assert chunks[0] == base
-    assert all(a >= b for a, b in zip(body, body[1:]))
+    assert all(a >= b for a, b in itertools.pairwise(body))
     assert all(c >= 4096 and c % 64 == 0 for c in body)
     assert chunks[-1] <= body[-1]
     assert sum(chunks) == prompt

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import itertools
 from collections import Counter, defaultdict
-from functools import lru_cache
+from functools import cache
 from typing import NamedTuple
 from unittest.mock import patch
 
@@ -11,8 +12,8 @@ import pytest
 
 from pipedeck.backends.base import RunCancelled, RunObserver
 from pipedeck.backends.config import ServingConfig
-from pipedeck.backends.result import TRANSFER_KINDS
 from pipedeck.backends.errors import ConfigError
+from pipedeck.backends.result import TRANSFER_KINDS
 from pipedeck.backends.sim import SimBackend
 from pipedeck.backends.sim import backend as sim_backend
 from pipedeck.scenarios import load_scenario
@@ -42,7 +43,7 @@ class Run(NamedTuple):
         return load_scenario(self.scenario).workload(seed=0, rate=self.rate, num_requests=self.requests)
 
 
-@lru_cache(maxsize=None)
+@cache
 def traced(run: Run, mode: str):
     """The run's result and the log of what its engine emitted (tests/emissions.py)."""
     logs, real = [], sim_backend.build_engine
@@ -201,7 +202,7 @@ def test_tiny_kv_capacity_serialises_requests(mode, fits):
     assert max(s.kv_used for s in obs.snaps) <= fits * REQUEST / capacity + 1e-12
     if fits == 1:  # the next prompt starts only after the previous request has finished
         by_first = sorted(result.records, key=lambda r: r.first_token_s)
-        for prev, nxt in zip(by_first, by_first[1:]):
+        for prev, nxt in itertools.pairwise(by_first):
             assert nxt.first_token_s > prev.finish_s
     assert result.makespan_s > cached("short-4k", 8, mode).makespan_s
 
@@ -309,7 +310,7 @@ def test_compute_spans_of_one_rank_never_overlap(mode, run):
     for rank in range(pp):
         spans = sorted((s for s in compute_spans(result) if s.rank == rank), key=lambda s: s.start)
         assert spans
-        for a, b in zip(spans, spans[1:]):
+        for a, b in itertools.pairwise(spans):
             assert b.start >= a.end - 1e-12, (a, b)
         for s in spans:
             assert 0 <= s.start <= s.end <= result.makespan_s
@@ -322,7 +323,7 @@ def test_all_spans_of_one_rank_never_overlap(mode, run):
     result, pp = traced(run, mode)[0], run.pp
     for rank in range(pp):
         spans = sorted((s for s in result.spans if s.rank == rank), key=lambda s: (s.start, s.end))
-        for a, b in zip(spans, spans[1:]):
+        for a, b in itertools.pairwise(spans):
             assert b.start >= a.end - 1e-12, (a, b)
 
 
@@ -330,7 +331,7 @@ def test_vpp_sync_transfer_spans_never_overlap():
     result = cached("long-64k", None, "vpp-sync", 8, 2, False)
     for rank in range(2):
         spans = sorted((s for s in result.spans if s.rank == rank), key=lambda s: (s.start, s.end))
-        for a, b in zip(spans, spans[1:]):
+        for a, b in itertools.pairwise(spans):
             assert b.start >= a.end - 1e-12, (a, b)
 
 
@@ -353,7 +354,7 @@ def test_each_virtual_stage_of_each_batch_runs_exactly_once(mode, run):
     for s in sorted(spans, key=lambda s: s.stage):
         ordered[s.batch].append(s)
     for seq in ordered.values():
-        for a, b in zip(seq, seq[1:]):
+        for a, b in itertools.pairwise(seq):
             assert b.start >= a.end - 1e-12
 
 

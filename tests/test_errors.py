@@ -40,7 +40,7 @@ def test_a_long_http_error_is_cut_at_a_word_with_an_ellipsis():
     assert len(line) <= len("http 502: ") + 200 and "\n" not in line
     assert not line[10:-4].endswith(("proxy timeo", "--max-num-se")), "cut between words"
     message = "The engine ran out of KV cache blocks; " + "raise --gpu-memory-utilization, " * 8
-    assert http_error_line(500, '{"error": {"message": "%s"}}' % message, "x") == f"http 500: {message}", \
+    assert http_error_line(500, f'{{"error": {{"message": "{message}"}}}}', "x") == f"http 500: {message}", \
         "an error object's message is whole"
     assert http_error_line(503, "", "Service Unavailable") == "http 503: Service Unavailable"
     assert http_error_line(500, "x" * 300, "x") == "http 500: " + "x" * 196 + " ...", "one long word is still cut"

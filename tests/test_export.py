@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import re
@@ -15,11 +16,19 @@ import yaml
 
 from pipedeck.backends import profiles
 from pipedeck.backends.config import ServingConfig
+from pipedeck.backends.launch import (
+    ENGINES,
+    ExportError,
+    Flag,
+    Launch,
+    ModeSupport,
+    Release,
+    ServingEngine,
+    register_support,
+)
 from pipedeck.console.cli import cli
 from pipedeck.console.errors import run_cli
 from pipedeck.store import RunStore
-from pipedeck.backends.launch import (ENGINES, ExportError, Flag, Launch, ModeSupport, Release, ServingEngine,
-                                     register_support)
 from pipedeck.tuner.export import BestConfig, best_from_json, export_best, write_export
 
 QWEN = dict(model="qwen2.5-14b", hardware="a100-40g-pcie")  # 48 layers, HF id Qwen/Qwen2.5-14B-Instruct
@@ -130,7 +139,7 @@ DCPP_SETTINGS = {"profiling_chunk_config": {"enabled": True, "smooth_factor": 0.
     ("0.25.1rc1", {"scheduler_config": DCPP_SETTINGS}),  # reads scheduler_config first
 ])
 def test_dcpp_on_vllm_ascend_puts_profiling_chunk_config_where_the_release_reads_it(tmp_path, version, expected):
-    env, argv = parse_script(export(tmp_path, "vllm-ascend", version, **DSV3, pp=2, mode="dcpp", chunk=32768,
+    _env, argv = parse_script(export(tmp_path, "vllm-ascend", version, **DSV3, pp=2, mode="dcpp", chunk=32768,
                                     smooth_factor=0.8, min_chunk=2048)["serve.sh"])
     flags = options(argv)
     assert json.loads(flags["--additional-config"]) == expected
@@ -168,7 +177,7 @@ def test_vpp_env_and_ranges_cover_every_layer_in_execution_order(tmp_path, mode,
         executed.append(ranges[rank][seen[rank]])
         seen[rank] += 1
     assert executed[0][0] == 0 and executed[-1][1] == 61
-    assert all(a[1] == b[0] for a, b in zip(executed, executed[1:]))
+    assert all(a[1] == b[0] for a, b in itertools.pairwise(executed))
     assert [end - start for start, end in executed] == list(config.layer_split)
 
 
@@ -219,7 +228,7 @@ def test_vllm_notes_semantics_it_cannot_run(tmp_path, engine):
 def test_fastpp_is_the_forks_dynamic_chunk_launch_marked_as_the_fork(tmp_path, mode, strategy):
     files = export(tmp_path, "fastpp", **QWEN, tp=1, pp=4, mode=mode, chunk=2048, tpot_violation=1.2)
     assert set(files) == {"serve.sh", "pipedeck-best.json"}  # SGLang 0.4.1 reads no --config file
-    env, argv = parse_script(files["serve.sh"])
+    _env, argv = parse_script(files["serve.sh"])
     flags = options(argv)
     assert flags["--dynamic-chunk-strategy"] == strategy and flags["--chunked-prefill-size"] == "2048"
     for switch in ("--enable-dynamic-chunk", "--disable-radix-cache", "--enable-mixed-chunk",
@@ -565,7 +574,7 @@ def test_cli_errors_are_one_line_and_exit_2(tmp_path, capsys, argv, message):
 
 def test_vllm_ascend_launches_the_w8a8_checkpoint_the_ascend_profile_assumed(tmp_path):
     path = export(tmp_path, "vllm-ascend", **DSV3, pp=2)["serve.sh"]
-    env, argv = parse_script(path)
+    _env, argv = parse_script(path)
     assert argv[2] == "${MODEL:-vllm-ascend/DeepSeek-V3.1-W8A8}"
     assert options(argv)["--quantization"] == "ascend"
     assert 'export VLLM_USE_MODELSCOPE="${VLLM_USE_MODELSCOPE:-True}"' in path.read_text()  # a ModelScope id
@@ -584,7 +593,7 @@ def test_a_gpu_export_of_an_ascend_study_says_loudly_that_its_predictions_do_not
     _, argv = parse_script(path)
     assert argv[2] == "${MODEL:-deepseek-ai/DeepSeek-V3.1}" and "--quantization" not in argv  # the FP8 Hub release
     record = write_export(best(**DSV3, pp=2), "vllm", tmp_path / "rec")[-1]
-    status, out, err = run(capsys, ["export", "--config", str(record), "--format", "sglang", "--out", str(tmp_path / "s")])
+    status, _out, err = run(capsys, ["export", "--config", str(record), "--format", "sglang", "--out", str(tmp_path / "s")])
     assert status == 0 and err.startswith("WARNING: predicted for ascend-910c (ascend), but sglang serves on cuda")
 
 
@@ -646,7 +655,7 @@ def test_a_release_newer_than_the_newest_known_is_exported_as_the_newest_with_a_
     assert (release.version, release.behaves_as) == ("0.34.0", "0.33.0")
     assert release.reads_config_file == ENGINES["vllm"].release("0.33.0").reads_config_file
     record = write_export(best(**QWEN, tp=2, pp=2), "vllm", tmp_path / "first")[-1]
-    status, out, err = run(capsys, ["export", "--config", str(record), "--format", "vllm", "--engine-version", "0.34.0",
+    status, _out, err = run(capsys, ["export", "--config", str(record), "--format", "vllm", "--engine-version", "0.34.0",
                                     "--out", str(tmp_path / "o")])
     assert status == 0 and err == ("NOTE: vllm 0.34.0 is newer than 0.33.0, the newest release pipedeck knows; "
                                    "written as 0.33.0 runs\n")

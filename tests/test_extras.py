@@ -1,4 +1,4 @@
-"""pyproject.toml's extras: each package an extra installs is used by pipedeck or its tests, and `png`'s
+"""pyproject.toml's extras: each package an extra installs is used by pipedeck, its tests or CI, and `png`'s
 plotly is one kaleido 1.x can drive."""
 
 from __future__ import annotations
@@ -6,6 +6,7 @@ from __future__ import annotations
 import ast
 import functools
 import importlib.metadata
+import re
 import tomllib
 from pathlib import Path
 
@@ -16,6 +17,7 @@ from packaging.version import Version
 
 ROOT = Path(__file__).resolve().parents[1]
 SOURCES = ("backends", "console", "scenarios", "store", "tuner", "tests", "benchmarks")
+CI = ROOT / ".ci" / "run"  # the commands it runs (ruff, mypy) use the test extra too
 # Packages used by another name than a module they provide: a pytest fixture, a command.
 USED_AS = {"pytest-textual-snapshot": "snap_compare", "import-linter": "lint-imports"}
 KALEIDO_1_NEEDS_PLOTLY = Version("6.1.1")  # kaleido's README, "Migrating from v0 to v1"
@@ -28,8 +30,9 @@ def extras() -> dict[str, list[Requirement]]:
 
 @functools.cache
 def names_in_code() -> set[str]:
-    """Every module imported, string literal and argument name in pipedeck's code, tests and benchmarks."""
-    names: set[str] = set()
+    """Every module imported, string literal and argument name in pipedeck's code, tests and benchmarks,
+    and every command .ci/run runs."""
+    names = set(re.findall(r"^([\w-]+)", CI.read_text(), flags=re.MULTILINE))
     for folder in SOURCES:
         for path in (ROOT / folder).rglob("*.py"):
             for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
@@ -62,7 +65,7 @@ EXTRA_PACKAGES = [(extra, req) for extra, reqs in extras().items() for req in re
 def test_every_package_an_extra_installs_is_used(extra, requirement):
     """An extra nobody imports only makes pipedeck's environment heavier (and may pull in an engine)."""
     assert names_of(requirement) & names_in_code(), \
-        f"[{extra}] installs {requirement.name}, which no code or test under {', '.join(SOURCES)} uses"
+        f"[{extra}] installs {requirement.name}, which no code or test under {', '.join(SOURCES)} nor .ci/run uses"
 
 
 def test_the_png_extra_installs_a_plotly_that_kaleido_1_can_drive():

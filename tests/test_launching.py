@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
+
 from pipedeck.backends.config import ServingConfig
 from pipedeck.backends.errors import ConfigError
 from pipedeck.backends.live.launcher import LaunchError
@@ -77,7 +78,7 @@ def test_a_dropped_backend_stops_its_server(model, tmp_path):
 
 
 def test_a_config_the_engine_cannot_run_is_a_launch_error(model, tmp_path):
-    with pytest.raises(LaunchError, match="^tp: llama-server runs one process"):
+    with pytest.raises(LaunchError, match=r"^tp: llama-server runs one process"):
         launching(model, tmp_path).run(load_scenario(TINY), ServingConfig(**{**CPU, "tp": 2}), rate=50, num_requests=2)
 
 
@@ -104,7 +105,7 @@ def test_a_hub_id_passes_the_launch_check_without_a_local_file(monkeypatch):
 
 
 def test_the_live_backend_takes_an_endpoint_or_an_engine_to_launch():
-    with pytest.raises(ConfigError, match="^endpoint: give either the server's URL or an engine to launch, not both$"):
+    with pytest.raises(ConfigError, match=r"^endpoint: give either the server's URL or an engine to launch, not both$"):
         make_backend("live", endpoint="http://127.0.0.1:1", launch="llama-server")
-    with pytest.raises(ConfigError, match="^endpoint: the live backend needs the server's URL"):
+    with pytest.raises(ConfigError, match=r"^endpoint: the live backend needs the server's URL"):
         make_backend("live")

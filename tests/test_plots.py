@@ -147,7 +147,7 @@ def test_cdfs_draw_each_run_in_both_panels_with_slo_lines(capsys, runs, tmp_path
 
 def test_slo_lines_come_from_the_runs_study_or_are_absent(capsys, runs, tmp_path):
     with_study = compare(capsys, runs, tmp_path, "cpp", "studied")["cdf"]
-    assert any("SLO P90 ≤ 200 ms" == a["text"] for a in with_study["layout"]["annotations"])
+    assert any(a["text"] == "SLO P90 ≤ 200 ms" for a in with_study["layout"]["annotations"])
     without = compare(capsys, runs, tmp_path, "cpp", "vpp")["cdf"]
     assert not without["layout"].get("shapes")
 
@@ -447,7 +447,7 @@ def test_a_live_best_and_default_are_not_measured_again_and_the_page_says_so(cap
 def test_png_without_kaleido_prints_one_hint_and_still_writes_html(capsys, runs, tmp_path, monkeypatch):
     monkeypatch.setattr(compare_module, "kaleido_installed", lambda: False)
     out = tmp_path / "c.html"
-    status, stdout, err = cli_run(capsys, ["compare", *runs.argv("cpp", "vpp"), "--out", str(out), "--png"])
+    status, stdout, _err = cli_run(capsys, ["compare", *runs.argv("cpp", "vpp"), "--out", str(out), "--png"])
     assert status == 0 and out.is_file() and not list(tmp_path.glob("*.png"))
     assert stdout.splitlines() == [f"wrote {out}", "png: skipped: PNG export needs kaleido: pip install 'pipedeck[png]'"]
 
@@ -464,7 +464,7 @@ def test_png_without_kaleido_prints_one_hint_and_still_writes_html(capsys, runs,
 def test_compare_errors_are_one_line_with_status_2(capsys, runs, tmp_path, argv, message):
     ids = [str(runs.ids.get(a, a)) for a in argv]
     out = tmp_path / "c.html"
-    status, stdout, err = cli_run(capsys, ["compare", *ids, "--db", str(runs.db), "--out", str(out)])
+    status, _stdout, err = cli_run(capsys, ["compare", *ids, "--db", str(runs.db), "--out", str(out)])
     assert status == 2 and not out.exists()
     assert len(err.strip().splitlines()) == 1 and message in err and err.startswith("pipedeck: error:")
 

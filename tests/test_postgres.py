@@ -233,7 +233,7 @@ def test_a_lost_database_connection_is_one_line_and_its_trial_is_retried(postgre
         with psycopg.connect(postgres.url("postgres"), autocommit=True) as con:
             ended = con.execute("SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
                                 "WHERE datname = 'lost' AND pid <> pg_backend_pid()").fetchone()[0]
-        out, err = tune.communicate(timeout=120)
+        _out, err = tune.communicate(timeout=120)
     finally:
         if tune.poll() is None:
             tune.kill()

@@ -20,7 +20,7 @@ def test_an_unknown_backend_is_one_line_naming_the_choices():
     with pytest.raises(ConfigError) as err:
         backend_entry("nope")
     assert str(err.value) == f"backend: unknown backend 'nope'; allowed: {', '.join(BACKENDS)}"
-    with pytest.raises(ConfigError, match="^backend: the simulator takes no options, got endpoint$"):
+    with pytest.raises(ConfigError, match=r"^backend: the simulator takes no options, got endpoint$"):
         make_backend("sim", endpoint="http://127.0.0.1:1")
 
 

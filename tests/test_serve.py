@@ -12,6 +12,7 @@ from pathlib import Path
 import httpx
 import psutil
 import pytest
+
 from pipedeck.backends.config import ServingConfig
 from pipedeck.backends.launch import ExportError
 from pipedeck.backends.live.launcher import LaunchError, server_command, start_server
@@ -35,7 +36,7 @@ def test_llama_server_gets_the_flags_its_config_maps_to():
     assert argv == ["llama-server", "--model", "tiny.gguf", "--parallel", "4", "--kv-unified", "--ctx-size", "4096",
                     "--batch-size", "512", "--ubatch-size", "512", "--metrics", "--host", "127.0.0.1", "--port", "8123"]
     assert env == {}
-    with pytest.raises(ExportError, match="^tp: llama-server runs one process"):
+    with pytest.raises(ExportError, match=r"^tp: llama-server runs one process"):
         server_command(ServingConfig(**{**CPU, "pp": 2}).resolve(), "llama-server", "tiny.gguf", "127.0.0.1", 1)
 
 
@@ -119,7 +120,7 @@ def test_a_program_that_cannot_start_leaves_no_log(tmp_path):
     program.write_bytes(b"\x00\x01")  # executable by its mode, but the system cannot run it (exec format error)
     program.chmod(0o755)
     log = tmp_path / "log"
-    with pytest.raises(LaunchError, match="^log: cannot start llama-server"):
+    with pytest.raises(LaunchError, match=r"^log: cannot start llama-server"):
         start_server(ServingConfig(**CPU).resolve(), "llama-server", "tiny.gguf", log, program=(str(program),))
     assert not log.exists()
 

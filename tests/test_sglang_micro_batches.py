@@ -1,7 +1,7 @@
 """SGLang's pipeline scheduler: one running batch per micro-batch slot, and FastPP's rebalancing of them."""
 
 from collections import defaultdict
-from functools import lru_cache
+from functools import cache
 
 import numpy as np
 import pytest
@@ -16,7 +16,7 @@ CHUNK = 64
 PP = 4
 
 
-@lru_cache(maxsize=None)
+@cache
 def decode_heavy(delay: bool, sticky: bool = True, mixed: bool = True, chunk: int = CHUNK, pp: int = PP,
                  rate: float = 3.0):
     """cnn-reversed on qwen2.5-14b, PP4; every step's slot and decode ids, and the log of emitted tokens.

@@ -18,7 +18,7 @@ from pipedeck.tuner.slo import SLOError, parse_slo
 ])
 def test_slo_accepts(text, expected):
     slo = parse_slo(text)
-    assert {l.metric: (pytest.approx(l.limit_s), l.percentile) for l in slo.limits} == expected
+    assert {limit.metric: (pytest.approx(limit.limit_s), limit.percentile) for limit in slo.limits} == expected
 
 
 @pytest.mark.parametrize("text, message", [

@@ -203,7 +203,7 @@ def test_a_corrupt_journal_line_is_one_line_naming_file_and_line_and_nothing_cha
     journal = tmp_path / "j.jsonl"
     lines = small_journal(journal).splitlines(keepends=True)
     line, reason = BAD_LINES[bad]
-    journal.write_bytes(b"".join(lines[:3] + [line] + lines[3:]))
+    journal.write_bytes(b"".join([*lines[:3], line, *lines[3:]]))
     before = journal.read_bytes()
     argv = ["tune", *SMALL, "--trials", "2", "--study", "j", "--db", str(tmp_path / "r.duckdb")] \
         if command == "tune" else ["studies"]

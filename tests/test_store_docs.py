@@ -14,12 +14,13 @@ import re
 import subprocess
 import sys
 from collections import Counter, defaultdict
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import duckdb
 import numpy as np
 import pytest
+
 from pipedeck.store import RunStore
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "store.md"
@@ -116,7 +117,7 @@ def run_summaries(rows, runs, **_):
 
 
 def runs_of_the_last_day(rows, runs, **_):
-    day_ago = datetime.now(timezone.utc) - timedelta(days=1)
+    day_ago = datetime.now(UTC) - timedelta(days=1)
     assert [(r["id"], r["scenario"], r["label"]) for r in rows] == \
         [(r.id, r.scenario, r.label) for r in sorted(runs, key=lambda r: r.id) if r.created_at > day_ago]
     assert rows and all(r["created_at"] == run.created_at for r, run in zip(rows, sorted(runs, key=lambda r: r.id)))

@@ -18,11 +18,11 @@ from pathlib import Path
 
 import duckdb
 import pytest
+
 from pipedeck.backends.result import Span
 from pipedeck.store import RunStore, StoreError
 from pipedeck.store.schema import _v3
 from pipedeck.store.transaction import transaction
-
 from tests.flags import assert_flags_give_back
 
 FIXTURE = Path(__file__).parent / "data" / "store-v2.duckdb.xz"

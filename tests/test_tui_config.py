@@ -14,7 +14,7 @@ from pipedeck.store import RunStore
 from tests.tui_support import QWEN, SIZE, fill, text_in, wait_for
 
 
-async def open_config(pilot) -> ConfigScreen:  # noqa: ANN001 - a Pilot
+async def open_config(pilot) -> ConfigScreen:
     await pilot.press("4")
     form = pilot.app.screen
     assert isinstance(form, ConfigScreen)
@@ -105,6 +105,6 @@ def test_a_saved_config_runs_in_live_with_its_label_and_tunes_with_its_shape(tmp
     asyncio.run(scenario())
 
 
-def _has_config(db) -> bool:  # noqa: ANN001 - a path
+def _has_config(db) -> bool:
     with RunStore.open(db) as store:
         return any(row.name == "qwen-vpp" for row in store.list_configs())

@@ -113,7 +113,7 @@ def test_the_form_has_every_config_field_and_maps_errors_to_them():
     assert fields["mode"].kind == "choice" and "vpp" in fields["mode"].choices
     assert parse(fields["tp"], "4") == 4 and parse(fields["tp"], "four") == "four"  # resolve() explains "four"
     assert parse(fields["layer_split"], " ") is None and parse(fields["layer_split"], "31,30") == (31, 30)
-    with pytest.raises(ConfigError, match="^layer_split: "):
+    with pytest.raises(ConfigError, match=r"^layer_split: "):
         parse(fields["layer_split"], "31;30")
     assert error_field("tp: must divide 40", fields) == "tp" and error_field("pp stages: 3", fields) is None
     assert shown_for("smooth_factor", "dcpp") and not shown_for("smooth_factor", "cpp") and shown_for("tp", "cpp")

@@ -11,11 +11,12 @@ from textual.containers import VerticalScroll
 from textual.widget import Widget
 from textual.widgets import Button, DataTable, Input, Select, Static
 
-from pipedeck.console.tui import PipedeckApp, tune as tune_view
+from pipedeck.backends.registry import BACKENDS, BackendEntry
+from pipedeck.console.tui import PipedeckApp
+from pipedeck.console.tui import tune as tune_view
 from pipedeck.console.tui.compare import CompareScreen
 from pipedeck.console.tui.live import seconds
 from pipedeck.console.tui.messages import RunFailed, TuneEnded, TuneFailed
-from pipedeck.backends.registry import BACKENDS, BackendEntry
 from pipedeck.tuner.study import TuneOutcome
 from tests.tui_support import (
     QWEN,
@@ -42,7 +43,7 @@ def cut_text(app: App) -> list[str]:
     return [line for line in screen_lines(app) if "…" in TITLE.sub("", line)]
 
 
-def scripted(monkeypatch) -> None:  # noqa: ANN001 - pytest's monkeypatch
+def scripted(monkeypatch) -> None:
     monkeypatch.setitem(BACKENDS, "scripted", BackendEntry("scripted", "fixed replay for tests",
                                                            ScriptedBackend.capabilities, ScriptedBackend))
 
@@ -262,7 +263,7 @@ def test_status_lines_column_headers_and_failure_reasons_are_whole_at_80x24(tmp_
                                                         "ends the study"),
                                     (TuneFailed(KILLED), f"failed: {KILLED}")):
                 tune.post_message(message)
-                await wait_for(pilot, lambda: whole(status) in shown_whole(app, tune.query_one("#tune-status")))
+                await wait_for(pilot, lambda: whole(status) in shown_whole(app, tune.query_one("#tune-status")))  # noqa: B023 - awaited within this iteration
             assert cut_text(app) == []
 
             await pilot.press("3")

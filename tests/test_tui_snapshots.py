@@ -12,8 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from pipedeck.console.tui import PipedeckApp, tune as tune_view
 from pipedeck.backends.registry import BACKENDS, BackendEntry
+from pipedeck.console.tui import PipedeckApp
+from pipedeck.console.tui import tune as tune_view
 from pipedeck.store import RunStore
 from tests.tui_support import QWEN, SIZE, ScriptedBackend, fake_study, fill, scripted_result, wait_for
 
@@ -41,7 +42,7 @@ def freeze(table: str, column: str = "created_at") -> None:
 
 
 def test_live_view(snap_compare):
-    async def run_before(pilot) -> None:  # noqa: ANN001 - a Pilot
+    async def run_before(pilot) -> None:
         live = pilot.app.screen
         fill(live, {"backend": "scripted", "scenario": "short-4k", "requests": "4", "speed": "max"})
         await pilot.press("s")
@@ -55,7 +56,7 @@ def test_live_view(snap_compare):
 def test_tune_view(snap_compare, monkeypatch):
     monkeypatch.setattr(tune_view, "run_study", fake_study)
 
-    async def run_before(pilot) -> None:  # noqa: ANN001 - a Pilot
+    async def run_before(pilot) -> None:
         await pilot.press("2")
         tune = pilot.app.screen
         fill(tune, {"model": "qwen2.5-14b", "hardware": "a100-40g-pcie", "devices": "4", "requests": "60",
@@ -79,7 +80,7 @@ def test_runs_view(snap_compare):
     freeze("runs")
     freeze("studies")
 
-    async def run_before(pilot) -> None:  # noqa: ANN001 - a Pilot
+    async def run_before(pilot) -> None:
         await pilot.press("3")
         runs = pilot.app.screen
         await wait_for(pilot, lambda: runs.query_one("#runs-table").row_count == 2)
@@ -89,7 +90,7 @@ def test_runs_view(snap_compare):
 
 
 def test_config_view(snap_compare):
-    async def run_before(pilot) -> None:  # noqa: ANN001 - a Pilot
+    async def run_before(pilot) -> None:
         await pilot.press("4")
         fill(pilot.app.screen, {"f-tp": "3"})
         await pilot.pause()

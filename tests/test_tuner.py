@@ -35,10 +35,10 @@ from pipedeck.tuner.space import (
     suggest_config,
 )
 from pipedeck.tuner.storage import open_storage
-from tests.tune_support import SMALL, spec
 from pipedeck.tuner.study import create_or_resume, run_study
-
 from tests.flags import assert_flags_give_back
+from tests.tune_support import SMALL, spec
+
 
 def sample(ctx: SpaceContext, fixed: dict, n: int = 40, seed: int = 0) -> list[dict]:
     study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=seed))
@@ -273,7 +273,7 @@ def test_a_space_smaller_than_the_trials_asked_for_ends(tmp_path):
 def test_resume_after_a_killed_tune_keeps_every_finished_trial_once(tmp_path):
     db = tmp_path / "runs.duckdb"
     argv = [sys.executable, "-m", "pipedeck.console", "tune", *SMALL, "--study", "killed", "--db", str(db)]
-    proc = subprocess.Popen(argv + ["--trials", "400"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen([*argv, "--trials", "400"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     storage = open_storage(str(tmp_path / "runs.optuna.jsonl"))
     finished_before: dict[int, dict] = {}
     deadline = time.time() + 60
@@ -290,7 +290,7 @@ def test_resume_after_a_killed_tune_keeps_every_finished_trial_once(tmp_path):
     assert len(finished_before) >= 4
 
     target = len(finished_before) + 3
-    result = subprocess.run(argv + ["--trials", str(target), "--json"], capture_output=True, text=True, timeout=120)
+    result = subprocess.run([*argv, "--trials", str(target), "--json"], capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
     out = json.loads(result.stdout)
     study = optuna.load_study(study_name="killed", storage=open_storage(str(tmp_path / "runs.optuna.jsonl")))
@@ -432,14 +432,14 @@ def test_a_tune_searches_only_what_its_engine_can_run(tmp_path):
     assert spec.engine == "vllm-ascend"
     assert set(spec.modes) == set(ENGINES["vllm-ascend"].modes) and "fastpp-alp" not in spec.modes
     assert spec.fixed["delay_scheduling"] is False  # vLLM-Ascend has no delay scheduling
-    with pytest.raises(ConfigError, match="^fix: mode fastpp-alp cannot run on vllm-ascend, the engine tuned for"):
+    with pytest.raises(ConfigError, match=r"^fix: mode fastpp-alp cannot run on vllm-ascend, the engine tuned for"):
         build_spec(dataclasses.replace(inputs, fixes=("mode=fastpp-alp",)), tmp_path / "x.duckdb")
     fastpp = build_spec(dataclasses.replace(inputs, hardware="a100-40g-pcie", engine="fastpp"), tmp_path / "x.duckdb")
     assert "delay_scheduling" not in fastpp.fixed and "fastpp-greedy" in fastpp.modes
 
 
 def test_a_goodput_search_on_a_live_server_draws_fresh_prompts_for_each_rate_unless_told():
-    from pipedeck.tuner.objective import PRUNED_VALUE, Evaluator, TuneSpec
+    from pipedeck.tuner.objective import Evaluator, TuneSpec
 
     def options(objective: str, **backend_options: object):
         spec = TuneSpec(study="s", storage="", model="qwen2.5-14b", hardware="a100-40g-pcie", devices=1,
@@ -455,7 +455,7 @@ def test_a_live_rate_that_served_nothing_fails_in_one_line_counting_the_failures
     import socket
 
     from pipedeck.backends.errors import ServerError
-    from pipedeck.tuner.objective import PRUNED_VALUE, Evaluator, TuneSpec
+    from pipedeck.tuner.objective import Evaluator, TuneSpec
 
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 from pipedeck.backends.config import ServingConfig
 from pipedeck.backends.result import TRANSFER_KINDS
 from pipedeck.backends.sim.backend import build_engine
@@ -47,7 +49,7 @@ def compute_spans(spans, rank):
 
 def gaps(spans):
     """Idle gaps between consecutive blocks."""
-    return [b.start - a.end for a, b in zip(spans, spans[1:])]
+    return [b.start - a.end for a, b in itertools.pairwise(spans)]
 
 
 class ChunkShapeCost(StageCosts):

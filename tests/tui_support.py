@@ -129,7 +129,7 @@ FAKE_TRIALS = ((0, "COMPLETE", 0, 7.18), (1, "COMPLETE", 24576, 10.7), (2, "PRUN
                (3, "COMPLETE", 16384, 8.02))  # number, state, chunk (0: the config's), goodput
 
 
-def fake_study(spec, db, jobs=1, on_progress=None, stop_requested=None) -> TuneOutcome:  # noqa: ANN001
+def fake_study(spec, db, jobs=1, on_progress=None, stop_requested=None) -> TuneOutcome:
     """Stands in for run_study: stores four fixed trials of QWEN (chunks and goodputs above) and reports them."""
     resolved = QWEN.resolve()
     trials = [(n, state, resolved.replace(chunk=chunk) if chunk else resolved, value)

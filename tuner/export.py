@@ -9,17 +9,16 @@ import shlex
 import tempfile
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from importlib.metadata import version
 from pathlib import Path
 from typing import Any, Protocol
 
 import yaml
 
-from ..backends.profiles.schema import PLATFORMS
 from ..backends.config import ResolvedConfig, ServingConfig
 from ..backends.launch import EnvVar, ExportError, Plan, ServingEngine, plan_launch
-from ..backends.profiles.schema import Checkpoint
+from ..backends.profiles.schema import PLATFORMS, Checkpoint
 from .objective import OBJECTIVES
 from .verdict import in_force, stored_verdict
 
@@ -134,7 +133,7 @@ def _weights_from_model(engine: ServingEngine) -> list[str]:
     The profile's checkpoint is no default here: it is not in the format such
     an engine loads (llama-server takes GGUF).
     """
-    return [f'MODEL="${{MODEL:?set it to a local GGUF file or a hub id org/name[:quant]}}"',
+    return ['MODEL="${MODEL:?set it to a local GGUF file or a hub id org/name[:quant]}"',
             f'if [[ -e "$MODEL" || "$MODEL" == *.gguf ]]; then WEIGHTS=({shlex.quote(engine.model_flag)} "$MODEL"); '
             f'else WEIGHTS=({shlex.quote(engine.hub_flag)} "$MODEL"); fi', ""]
 
@@ -166,7 +165,7 @@ def render_record(best: BestConfig, config: ServingConfig, plan: Plan) -> str:
     """pipedeck-best.json: the resolved config, predicted metrics, the launch's engine and weights, and provenance."""
     record = {
         "pipedeck_version": _version(),
-        "generated_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "generated_at": datetime.now(UTC).isoformat(timespec="seconds"),
         "engine": plan.engine.name,
         "engine_version": plan.release.version,
         "checkpoint": {"id": plan.checkpoint.id, "quantization": plan.checkpoint.quantization or None,

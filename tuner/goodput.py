@@ -97,5 +97,5 @@ def workload_ceiling(num_requests: int, slo: SLO) -> float:
     run measures a burst, not a sustained rate; a config that passes there
     has a goodput this workload is too small to find.
     """
-    window = max([l.limit_s for l in slo.limits if l.metric == "ttft"] or [1.0])
+    window = max([limit.limit_s for limit in slo.limits if limit.metric == "ttft"] or [1.0])
     return max(MIN_RATE, num_requests / window)

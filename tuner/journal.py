@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 from optuna.storages.journal import JournalFileSymlinkLock
@@ -89,7 +89,7 @@ def recover_journal(path: Path) -> Path | None:
         tail = check_journal(path)
         if not tail:
             return None
-        backup = path.with_name(f"{path.name}.damaged-{datetime.now(timezone.utc):%Y%m%dT%H%M%S%fZ}")
+        backup = path.with_name(f"{path.name}.damaged-{datetime.now(UTC):%Y%m%dT%H%M%S%fZ}")
         shutil.copy2(path, backup)
         with path.open("r+b") as journal:
             journal.truncate(path.stat().st_size - tail)

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import json
 import time
-from contextlib import AbstractContextManager, nullcontext
 from collections.abc import Mapping
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from typing import Protocol
 

@@ -49,7 +49,7 @@ class SLO:
         return ",".join(limit.text() for limit in self.limits)
 
     def to_dict(self) -> dict[str, dict[str, float]]:
-        return {l.metric: {"limit_s": l.limit_s, "percentile": l.percentile} for l in self.limits}
+        return {limit.metric: {"limit_s": limit.limit_s, "percentile": limit.percentile} for limit in self.limits}
 
     def met(self, result: RunResult) -> bool:
         """True when every limit's percentile over the run's requests is within its bound.
@@ -58,29 +58,29 @@ class SLO:
         percentile is over the requests that have one: a one-token output
         decodes nothing, and a run of only those meets any TPOT limit.
         """
-        return all(_percentile(_values(result, l.metric), l.percentile) <= l.limit_s for l in self.limits)
+        return all(_percentile(_values(result, limit.metric), limit.percentile) <= limit.limit_s for limit in self.limits)
 
     def attainment(self, result: RunResult) -> float:
         """Fraction of requests that meet every limit themselves (a live run's failed requests do not).
 
         A request without a TPOT (one output token) meets any TPOT limit, as vLLM's benchmark counts it.
         """
-        values = {l.metric: _values(result, l.metric) for l in self.limits}
+        values = {limit.metric: _values(result, limit.metric) for limit in self.limits}
         count = len(next(iter(values.values())))
         if not count:
             return 0.0
         ok = np.ones(count, dtype=bool)
-        for l in self.limits:
-            ok &= ~(values[l.metric] > l.limit_s)  # NaN (no TPOT) is never over a limit
+        for limit in self.limits:
+            ok &= ~(values[limit.metric] > limit.limit_s)  # NaN (no TPOT) is never over a limit
         return float(ok.mean())
 
     def observed(self, result: RunResult) -> dict[str, float]:
         """Each limited percentile as the run measured it, by `Limit.key`."""
-        return {l.key: _percentile(_values(result, l.metric), l.percentile) for l in self.limits}
+        return {limit.key: _percentile(_values(result, limit.metric), limit.percentile) for limit in self.limits}
 
     def undefined(self, result: RunResult) -> tuple[str, ...]:
         """The limited metrics the run has no value of (TPOT when every output is one token)."""
-        return tuple(l.metric for l in self.limits if np.isnan(_values(result, l.metric)).all())
+        return tuple(limit.metric for limit in self.limits if np.isnan(_values(result, limit.metric)).all())
 
 
 FAILED = float(np.finfo(float).max)  # a failed request's latency: above every limit, finite for percentiles

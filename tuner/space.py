@@ -318,7 +318,7 @@ def _suggest_split(trial: optuna.Trial, draft: Draft, ctx: SpaceContext) -> Draf
     if reach == 0:
         return {"layer_split": base}
     split = [trial.suggest_int(_split_param(i, len(base)), b - reach, b + reach) for i, b in enumerate(base[:-1])]
-    return {"layer_split": tuple(split) + (ctx.layers - sum(split),)}
+    return {"layer_split": (*split, ctx.layers - sum(split))}
 
 
 def _default_split(draft: Draft, ctx: SpaceContext) -> dict[str, object]:

@@ -29,8 +29,17 @@ from ..store import RunStore
 from .confidence import clear_win, interval
 from .importance import param_importances
 from .journal import recover_journal
-from .objective import (FINISHED, OBJECTIVE_LABELS, Evaluator, StopFlag, TuneInterrupted, TuneSpec, metric_name,
-                        search_precision, space_context)
+from .objective import (
+    FINISHED,
+    OBJECTIVE_LABELS,
+    Evaluator,
+    StopFlag,
+    TuneInterrupted,
+    TuneSpec,
+    metric_name,
+    search_precision,
+    space_context,
+)
 from .signals import stop_on_signals
 from .slo import parse_slo
 from .space import default_params, foreign_params
@@ -187,7 +196,7 @@ class StoreSync:
         self.synced: set[int] = set()
 
     def __call__(self) -> None:
-        new = [t for t in self.study.get_trials(deepcopy=False, states=FINISHED + (TrialState.FAIL,))
+        new = [t for t in self.study.get_trials(deepcopy=False, states=(*FINISHED, TrialState.FAIL))
                if t.number not in self.synced]
         for t in new:
             self.save(t)

@@ -16,6 +16,7 @@ is not JSON, reports an error, or ends without `[DONE]`) becomes a one-line
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import ssl
 import textwrap
@@ -122,7 +123,7 @@ async def stream_completion(pool: ClientPool, body: bytes, *, request_id: int, p
         end_s=(times[-1] if error is None else loop.time()) - t0,
         prompt_tokens=stream.usage.get("prompt_tokens", prompt_tokens), max_tokens=max_tokens,
         output_tokens=stream.usage.get("completion_tokens", stream.text_events), tokens_from=counted,
-        gaps_s=tuple(b - a for a, b in zip(times, times[1:])), error=error,
+        gaps_s=tuple(b - a for a, b in itertools.pairwise(times)), error=error,
         cached_tokens=stream.usage.get("cached_tokens"),
     )
 

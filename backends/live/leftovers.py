@@ -13,6 +13,7 @@ stopped by its own pipedeck removes its pid file.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -68,7 +69,7 @@ def stop_leftovers(folder: Path) -> None:
             where = (f"{record['engine']} (pid {record['server_pid']}) left running by pipedeck "
                      f"(pid {record['pipedeck_pid']}), which is gone")
             try:
-                stopped = stop_group(server.pid, lambda timeout: _ended(server, timeout))
+                stopped = stop_group(server.pid, lambda timeout: _ended(server, timeout))  # noqa: B023 - called before the loop moves on
                 why = "it still runs after SIGKILL"
             except (PermissionError, psutil.AccessDenied) as err:
                 stopped, why = False, str(err)
@@ -118,7 +119,5 @@ def _ended(process: psutil.Process, timeout_s: float | None) -> bool:
 
 
 def _signal_group(pid: int, sig: int) -> None:
-    try:
+    with contextlib.suppress(ProcessLookupError):
         os.killpg(pid, sig)
-    except ProcessLookupError:
-        pass

@@ -72,7 +72,7 @@ class _Sample(NamedTuple):
 class PredictiveChunkController:
     """ALP: the smallest chunk that keeps both the TPOT SLO and prefill throughput, by a learned model."""
 
-    def __init__(self, env: "PolicyEnv"):
+    def __init__(self, env: PolicyEnv):
         c = env.config
         self.pp, self.window_s = c.pp, c.alp_window_s
         self.tpot_budget = c.slo_tpot_coeff * c.slo_tpot_s

@@ -35,7 +35,7 @@ def p90(values: list[float]) -> float | None:
 class GreedyChunkController:
     """FastPP's SLO-feedback controller: every pp steps, reset, shrink, grow or keep the chunk."""
 
-    def __init__(self, config: "ResolvedConfig"):
+    def __init__(self, config: ResolvedConfig):
         c = config
         self.pp, self.step = c.pp, c.controller_step
         self.high = c.chunk

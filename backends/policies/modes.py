@@ -31,7 +31,7 @@ class PolicyEnv:
     a real engine would time a forward pass), as a start-up profile would.
     """
 
-    config: "ResolvedConfig"
+    config: ResolvedConfig
     chunk_latency: Callable[[int], float]  # latency of a lone chunk of l tokens at prefix 0, whole pipeline
     entry_stage_time: Callable[[int, int], float]  # entry-stage time of a lone chunk (tokens, prefix)
     decode_stage_time: Callable[[int], float]  # entry-stage time of a decode-only batch of n one-token contexts

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 from ...scenarios.scenario import Scenario
 from ..base import RunObserver
 from ..config import ResolvedConfig, ServingConfig
@@ -61,7 +63,7 @@ def build_engine(config: ResolvedConfig, timeline: bool = False, observer: RunOb
         cost = CostModel(config.model_profile, config.hardware_profile, config.tp, config.layer_split)
     topk = config.model_profile.index_topk
     ranks = config.stage_ranks
-    hops = sum(a != b for a, b in zip(ranks, ranks[1:]))
+    hops = sum(a != b for a, b in itertools.pairwise(ranks))
 
     def chunk_latency(tokens: int) -> float:
         busy, _ = cost.stage_costs(lone_chunk(tokens, 0, topk))

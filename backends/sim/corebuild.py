@@ -48,6 +48,8 @@ def load_pure_core(package: str, folder: Path) -> None:
     for name in CORE:
         fullname = f"{package}.{name}"
         spec = importlib.util.spec_from_file_location(fullname, folder / f"{name}.py")
+        if spec is None or spec.loader is None:
+            raise ImportError(f"cannot load {fullname} from {folder}")
         module = importlib.util.module_from_spec(spec)
         sys.modules[fullname] = module
         spec.loader.exec_module(module)

@@ -32,10 +32,10 @@ import math
 from typing import Final, cast
 
 from ..base import RunCancelled, RunObserver, Snapshot
-from ..policies.chunking import StepReport
-from ..result import RankTime, RequestRecord, Span
 from ..errors import ConfigError
+from ..policies.chunking import StepReport
 from ..policies.layouts import program_order
+from ..result import RankTime, RequestRecord, Span
 from .costs import StageCosts
 from .scheduler import Batch, SimRequest, StepScheduler
 
@@ -55,6 +55,7 @@ heappush: Final = heapq.heappush  # Final: compiled code reads them once, not fr
 heappop: Final = heapq.heappop
 insort: Final = bisect.insort
 NO_TRANSFER: Final = -1.0  # the xfer_start of work that did not come over a link
+SpanRow = tuple[int, int, int, int, int, float, float, str]  # a Span's fields; span_list makes them Spans
 
 
 class Work:
@@ -126,7 +127,7 @@ class Engine:
         self.sched_free = 0.0
         self.stage_execs = 0
         self.steps = 0
-        self.spans: list[tuple] = []
+        self.spans: list[SpanRow] = []
         self.records: list[RequestRecord] = []
         self.done = 0
         self.now = 0.0
@@ -305,7 +306,7 @@ class Engine:
             self.ranks[r].wake_at = when
             self._push(when, WAKE, r)
 
-    def _record(self, span: tuple) -> None:
+    def _record(self, span: SpanRow) -> None:
         self.spans.append(span)
         if self.observer is not None:
             self.observer.span(Span._make(span))

@@ -13,6 +13,8 @@ than the machine has, before it starts, with the estimate.
 
 from __future__ import annotations
 
+import itertools
+
 from ...scenarios import Scenario
 from ..config import ResolvedConfig
 from ..footprint import SAMPLE, Footprint
@@ -28,7 +30,7 @@ def footprint(scenario: Scenario, config: ResolvedConfig | None, num_requests: i
     Without a timeline the config does not matter (None: any config, as before a tune).
     """
     n = scenario.num_requests if num_requests is None else num_requests
-    total = n * REQUEST_BYTES
+    total: float = n * REQUEST_BYTES
     if timeline and config is not None:
         total += n * _spans_per_request(scenario, config, min(n, SAMPLE), seed, rate) * SPAN_BYTES
     return int(total)
@@ -43,7 +45,7 @@ def _spans_per_request(scenario: Scenario, config: ResolvedConfig, sample: int, 
     chunks = sum(-(-r.prompt_tokens // config.chunk) for r in requests) / len(requests)
     steps = chunks + sum(max(r.output_tokens - 1, 0) for r in requests) / len(requests) / batch
     ranks = config.stage_ranks
-    hops = sum(a != b for a, b in zip(ranks, ranks[1:]))
+    hops = sum(a != b for a, b in itertools.pairwise(ranks))
     return float(steps * (len(ranks) + (2 * hops if config.mode_spec.sync_transfers else 0)))
 
 

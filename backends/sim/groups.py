@@ -64,7 +64,7 @@ class DecodeGroup:
 
     def _count_cap(self, q: SimRequest, ctx: int) -> None:
         topk, clock = self.topk, self.clock
-        if 0 < topk and ctx < topk:
+        if topk > 0 and ctx < topk:
             q.cap_at = cap = clock + topk - ctx
             self.caps[cap] = self.caps.get(cap, 0) + 1
             self.under += 1

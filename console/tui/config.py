@@ -58,13 +58,12 @@ class ConfigScreen(View):
         self.shown: dict[str, tuple[bool, str, bool]] = {}  # per field: shown, message, is an error
 
     def body(self) -> ComposeResult:
-        with VerticalScroll(id="form"):
-            with Grid(id="fields"):
-                for field in self.fields:
-                    with Vertical(classes="field", id=f"field-{field.name}"):
-                        yield Label(field.label)
-                        yield field_widget(field, getattr(self.session.config, field.name))
-                        yield Static("", classes="message", id=f"m-{field.name}")
+        with VerticalScroll(id="form"), Grid(id="fields"):
+            for field in self.fields:
+                with Vertical(classes="field", id=f"field-{field.name}"):
+                    yield Label(field.label)
+                    yield field_widget(field, getattr(self.session.config, field.name))
+                    yield Static("", classes="message", id=f"m-{field.name}")
         yield Static("", id="config-summary")
         with Horizontal(classes="actions", id="config-actions"):
             yield Button("Run in Live", id="run", variant="success", compact=True)

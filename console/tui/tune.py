@@ -16,6 +16,7 @@ from textual.widgets import Button, DataTable, Input, Label, Select, Static
 from textual.worker import get_current_worker
 
 from ...backends.config import ServingConfig
+from ...backends.knobs import setting_text
 from ...backends.launch import ENGINES
 from ...backends.profiles import hardware_names, model_names
 from ...backends.tokens import format_tokens
@@ -24,7 +25,6 @@ from ...store import TrialRow
 from ...tuner.export import export_best
 from ...tuner.objective import OBJECTIVES, TuneSpec, better_by
 from ...tuner.slo import SLOError
-from ...backends.knobs import setting_text
 from ...tuner.space import knob_settings
 from ...tuner.study import Progress, open_store, run_study
 from ..tunespec import (

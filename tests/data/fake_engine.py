@@ -38,7 +38,7 @@ ready_at = time.monotonic() + float(os.environ.get("FAKE_ENGINE_DELAY", "0"))
 
 
 class Health(http.server.BaseHTTPRequestHandler):
-    def do_GET(self) -> None:  # noqa: N802 - the stdlib's name
+    def do_GET(self) -> None:
         ok = self.path == "/health" and behaviour == "healthy" and time.monotonic() >= ready_at
         self.send_response(200 if ok else 503)
         self.end_headers()

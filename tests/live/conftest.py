@@ -14,6 +14,16 @@ import pytest
 
 from tests.live.llama_server import LlamaServerError, MissingToolError, make_config, make_model, server_binary
 
+LIVE_TESTS = Path(__file__).parent
+
+
+@pytest.hookimpl(tryfirst=True)  # before -m selects by marker
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Every test under tests/live is a live test: `-m 'not live'` runs the fast suite without them."""
+    for item in items:
+        if LIVE_TESTS in item.path.parents:
+            item.add_marker(pytest.mark.live)
+
 
 @pytest.fixture(scope="session")
 def llama_server_binary(request) -> Path:

@@ -66,8 +66,9 @@ import subprocess
 import sys
 import tarfile
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
-from typing import IO, Iterator
+from typing import IO
 
 #: The llama-cpp-python release whose sdist supplies the llama.cpp sources.
 LLAMA_CPP_PYTHON_VERSION = "0.3.36"

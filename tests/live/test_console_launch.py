@@ -16,8 +16,6 @@ from pipedeck.store import RunStore
 from tests.live.test_live_llama import CPU
 from tests.tui_support import SIZE, fill, wait_for
 
-pytestmark = pytest.mark.live
-
 
 def processes_serving(model: Path) -> list[int]:
     """PIDs whose command line names `model` (a launched llama-server)."""

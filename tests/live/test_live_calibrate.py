@@ -20,13 +20,11 @@ from pathlib import Path
 
 import httpx
 import pytest
+
 from pipedeck.backends.profiles import load_hardware, load_model
 from pipedeck.store import RunStore
 from pipedeck.tuner.calibrate import FITTED
-
 from tests.live.llama_server import N_EMBD, N_LAYER, N_VOCAB
-
-pytestmark = pytest.mark.live
 
 START = str(Path(__file__).parent / "cpu-host.toml")
 PIPEDECK = str(Path(sys.executable).parent / "pipedeck")

@@ -13,6 +13,7 @@ import signal
 import threading
 
 import pytest
+
 from pipedeck.backends.config import ServingConfig
 from pipedeck.backends.live.launcher import start_server
 from pipedeck.backends.registry import make_backend
@@ -21,7 +22,6 @@ from pipedeck.console.errors import run_cli
 from pipedeck.scenarios import load_scenario
 from pipedeck.store import RunStore
 
-pytestmark = pytest.mark.live
 CPU = dict(model="qwen2.5-14b", hardware="a100-40g-pcie", tp=1, pp=1, chunk=512, max_running=4, kv_capacity=8192)
 
 
@@ -35,8 +35,8 @@ def server(llama_server_binary, tiny_model, tmp_path):
 def test_a_live_run_counts_what_the_server_counted(server, capsys, tmp_path):
     db = tmp_path / "runs.duckdb"
     argv = ["run", "--backend", "live", "--endpoint", server.url, "--scenario", "sharegpt", "--rate", "8",
-            "--requests", "24", "--db", str(db), "--json", *sum((["--" + k.replace("_", "-"), str(v)]
-                                                                for k, v in CPU.items()), [])]
+            "--requests", "24", "--db", str(db), "--json", *[arg for k, v in CPU.items()
+                                                               for arg in ("--" + k.replace("_", "-"), str(v))]]
     assert run_cli(cli, argv) == 0, capsys.readouterr().err
     out = json.loads(capsys.readouterr().out)
     assert out["requests"] == 24 and out["live"]["failed"] == 0 and out["server_metrics"]["engine"] == "llamacpp"

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+
 from pipedeck.backends.live.metrics import NAMES, TABLE, Histogram, MetricsTimeline, Sample, parse, poll
 
 FIXTURES = Path(__file__).parent / "fixtures"

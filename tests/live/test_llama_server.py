@@ -22,8 +22,6 @@ import pytest
 
 from tests.live.llama_server import PIECE_IDS
 
-pytestmark = pytest.mark.live
-
 READY_TIMEOUT_S = 30.0
 STOP_TIMEOUT_S = 5.0
 

@@ -7,9 +7,18 @@ import json
 import socket
 
 import pytest
+
 from pipedeck.backends.base import RunCancelled, RunObserver
 from pipedeck.backends.errors import ConfigError
-from pipedeck.backends.live import LiveRequest, LiveRun, LoadOptions, ServerUnreachable, replay, run_result, run_scenario
+from pipedeck.backends.live import (
+    LiveRequest,
+    LiveRun,
+    LoadOptions,
+    ServerUnreachable,
+    replay,
+    run_result,
+    run_scenario,
+)
 from pipedeck.backends.live.client import _event, _Stream
 from pipedeck.backends.live.loadgen import _body
 from pipedeck.backends.live.mock_server import MOCK_ERROR, Behaviour, MockServer
@@ -106,7 +115,7 @@ def test_an_unreachable_server_without_a_model_name_is_one_clear_error():
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    with pytest.raises(ServerUnreachable, match="^endpoint: .*v1/models lists no model"):
+    with pytest.raises(ServerUnreachable, match=r"^endpoint: .*v1/models lists no model"):
         asyncio.run(replay(workload(1), f"http://127.0.0.1:{port}", LoadOptions(metrics_interval_s=None)))
 
 

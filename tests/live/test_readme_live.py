@@ -2,12 +2,8 @@
 
 from __future__ import annotations
 
-import pytest
-
 from tests.postgres_server import free_port
 from tests.test_readme import SKIPPED, examples, fresh_clone, is_live, normalised, run_in_order
-
-pytestmark = pytest.mark.live
 
 README_PORT = "8080"  # the port the README serves on; the test serves on a free one, so that nothing else collides
 

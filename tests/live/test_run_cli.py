@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 import pytest
+
 from pipedeck.backends import footprint
 from pipedeck.backends.live import LoadOptions, run_scenario
 from pipedeck.backends.live.mock_server import MOCK_ERROR, Behaviour, MockServer
@@ -175,7 +176,7 @@ def test_a_live_run_of_more_requests_than_memory_holds_is_refused_as_a_simulatio
         err = capsys.readouterr().err
         assert err.startswith("pipedeck: error: requests: 1000000000 requests need about ") and len(err.splitlines()) == 1
         assert err.endswith(" more than the 20.0 GB available; use fewer requests\n"), err
-    with pytest.raises(footprint.FootprintError, match="^requests: 1000000000 requests need about"):
+    with pytest.raises(footprint.FootprintError, match=r"^requests: 1000000000 requests need about"):
         run_scenario(load_scenario("sharegpt"), "http://127.0.0.1:9", num_requests=10**9)  # the Python API too
 
 

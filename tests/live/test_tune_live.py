@@ -18,6 +18,7 @@ import threading
 from pathlib import Path
 
 import pytest
+
 from pipedeck.backends.config import ServingConfig
 from pipedeck.backends.live.launcher import LaunchError
 from pipedeck.backends.registry import make_backend
@@ -28,7 +29,6 @@ from pipedeck.store import RunStore
 from tests.live.test_console_launch import processes_serving
 from tests.live.test_live_llama import CPU
 
-pytestmark = pytest.mark.live
 TINY = str(Path(__file__).parents[1] / "data" / "tiny-chat.toml")
 TUNE = ["tune", "--model", "qwen2.5-14b", "--hardware", "a100-40g-pcie", "--scenario", TINY, "--requests", "12",
         "--slo", "ttft=2s,tpot=200ms", "--fix", "tp=1", "--fix", "pp=1", "--fix", "max-running=4",
