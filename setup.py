@@ -52,8 +52,9 @@ def compiler_works() -> bool:
         source = Path(folder) / "probe.c"
         source.write_text("#include <Python.h>\nint probe(void) { return Py_IsInitialized(); }\n")
         try:
-            objects = compiler.compile([str(source)], output_dir=folder,
-                                       include_dirs=[sysconfig.get_paths()["include"]])
+            objects = compiler.compile(
+                [str(source)], output_dir=folder, include_dirs=[sysconfig.get_paths()["include"]]
+            )
             compiler.link_shared_object(objects, str(Path(folder) / "probe.so"))
         except Exception:  # noqa: BLE001 - no compiler, no headers, no linker: any of them means pure Python
             return False
@@ -86,8 +87,12 @@ def core_extensions() -> list[Extension]:
             reason = "mypyc (the mypy package) is not installed"
         else:
             try:
-                return mypycify(["--follow-imports=silent", "--ignore-missing-imports", *stage_sources()],
-                                group_name=GROUP, opt_level="3", target_dir=str(ROOT / "build" / "mypyc"))
+                return mypycify(
+                    ["--follow-imports=silent", "--ignore-missing-imports", *stage_sources()],
+                    group_name=GROUP,
+                    opt_level="3",
+                    target_dir=str(ROOT / "build" / "mypyc"),
+                )
             except SystemExit:  # mypyc reports type errors and exits
                 reason = "mypyc could not compile it (see above)"
     print(f"pipedeck: simulator core left as pure Python: {reason}", file=sys.stderr)

@@ -25,8 +25,13 @@ from .tokens import parse_tokens
 # against the chunk budget, admission keeps the settled new-token ratio (0.7 x 0.14) of the running outputs
 # free, the request pool is sized from memory (4096 on the cards here) rather than vLLM's 256, and each
 # micro-batch slot keeps its own running batch (running_mbs in SGLang's PP scheduler).
-SGLANG_MIXED_CHUNK = {"decode_in_budget": True, "mixed_batches": True, "output_reserve": 0.098, "max_running": 4096,
-                      "sticky_decodes": True}
+SGLANG_MIXED_CHUNK = {
+    "decode_in_budget": True,
+    "mixed_batches": True,
+    "output_reserve": 0.098,
+    "max_running": 4096,
+    "sticky_decodes": True,
+}
 
 
 def default_layer_split(layers: int, stages: int) -> tuple[int, ...]:
@@ -155,12 +160,18 @@ class ServingConfig:
         pp = _positive_int("pp", self.pp)
         if model.num_heads % tp:
             allowed = [d for d in range(1, model.num_heads + 1) if model.num_heads % d == 0]
-            raise ConfigError(f"tp: must divide {model.name}'s {model.num_heads} attention heads; allowed: {', '.join(map(str, allowed))}")
+            raise ConfigError(
+                f"tp: must divide {model.name}'s {model.num_heads} attention heads; allowed: {', '.join(map(str, allowed))}"
+            )
         if spec.layout == "foldback" and pp < 2:
-            raise ConfigError(f"pp: mode {self.mode} folds the pipeline back over the ranks and needs pp >= 2, got {pp}")
+            raise ConfigError(
+                f"pp: mode {self.mode} folds the pipeline back over the ranks and needs pp >= 2, got {pp}"
+            )
         virtual = spec.virtual_stages if self.virtual_stages is None else self.virtual_stages
         if virtual != spec.virtual_stages:
-            raise ConfigError(f"virtual_stages: mode {self.mode} runs {spec.virtual_stages} virtual stage(s) per rank, got {virtual}")
+            raise ConfigError(
+                f"virtual_stages: mode {self.mode} runs {spec.virtual_stages} virtual stage(s) per rank, got {virtual}"
+            )
         stages = pp * virtual
         if stages > model.num_layers:
             raise ConfigError(f"pp: {stages} stages exceed {model.name}'s {model.num_layers} layers")
@@ -169,7 +180,9 @@ class ServingConfig:
             split = default_layer_split(model.num_layers, stages)
         split = tuple(split)
         if len(split) != stages or any(isinstance(c, bool) or not isinstance(c, int) or c < 1 for c in split):
-            raise ConfigError(f"layer_split: needs {stages} positive layer counts (pp x virtual stages), got {','.join(map(str, split))}")
+            raise ConfigError(
+                f"layer_split: needs {stages} positive layer counts (pp x virtual stages), got {','.join(map(str, split))}"
+            )
         if sum(split) != model.num_layers:
             raise ConfigError(f"layer_split: must sum to {model.name}'s {model.num_layers} layers, got {sum(split)}")
         chunk = parse_tokens(self.chunk, "chunk")
@@ -185,7 +198,9 @@ class ServingConfig:
         if self.kv_capacity is None:
             capacity = kv_capacity_tokens(model, hw, tp, checked.layers_per_rank())
             if capacity < 1:
-                raise ConfigError(f"kv_capacity: no memory left for KV cache after {weights:.0f} GB of weights per device; use more devices")
+                raise ConfigError(
+                    f"kv_capacity: no memory left for KV cache after {weights:.0f} GB of weights per device; use more devices"
+                )
         else:
             capacity = parse_tokens(self.kv_capacity, "kv_capacity")
         return ResolvedConfig.of(checked.replace(kv_capacity=capacity), model, hw)

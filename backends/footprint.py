@@ -49,8 +49,15 @@ def available_bytes() -> int | None:
         return None
 
 
-def check_footprint(backend: str, scenario: Scenario, config: ResolvedConfig | None, num_requests: int | None = None,
-                    seed: int = 0, rate: float | None = None, timeline: bool = True) -> int:
+def check_footprint(
+    backend: str,
+    scenario: Scenario,
+    config: ResolvedConfig | None,
+    num_requests: int | None = None,
+    seed: int = 0,
+    rate: float | None = None,
+    timeline: bool = True,
+) -> int:
     """The number of requests the run asks for; a one-line FootprintError if `backend` would need more memory
     than is available (the workload's arguments are checked first, and nothing is drawn beyond a sample)."""
     from .registry import backend_entry
@@ -62,8 +69,10 @@ def check_footprint(backend: str, scenario: Scenario, config: ResolvedConfig | N
         return n
     needed = estimate(scenario, config, n, seed, rate, timeline)
     if needed.bytes > available:
-        raise FootprintError(f"requests: {n} requests need about {_gb(needed.bytes)} or more {needed.basis}, more "
-                             f"than the {_gb(available)} available; use fewer requests")
+        raise FootprintError(
+            f"requests: {n} requests need about {_gb(needed.bytes)} or more {needed.basis}, more "
+            f"than the {_gb(available)} available; use fewer requests"
+        )
     return n
 
 

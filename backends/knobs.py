@@ -39,7 +39,8 @@ class Knob:
             positive = self.low > 0 or self.low_open
             noun = "integer" if self.kind in ("int", "tokens") else "number"
             return f"a {'positive' if positive else 'non-negative'} {noun}" + (
-                f" of at least {self.low:g}" if self.low > 1 else "")
+                f" of at least {self.low:g}" if self.low > 1 else ""
+            )
         return f"in {'(' if self.low_open else '['}{self.low:g}, {self.high:g}]"
 
     def check(self, value: object) -> object:
@@ -76,10 +77,19 @@ KNOBS: tuple[Knob, ...] = (
     Knob("max_running", "int", "Max running requests (--max-num-seqs).", 1),
     Knob("decode_in_budget", "bool", "Decodes count against the chunk budget (vLLM, SGLang --enable-mixed-chunk: on)."),
     Knob("mixed_batches", "bool", "Steps mix decodes with prefill chunks (vLLM, SGLang --enable-mixed-chunk: on)."),
-    Knob("sticky_decodes", "bool", "Each request decodes in the micro-batch it joined, whose every step decodes its "
-         "whole running batch (SGLang's PP scheduler: on; vLLM: off)."),
-    Knob("output_reserve", "float", "KV admission keeps this share of running outputs free (1: never preempt; "
-         "SGLang settles at 0.098, vLLM 0).", 0, 1),
+    Knob(
+        "sticky_decodes",
+        "bool",
+        "Each request decodes in the micro-batch it joined, whose every step decodes its "
+        "whole running batch (SGLang's PP scheduler: on; vLLM: off).",
+    ),
+    Knob(
+        "output_reserve",
+        "float",
+        "KV admission keeps this share of running outputs free (1: never preempt; SGLang settles at 0.098, vLLM 0).",
+        0,
+        1,
+    ),
     Knob("smooth_factor", "float", "DCPP: pull dynamic chunks towards the base chunk, in (0, 1].", 0, 1, low_open=True),
     Knob("min_chunk", "tokens", "DCPP: smallest dynamic chunk (tokens).", 1),
     Knob("slo_ttft_s", "float", "FastPP controllers: the TTFT target they steer by (s).", 0, low_open=True),
@@ -100,8 +110,13 @@ KNOBS: tuple[Knob, ...] = (
     Knob("load_alpha", "float", "Delay scheduling: how far a micro-batch may exceed the mean.", 0),
     Knob("base_unit", "int", "Delay scheduling: hardware-efficient micro-batch size unit.", 1),
     Knob("delay_mode", "choice", "Delay scheduling: whom to delay.", choices=("auto", "tpot_first", "e2e_first")),
-    Knob("adaptive_threshold", "float", "vpp-adaptive: relative deviation from the linear law that triggers resizing.",
-         0, low_open=True),
+    Knob(
+        "adaptive_threshold",
+        "float",
+        "vpp-adaptive: relative deviation from the linear law that triggers resizing.",
+        0,
+        low_open=True,
+    ),
     Knob("adaptive_fit_chunks", "int", "vpp-adaptive: chunks the linear law is fitted on.", 2),
 )
 KNOB_BY_FIELD: dict[str, Knob] = {knob.field: knob for knob in KNOBS}

@@ -170,17 +170,26 @@ class ServingEngine:
             if version in (release.version, f"v{release.version}"):
                 return release
         newest = max((r for r in self.releases if r.parsed()), key=Release.parsed, default=None)
-        allowed = ", ".join(r.version for r in self.releases) + (f", or one newer than {newest.version}" if newest else "")
+        allowed = ", ".join(r.version for r in self.releases) + (
+            f", or one newer than {newest.version}" if newest else ""
+        )
         asked = _parse_version(version)
         if asked is None and newest is not None:
-            raise ExportError(f"engine_version: {self.name} {version!r}{source} is not a version number; "
-                              f"allowed: {allowed}")
+            raise ExportError(
+                f"engine_version: {self.name} {version!r}{source} is not a version number; allowed: {allowed}"
+            )
         if asked is not None and newest is not None and asked > newest.parsed():
-            return replace(newest, version=str(asked), behaves_as=newest.version, candidate=bool(asked.pre),
-                           note=f"newer than {newest.version}, the newest release pipedeck knows, and written as "
-                                f"{newest.version} runs: {newest.note}")
-        raise ExportError(f"engine_version: {self.name} {version!r}{source} is not a release pipedeck knows; "
-                          f"allowed: {allowed}")
+            return replace(
+                newest,
+                version=str(asked),
+                behaves_as=newest.version,
+                candidate=bool(asked.pre),
+                note=f"newer than {newest.version}, the newest release pipedeck knows, and written as "
+                f"{newest.version} runs: {newest.note}",
+            )
+        raise ExportError(
+            f"engine_version: {self.name} {version!r}{source} is not a release pipedeck knows; allowed: {allowed}"
+        )
 
     def _installed(self) -> str | None:
         """The installed version of the engine's Python package, if it has one and it is installed."""
@@ -199,8 +208,9 @@ def is_hub_id(model: str) -> bool:
     Something on disk is a path, and so is a name ending in `.gguf` (a file
     that is missing, not a repository).
     """
-    return (_HUB_ID.fullmatch(model) is not None and not model.split(":")[0].endswith(".gguf")
-            and not Path(model).exists())
+    return (
+        _HUB_ID.fullmatch(model) is not None and not model.split(":")[0].endswith(".gguf") and not Path(model).exists()
+    )
 
 
 @dataclass(frozen=True)
@@ -285,20 +295,23 @@ def _weights(engine: ServingEngine, checkpoint: Checkpoint) -> Launch:
     if checkpoint.hub == "huggingface":
         return Launch(flags=flags)
     if checkpoint.hub not in engine.hub_env:
-        raise ExportError(f"model: {engine.name} cannot download {checkpoint.id} from {checkpoint.hub}; "
-                          "set MODEL to a local copy")
+        raise ExportError(
+            f"model: {engine.name} cannot download {checkpoint.id} from {checkpoint.hub}; set MODEL to a local copy"
+        )
     return Launch(env=(EnvVar(engine.hub_env[checkpoint.hub], "True", "default"),), flags=flags)
 
 
 # -- what the engines share ---------------------------------------------------------
+
 
 def compact_json(value: object) -> str:
     """JSON without spaces, as engines take it in one argument."""
     return json.dumps(value, separators=(",", ":"))
 
 
-def partition_env(env_name: str, config: ResolvedConfig,
-                  implicit: Callable[[int, int], tuple[int, ...] | None]) -> tuple[EnvVar, ...]:
+def partition_env(
+    env_name: str, config: ResolvedConfig, implicit: Callable[[int, int], tuple[int, ...] | None]
+) -> tuple[EnvVar, ...]:
     """The per-PP-rank layer partition env var for a linear layout, unless `implicit(layers, pp)` is that split."""
     if config.mode_spec.layout != "linear":
         return ()
@@ -332,9 +345,11 @@ def unmatched_semantics(config: ResolvedConfig, engine: str, matches: bool, rule
     if matches:
         return ()
     on_off = {True: "on", False: "off"}
-    return (f"{engine} {rule}; this config was simulated with decode_in_budget={on_off[config.decode_in_budget]}, "
-            f"mixed_batches={on_off[config.mixed_batches]} and sticky_decodes={on_off[config.sticky_decodes]}, "
-            f"which {engine} cannot match.",)
+    return (
+        f"{engine} {rule}; this config was simulated with decode_in_budget={on_off[config.decode_in_budget]}, "
+        f"mixed_batches={on_off[config.mixed_batches]} and sticky_decodes={on_off[config.sticky_decodes]}, "
+        f"which {engine} cannot match.",
+    )
 
 
 # -- vLLM and vLLM-Ascend -----------------------------------------------------------
@@ -345,17 +360,23 @@ def unmatched_semantics(config: ResolvedConfig, engine: str, matches: bool, rule
 # and `vllm serve` reads it with the top-level `vllm` parser, which has none.
 VLLM_RELEASES = (
     Release("0.23.0", "what vLLM-Ascend 0.23.0 runs on; `--config` YAML skips false values"),
-    Release("0.33.0", "`--config` YAML turns `key: false` into `--no-key` only for options of the "
-                      "top-level `vllm` parser, so serve options set false are still dropped"),
+    Release(
+        "0.33.0",
+        "`--config` YAML turns `key: false` into `--no-key` only for options of the "
+        "top-level `vllm` parser, so serve options set false are still dropped",
+    ),
 )
 
 
 def _vllm_common(config: ResolvedConfig, release: Release) -> Launch:
     return Launch(
-        notes=unmatched_semantics(config, "vLLM",
-                                  config.decode_in_budget and config.mixed_batches and not config.sticky_decodes,
-                                  "always mixes decodes into prefill steps, counts them against "
-                                  "--max-num-batched-tokens and lets any running request join any step"),
+        notes=unmatched_semantics(
+            config,
+            "vLLM",
+            config.decode_in_budget and config.mixed_batches and not config.sticky_decodes,
+            "always mixes decodes into prefill steps, counts them against "
+            "--max-num-batched-tokens and lets any running request join any step",
+        ),
         env=partition_env("VLLM_PP_LAYER_PARTITION", config, default_layer_split),
         flags=(
             Flag("--tensor-parallel-size", config.tp),
@@ -378,9 +399,11 @@ def _vllm_check(config: ResolvedConfig, release: Release, launch: Launch) -> Non
     """
     tokens, seqs = int(launch.option("--max-num-batched-tokens")), int(launch.option("--max-num-seqs"))
     if tokens < seqs:
-        raise ExportError(f"chunk: vLLM refuses --max-num-batched-tokens {tokens} below --max-num-seqs {seqs} "
-                          "(SchedulerConfig in vllm/config/scheduler.py: max_num_batched_tokens must be >= "
-                          f"max_num_seqs); export a config with chunk >= max_running ({seqs})")
+        raise ExportError(
+            f"chunk: vLLM refuses --max-num-batched-tokens {tokens} below --max-num-seqs {seqs} "
+            "(SchedulerConfig in vllm/config/scheduler.py: max_num_batched_tokens must be >= "
+            f"max_num_seqs); export a config with chunk >= max_running ({seqs})"
+        )
 
 
 # Where vLLM-Ascend reads dynamic chunking's settings in --additional-config (vllm_ascend/ascend_config.py):
@@ -389,27 +412,39 @@ def _vllm_check(config: ResolvedConfig, release: Release, launch: Launch) -> Non
 # as deprecated fallbacks. Both refuse profiling_chunk_config with balance scheduling on, which the env
 # VLLM_ASCEND_BALANCE_SCHEDULING=1 of vLLM-Ascend's DeepSeek tutorials turns on: the export sets it off.
 ASCEND_RELEASES = (
-    Release("0.23.0", "newest release (latest on PyPI), on vLLM 0.23.0; reads profiling_chunk_config at the top "
-                      "level of --additional-config (it ignores scheduler_config.profiling_chunk_config)"),
-    Release("0.25.1rc1", "release candidate; reads scheduler_config.profiling_chunk_config (the top-level key "
-                         "only as a deprecated fallback)", candidate=True, dcpp_under="scheduler_config"),
+    Release(
+        "0.23.0",
+        "newest release (latest on PyPI), on vLLM 0.23.0; reads profiling_chunk_config at the top "
+        "level of --additional-config (it ignores scheduler_config.profiling_chunk_config)",
+    ),
+    Release(
+        "0.25.1rc1",
+        "release candidate; reads scheduler_config.profiling_chunk_config (the top-level key "
+        "only as a deprecated fallback)",
+        candidate=True,
+        dcpp_under="scheduler_config",
+    ),
 )
 
 
 def _ascend_env(config: ResolvedConfig, release: Release) -> Launch:
     devices = ",".join(str(d) for d in range(config.devices))
-    return Launch(env=(
-        EnvVar("HCCL_OP_EXPANSION_MODE", "AIV", "default"),
-        EnvVar("PYTORCH_NPU_ALLOC_CONF", "expandable_segments:True", "default"),
-        EnvVar("TASK_QUEUE_ENABLE", "1", "default"),
-        EnvVar("ASCEND_RT_VISIBLE_DEVICES", devices, "commented", f"the {config.devices} NPUs this node serves with"),
-        EnvVar("HCCL_IF_IP", "<this node's IP>", "commented", "multi-node: the address HCCL binds"),
-        EnvVar("HCCL_SOCKET_IFNAME", "<NIC>", "commented", "multi-node: the interface HCCL uses"),
-        EnvVar("GLOO_SOCKET_IFNAME", "<NIC>", "commented", "multi-node: the interface Gloo uses"),
-        EnvVar("HCCL_BUFFSIZE", "<MB>", "commented", "HCCL buffer size"),
-        EnvVar("HCCL_CONNECT_TIMEOUT", "<seconds>", "commented", "HCCL link set-up timeout"),
-        EnvVar("HCCL_EXEC_TIMEOUT", "<seconds>", "commented", "HCCL collective timeout"),
-    ))
+    return Launch(
+        env=(
+            EnvVar("HCCL_OP_EXPANSION_MODE", "AIV", "default"),
+            EnvVar("PYTORCH_NPU_ALLOC_CONF", "expandable_segments:True", "default"),
+            EnvVar("TASK_QUEUE_ENABLE", "1", "default"),
+            EnvVar(
+                "ASCEND_RT_VISIBLE_DEVICES", devices, "commented", f"the {config.devices} NPUs this node serves with"
+            ),
+            EnvVar("HCCL_IF_IP", "<this node's IP>", "commented", "multi-node: the address HCCL binds"),
+            EnvVar("HCCL_SOCKET_IFNAME", "<NIC>", "commented", "multi-node: the interface HCCL uses"),
+            EnvVar("GLOO_SOCKET_IFNAME", "<NIC>", "commented", "multi-node: the interface Gloo uses"),
+            EnvVar("HCCL_BUFFSIZE", "<MB>", "commented", "HCCL buffer size"),
+            EnvVar("HCCL_CONNECT_TIMEOUT", "<seconds>", "commented", "HCCL link set-up timeout"),
+            EnvVar("HCCL_EXEC_TIMEOUT", "<seconds>", "commented", "HCCL collective timeout"),
+        )
+    )
 
 
 def _ascend_common(config: ResolvedConfig, release: Release) -> Launch:
@@ -424,10 +459,14 @@ def _ascend_dcpp(config: ResolvedConfig, release: Release) -> Launch:
     }
     if release.dcpp_under:
         settings = {release.dcpp_under: settings}
-    notes = () if min_chunk == config.min_chunk else (
-        f"min_chunk {config.min_chunk} exceeds the chunk budget; exported as {min_chunk}, as simulated.",)
-    return Launch(flags=(Flag("--additional-config", compact_json(settings)), Flag("--no-async-scheduling")),
-                  notes=notes)
+    notes = (
+        ()
+        if min_chunk == config.min_chunk
+        else (f"min_chunk {config.min_chunk} exceeds the chunk budget; exported as {min_chunk}, as simulated.",)
+    )
+    return Launch(
+        flags=(Flag("--additional-config", compact_json(settings)), Flag("--no-async-scheduling")), notes=notes
+    )
 
 
 def _ascend_vpp(config: ResolvedConfig, release: Release) -> Launch:
@@ -451,21 +490,33 @@ def _ascend_vpp(config: ResolvedConfig, release: Release) -> Launch:
 # SGLang before 0.5.8 turned `switch: true` in a --config YAML into `--switch true`, which its parser refuses
 # (sgl-project/sglang#16256, fixed by #16638; sglang/srt/server_args_config_parser.py): no YAML for those.
 SGLANG_RELEASES = (
-    Release("0.5.7", "its --config YAML cannot carry switches, so no sglang-config.yaml is written; refuses "
-                     "--enable-mixed-chunk with --pp-size > 1", reads_config_file=False, mixed_chunk_with_pp=False),
+    Release(
+        "0.5.7",
+        "its --config YAML cannot carry switches, so no sglang-config.yaml is written; refuses "
+        "--enable-mixed-chunk with --pp-size > 1",
+        reads_config_file=False,
+        mixed_chunk_with_pp=False,
+    ),
     Release("0.5.23", "--config YAML takes switches as `key: true`; takes --enable-mixed-chunk with a pipeline"),
 )
+
+
 # Releases whose ServerArgs.check_server_args (sglang/srt/server_args.py, 0.5.7 and 0.5.8) asserts, for pp_size > 1:
 # "Pipeline parallelism is not compatible with overlap schedule, speculative decoding, mixed chunked prefill."
 # 0.5.23's check_pipeline_parallel_compat (sglang/srt/arg_groups/validation_hook.py) no longer names mixed chunks.
 def _sglang_check(config: ResolvedConfig, release: Release, launch: Launch) -> None:
     """SGLang's own rules for the values exported, as the release checks them."""
-    if (not release.mixed_chunk_with_pp and int(launch.option("--pp-size")) > 1
-            and any(flag.name == "--enable-mixed-chunk" for flag in launch.flags)):
-        raise ExportError(f"mixed_batches: SGLang {release.version} refuses --enable-mixed-chunk with --pp-size "
-                          f"{launch.option('--pp-size')} (ServerArgs.check_server_args in sglang/srt/server_args.py: "
-                          "pipeline parallelism is not compatible with mixed chunked prefill); export a config with "
-                          "mixed_batches off, or for SGLang 0.5.23")
+    if (
+        not release.mixed_chunk_with_pp
+        and int(launch.option("--pp-size")) > 1
+        and any(flag.name == "--enable-mixed-chunk" for flag in launch.flags)
+    ):
+        raise ExportError(
+            f"mixed_batches: SGLang {release.version} refuses --enable-mixed-chunk with --pp-size "
+            f"{launch.option('--pp-size')} (ServerArgs.check_server_args in sglang/srt/server_args.py: "
+            "pipeline parallelism is not compatible with mixed chunked prefill); export a config with "
+            "mixed_batches off, or for SGLang 0.5.23"
+        )
 
 
 SGLANG_METRICS = Flag("--enable-metrics")
@@ -486,11 +537,16 @@ def _sglang_flags(config: ResolvedConfig) -> tuple[Flag, ...]:
 def _sglang_common(config: ResolvedConfig, release: Release) -> Launch:
     # SGLang's default split gives the remainder to the last ranks (61 layers on 2: 30,31), not vLLM's
     # 31,30, so any split with a remainder is written out.
-    notes = unmatched_semantics(config, "SGLang", config.decode_in_budget == config.mixed_batches and config.sticky_decodes,
-                                "counts running decodes against --chunked-prefill-size only with --enable-mixed-chunk "
-                                "and keeps each request in its micro-batch's running batch")
-    return Launch(env=partition_env("SGLANG_PP_LAYER_PARTITION", config, exact_split), flags=_sglang_flags(config),
-                  notes=notes)
+    notes = unmatched_semantics(
+        config,
+        "SGLang",
+        config.decode_in_budget == config.mixed_batches and config.sticky_decodes,
+        "counts running decodes against --chunked-prefill-size only with --enable-mixed-chunk "
+        "and keeps each request in its micro-batch's running batch",
+    )
+    return Launch(
+        env=partition_env("SGLANG_PP_LAYER_PARTITION", config, exact_split), flags=_sglang_flags(config), notes=notes
+    )
 
 
 def _sglang_dcpp(config: ResolvedConfig, release: Release) -> Launch:
@@ -512,33 +568,81 @@ LLAMA_METRICS = Flag("--metrics")
 
 def _llama_common(config: ResolvedConfig, release: Release) -> Launch:
     if config.tp != 1 or config.pp != 1:
-        raise ExportError(f"tp: llama-server runs one process without tensor or pipeline parallelism; "
-                          f"got tp={config.tp} pp={config.pp} (use tp=1 pp=1)")
-    return Launch(flags=(
-        Flag("--parallel", config.max_running),  # slots: the requests it decodes at once
-        # one KV pool the slots share, as llama-server's default (--parallel auto) has and the baseline assumes;
-        # without it an explicit --parallel splits --ctx-size into fixed per-slot shares (tools/server/server.cpp)
-        Flag("--kv-unified"),
-        Flag("--ctx-size", config.kv_capacity),  # KV cache tokens of the whole pool
-        Flag("--batch-size", config.chunk),  # tokens one decode call takes: the step's budget
-        Flag("--ubatch-size", config.chunk),
-        LLAMA_METRICS,
-    ))
+        raise ExportError(
+            f"tp: llama-server runs one process without tensor or pipeline parallelism; "
+            f"got tp={config.tp} pp={config.pp} (use tp=1 pp=1)"
+        )
+    return Launch(
+        flags=(
+            Flag("--parallel", config.max_running),  # slots: the requests it decodes at once
+            # one KV pool the slots share, as llama-server's default (--parallel auto) has and the baseline assumes;
+            # without it an explicit --parallel splits --ctx-size into fixed per-slot shares (tools/server/server.cpp)
+            Flag("--kv-unified"),
+            Flag("--ctx-size", config.kv_capacity),  # KV cache tokens of the whole pool
+            Flag("--batch-size", config.chunk),  # tokens one decode call takes: the step's budget
+            Flag("--ubatch-size", config.chunk),
+            LLAMA_METRICS,
+        )
+    )
 
 
-register_engine(ServingEngine("vllm-ascend", ("vllm", "serve"), None, _ascend_common, ASCEND_RELEASES, ("ascend",),
-                              "vllm-config.yaml", check=_vllm_check, hub_env={"modelscope": "VLLM_USE_MODELSCOPE"},
-                              package="vllm-ascend"))
-register_engine(ServingEngine("vllm", ("vllm", "serve"), None, _vllm_common, VLLM_RELEASES, ("cuda",),
-                              "vllm-config.yaml", check=_vllm_check, hub_env={"modelscope": "VLLM_USE_MODELSCOPE"},
-                              package="vllm"))
-register_engine(ServingEngine("sglang", ("python", "-m", "sglang.launch_server"), "--model-path", _sglang_common,
-                              SGLANG_RELEASES, ("cuda",), "sglang-config.yaml", "model-path", check=_sglang_check,
-                              hub_env={"modelscope": "SGLANG_USE_MODELSCOPE"}, package="sglang",
-                              always=(SGLANG_METRICS,)))
-register_engine(ServingEngine("llama-server", ("llama-server",), "--model", _llama_common, LLAMA_RELEASES,
-                              ("cpu", "cuda"), model_file=True, hub_flag="-hf",
-                              always=(LLAMA_METRICS,)))
+register_engine(
+    ServingEngine(
+        "vllm-ascend",
+        ("vllm", "serve"),
+        None,
+        _ascend_common,
+        ASCEND_RELEASES,
+        ("ascend",),
+        "vllm-config.yaml",
+        check=_vllm_check,
+        hub_env={"modelscope": "VLLM_USE_MODELSCOPE"},
+        package="vllm-ascend",
+    )
+)
+register_engine(
+    ServingEngine(
+        "vllm",
+        ("vllm", "serve"),
+        None,
+        _vllm_common,
+        VLLM_RELEASES,
+        ("cuda",),
+        "vllm-config.yaml",
+        check=_vllm_check,
+        hub_env={"modelscope": "VLLM_USE_MODELSCOPE"},
+        package="vllm",
+    )
+)
+register_engine(
+    ServingEngine(
+        "sglang",
+        ("python", "-m", "sglang.launch_server"),
+        "--model-path",
+        _sglang_common,
+        SGLANG_RELEASES,
+        ("cuda",),
+        "sglang-config.yaml",
+        "model-path",
+        check=_sglang_check,
+        hub_env={"modelscope": "SGLANG_USE_MODELSCOPE"},
+        package="sglang",
+        always=(SGLANG_METRICS,),
+    )
+)
+register_engine(
+    ServingEngine(
+        "llama-server",
+        ("llama-server",),
+        "--model",
+        _llama_common,
+        LLAMA_RELEASES,
+        ("cpu", "cuda"),
+        model_file=True,
+        hub_flag="-hf",
+        always=(LLAMA_METRICS,),
+    )
+)
 
 
 # -- FastPP (an SGLang 0.4.1 fork) ------------------------------------------------------
@@ -550,38 +654,64 @@ FASTPP = "FastPP fork of SGLang 0.4.1"
 # --dynamic-chunk-strategy or --enable-batch-rebalancing and refuses them.
 FASTPP_REFUSED_UPSTREAM = ("--dynamic-chunk-strategy", "--enable-batch-rebalancing")
 FASTPP_READ_AS_UPSTREAM = {"--enable-dynamic-chunk": "--enable-dynamic-chunking"}
-FASTPP_RELEASES = (Release("0.4.1-fastpp", f"the {FASTPP}: SGLang 0.4.1 plus its pipeline, dynamic-chunk "
-                                           "and batch-rebalancing options; no --config file"),)
-_FASTPP_DEFAULTS = {"kv_free_threshold": 0.10, "tpot_violation": 1.08, "ttft_low": 0.1, "ttft_high": 0.3,
-                    "tpot_safe": 0.85, "alp_window_s": 10.0, "slo_tpot_coeff": 1.05, "rls_forgetting": 0.9975,
-                    "controller_min_chunk": 128, "waiting_tok_threshold": 1024, "load_alpha": 0.4,
-                    "base_unit": 128, "delay_mode": "auto"}
+FASTPP_RELEASES = (
+    Release(
+        "0.4.1-fastpp",
+        f"the {FASTPP}: SGLang 0.4.1 plus its pipeline, dynamic-chunk and batch-rebalancing options; no --config file",
+    ),
+)
+_FASTPP_DEFAULTS = {
+    "kv_free_threshold": 0.10,
+    "tpot_violation": 1.08,
+    "ttft_low": 0.1,
+    "ttft_high": 0.3,
+    "tpot_safe": 0.85,
+    "alp_window_s": 10.0,
+    "slo_tpot_coeff": 1.05,
+    "rls_forgetting": 0.9975,
+    "controller_min_chunk": 128,
+    "waiting_tok_threshold": 1024,
+    "load_alpha": 0.4,
+    "base_unit": 128,
+    "delay_mode": "auto",
+}
 
 
 def _fastpp_common(config: ResolvedConfig, release: Release) -> Launch:
     return _sglang_common(config, release) + Launch(
-        flags=(Flag("--disable-radix-cache"), Flag("--disable-overlap-schedule")))
+        flags=(Flag("--disable-radix-cache"), Flag("--disable-overlap-schedule"))
+    )
 
 
 def _fastpp_upstream(launch: Launch) -> tuple[str, ...]:
     """Whether upstream SGLang runs this launch as written, and if not, what it does with the fork's switches."""
     names = {flag.name for flag in launch.flags}
     refused = [name for name in FASTPP_REFUSED_UPSTREAM if name in names]
-    read_as = [f"reads {name} as its own {own} (argparse prefix matching)"
-               for name, own in FASTPP_READ_AS_UPSTREAM.items() if name in names]
+    read_as = [
+        f"reads {name} as its own {own} (argparse prefix matching)"
+        for name, own in FASTPP_READ_AS_UPSTREAM.items()
+        if name in names
+    ]
     if not refused and not read_as:
-        return (f"uses no FastPP-only flag: runs on upstream SGLang {SGLANG_RELEASES[-1].version} as written (the "
-                "--format sglang launch plus --disable-radix-cache --disable-overlap-schedule).",)
+        return (
+            f"uses no FastPP-only flag: runs on upstream SGLang {SGLANG_RELEASES[-1].version} as written (the "
+            "--format sglang launch plus --disable-radix-cache --disable-overlap-schedule).",
+        )
     which = " and ".join(([f"refuses {' and '.join(refused)}"] if refused else []) + read_as)
-    return (f"This launch is for the {FASTPP}, installed in place of upstream SGLang, which {which}.",
-            "Its pipeline options (--pp-size, SGLANG_PP_LAYER_PARTITION) are spelled as upstream SGLang's.")
+    return (
+        f"This launch is for the {FASTPP}, installed in place of upstream SGLang, which {which}.",
+        "Its pipeline options (--pp-size, SGLANG_PP_LAYER_PARTITION) are spelled as upstream SGLang's.",
+    )
 
 
 def _fastpp_tuned(config: ResolvedConfig, fields: tuple[str, ...]) -> tuple[str, ...]:
     """Notes for tuned values that differ from FastPP's defaults (it takes them from its own config)."""
     changed = [f"{f}={getattr(config, f)!r}" for f in fields if getattr(config, f) != _FASTPP_DEFAULTS[f]]
-    return (f"Tuned FastPP settings that differ from its defaults (set them in the fork's config): "
-            f"{', '.join(changed)}",) if changed else ()
+    return (
+        (f"Tuned FastPP settings that differ from its defaults (set them in the fork's config): {', '.join(changed)}",)
+        if changed
+        else ()
+    )
 
 
 def _fastpp(strategy: str) -> Render:
@@ -589,19 +719,39 @@ def _fastpp(strategy: str) -> Render:
         fields = config.mode_spec.params
         return Launch(
             flags=(Flag("--enable-dynamic-chunk"), Flag("--dynamic-chunk-strategy", strategy)),
-            notes=(f"The controller steers by TTFT {config.slo_ttft_s:g} s and TPOT {config.slo_tpot_s:g} s.", *_fastpp_tuned(config, tuple(f for f in fields if f in _FASTPP_DEFAULTS))),
+            notes=(
+                f"The controller steers by TTFT {config.slo_ttft_s:g} s and TPOT {config.slo_tpot_s:g} s.",
+                *_fastpp_tuned(config, tuple(f for f in fields if f in _FASTPP_DEFAULTS)),
+            ),
         )
+
     return render
 
 
 def _fastpp_rebalancing(config: ResolvedConfig, release: Release) -> Launch:
-    return Launch(flags=(Flag("--enable-batch-rebalancing"),),
-                  notes=("Delay scheduling is the fork's --enable-batch-rebalancing.", *_fastpp_tuned(config, ("waiting_tok_threshold", "load_alpha", "base_unit", "delay_mode"))))
+    return Launch(
+        flags=(Flag("--enable-batch-rebalancing"),),
+        notes=(
+            "Delay scheduling is the fork's --enable-batch-rebalancing.",
+            *_fastpp_tuned(config, ("waiting_tok_threshold", "load_alpha", "base_unit", "delay_mode")),
+        ),
+    )
 
 
-register_engine(ServingEngine("fastpp", ("python", "-m", "sglang.launch_server"), "--model-path", _fastpp_common,
-                              FASTPP_RELEASES, ("cuda",), delay_scheduling=ModeSupport(_fastpp_rebalancing),
-                              fork=FASTPP, upstream=_fastpp_upstream, always=(SGLANG_METRICS,)))
+register_engine(
+    ServingEngine(
+        "fastpp",
+        ("python", "-m", "sglang.launch_server"),
+        "--model-path",
+        _fastpp_common,
+        FASTPP_RELEASES,
+        ("cuda",),
+        delay_scheduling=ModeSupport(_fastpp_rebalancing),
+        fork=FASTPP,
+        upstream=_fastpp_upstream,
+        always=(SGLANG_METRICS,),
+    )
+)
 for _name in ENGINES:
     register_support(_name, "cpp", ModeSupport(_nothing))
 register_support("vllm-ascend", "dcpp", ModeSupport(_ascend_dcpp, min_pp=2))

@@ -29,7 +29,6 @@ def kv_capacity_tokens(model: ModelProfile, hw: HardwareProfile, tp: int, layers
     """Tokens of KV cache the cluster holds: the tightest rank decides."""
     usable = hw.memory_gb * GB * hw.memory_utilization - hw.activation_reserve_gb * GB
     per_layer = kv_bytes_per_token_layer(model, tp)
-    return int(min(
-        (usable - weight_bytes_per_device(model, tp, layers)) / (per_layer * layers)
-        for layers in layers_per_rank
-    ))
+    return int(
+        min((usable - weight_bytes_per_device(model, tp, layers)) / (per_layer * layers) for layers in layers_per_rank)
+    )

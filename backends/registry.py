@@ -69,9 +69,15 @@ def _live_footprint(*args: object) -> Footprint:
     return estimate(*args)
 
 
-def _live(endpoint: str | None = None, launch: str | None = None, model_path: str | None = None,
-          program: str | None = None, health_timeout_s: float = 600.0, log_dir: str = "pipedeck-servers",
-          **load: object) -> Backend:
+def _live(
+    endpoint: str | None = None,
+    launch: str | None = None,
+    model_path: str | None = None,
+    program: str | None = None,
+    health_timeout_s: float = 600.0,
+    log_dir: str = "pipedeck-servers",
+    **load: object,
+) -> Backend:
     """A server at `endpoint`, or one launched per config: `launch=ENGINE, model_path=W` (logs in `log_dir`)."""
     from .live.backend import LiveBackend
     from .live.launching import LaunchingBackend
@@ -80,30 +86,43 @@ def _live(endpoint: str | None = None, launch: str | None = None, model_path: st
     if endpoint and launch:
         raise ConfigError("endpoint: give either the server's URL or an engine to launch, not both")
     if not endpoint and not launch:
-        raise ConfigError("endpoint: the live backend needs the server's URL, e.g. http://127.0.0.1:8000, "
-                          "or an engine to launch")
+        raise ConfigError(
+            "endpoint: the live backend needs the server's URL, e.g. http://127.0.0.1:8000, or an engine to launch"
+        )
     try:
         options = LoadOptions(**load)
     except TypeError as err:
         raise ConfigError(f"backend: the live backend does not take {err}") from None
     if launch:
-        return LaunchingBackend(launch, model_path, log_dir, program=program, health_timeout_s=health_timeout_s,
-                                options=options)
+        return LaunchingBackend(
+            launch, model_path, log_dir, program=program, health_timeout_s=health_timeout_s, options=options
+        )
     return LiveBackend(endpoint, options)
 
 
 def _register_builtin() -> None:
     from .policies.modes import MODES
 
-    register_backend(BackendEntry("sim", "embedded simulator",
-                                  Capabilities(modes=tuple(MODES), timeline=True, reconfigurable=True, paced=False),
-                                  _simulator, _simulator_footprint))
+    register_backend(
+        BackendEntry(
+            "sim",
+            "embedded simulator",
+            Capabilities(modes=tuple(MODES), timeline=True, reconfigurable=True, paced=False),
+            _simulator,
+            _simulator_footprint,
+        )
+    )
     # A live server runs the config it was started with, whatever its mode (launched per config with
     # `launch=ENGINE`, it restarts to change config); it keeps wall time itself.
-    register_backend(BackendEntry("live", "a real server",
-                                  Capabilities(modes=tuple(MODES), timeline=False, reconfigurable=False, paced=True,
-                                               endpoint=True),
-                                  _live, _live_footprint))
+    register_backend(
+        BackendEntry(
+            "live",
+            "a real server",
+            Capabilities(modes=tuple(MODES), timeline=False, reconfigurable=False, paced=True, endpoint=True),
+            _live,
+            _live_footprint,
+        )
+    )
 
 
 _register_builtin()

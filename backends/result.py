@@ -159,7 +159,9 @@ class RunResult:
             "stage_executions": self.stage_executions,
             "preemptions": self.preemptions,
             "breakdown_s": breakdown,
-            "bubble_ratio": breakdown["bubble"] / span if breakdown and len(self.ranks) > 1 else None,  # one rank: no pipeline
+            "bubble_ratio": breakdown["bubble"] / span
+            if breakdown and len(self.ranks) > 1
+            else None,  # one rank: no pipeline
             "per_rank": [r._asdict() for r in self.ranks],
         }
         if self.live is not None:

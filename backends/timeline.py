@@ -17,11 +17,18 @@ def chrome_trace(result: RunResult) -> dict[str, object]:
         events.append({"ph": "M", "name": "thread_name", "pid": 0, "tid": rank, "args": {"name": f"rank {rank}"}})
     for s in result.spans:
         label = f"s{s.stage} r{s.request} c{s.chunk}" if s.request >= 0 else f"s{s.stage} decode"
-        events.append({
-            "ph": "X", "pid": 0, "tid": s.rank, "name": label, "cat": s.kind,
-            "ts": s.start * 1e6, "dur": (s.end - s.start) * 1e6,
-            "args": {"stage": s.stage, "batch": s.batch, "request": s.request, "chunk": s.chunk, "kind": s.kind},
-        })
+        events.append(
+            {
+                "ph": "X",
+                "pid": 0,
+                "tid": s.rank,
+                "name": label,
+                "cat": s.kind,
+                "ts": s.start * 1e6,
+                "dur": (s.end - s.start) * 1e6,
+                "args": {"stage": s.stage, "batch": s.batch, "request": s.request, "chunk": s.chunk, "kind": s.kind},
+            }
+        )
     return {"traceEvents": events, "displayTimeUnit": "ms"}
 
 

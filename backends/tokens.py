@@ -22,9 +22,7 @@ def parse_tokens(value: int | str, field: str) -> int:
         try:
             number = float(digits)
         except ValueError:
-            raise ConfigError(
-                f"{field}: expected a token count such as 24k or 24576, got {value!r}"
-            ) from None
+            raise ConfigError(f"{field}: expected a token count such as 24k or 24576, got {value!r}") from None
         if not math.isfinite(number):
             raise ConfigError(f"{field}: expected a token count such as 24k or 24576, got {value!r}")
         if number != int(number) and scale == 1:

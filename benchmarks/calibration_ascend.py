@@ -36,8 +36,12 @@ def main() -> None:
     for mode, paper in PAPER.items():
         result = run(mode, "long-512k", 24 * K)
         last = result.ranks[-1]
-        model = {"compute": last.compute, "bubble": last.bubble, "exposed_comm": last.exposed_comm,
-                 "total": result.makespan_s}
+        model = {
+            "compute": last.compute,
+            "bubble": last.bubble,
+            "exposed_comm": last.exposed_comm,
+            "total": result.makespan_s,
+        }
         for term, value in paper.items():
             table.add_row(mode, term, f"{value:.2f}", f"{model[term]:.2f}", f"{model[term] / value - 1:+.1%}")
         table.add_row(mode, "steps", "22" if mode == "cpp" else "97", str(result.steps), "")
@@ -50,15 +54,24 @@ def main() -> None:
         steps.add_row(mode, str(run(mode, "long-128k", 16 * K).steps))
     console.print(steps)
 
-    sweep = Table(title="TTFT (s), best chunk of 8K/16K/24K/32K per scheme (paper: DCPP 1.6-3.6% faster to 256K, 4.6% slower at 512K)", title_justify="left")
+    sweep = Table(
+        title="TTFT (s), best chunk of 8K/16K/24K/32K per scheme (paper: DCPP 1.6-3.6% faster to 256K, 4.6% slower at 512K)",
+        title_justify="left",
+    )
     for col in ("prompt", "cpp", "best chunk", "dcpp", "best chunk", "dcpp vs cpp"):
         sweep.add_column(col, justify="right")
     for length in ("64k", "128k", "256k", "512k", "1m"):
         best = {}
         for mode in ("cpp", "dcpp"):
             best[mode] = min((run(mode, f"long-{length}", c * K).makespan_s, c) for c in (8, 16, 24, 32))
-        sweep.add_row(length, f"{best['cpp'][0]:.2f}", f"{best['cpp'][1]}K", f"{best['dcpp'][0]:.2f}",
-                      f"{best['dcpp'][1]}K", f"{best['dcpp'][0] / best['cpp'][0] - 1:+.1%}")
+        sweep.add_row(
+            length,
+            f"{best['cpp'][0]:.2f}",
+            f"{best['cpp'][1]}K",
+            f"{best['dcpp'][0]:.2f}",
+            f"{best['dcpp'][1]}K",
+            f"{best['dcpp'][0] / best['cpp'][0] - 1:+.1%}",
+        )
     console.print(sweep)
 
 

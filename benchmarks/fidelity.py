@@ -128,11 +128,23 @@ class Figure:
 
 
 def _a_breakdown() -> list[Figure]:
-    paper = {"cpp": {"compute": 252.59, "bubble": 38.64, "exposed_comm": 16.67, "total": 307.90},
-             "dcpp": {"compute": 279.07, "bubble": 20.47, "exposed_comm": 22.68, "total": 322.22}}
-    return [Figure(f"A.{mode}.{term}", "A", f"512K/24K {mode.upper()} {term.replace('_', ' ')} (last rank)", value,
-                   "s", "rel", 0.10 if term == "total" else 0.25)
-            for mode, terms in paper.items() for term, value in terms.items()]
+    paper = {
+        "cpp": {"compute": 252.59, "bubble": 38.64, "exposed_comm": 16.67, "total": 307.90},
+        "dcpp": {"compute": 279.07, "bubble": 20.47, "exposed_comm": 22.68, "total": 322.22},
+    }
+    return [
+        Figure(
+            f"A.{mode}.{term}",
+            "A",
+            f"512K/24K {mode.upper()} {term.replace('_', ' ')} (last rank)",
+            value,
+            "s",
+            "rel",
+            0.10 if term == "total" else 0.25,
+        )
+        for mode, terms in paper.items()
+        for term, value in terms.items()
+    ]
 
 
 FIGURES: list[Figure] = [
@@ -142,21 +154,58 @@ FIGURES: list[Figure] = [
     Figure("A.steps_ratio_512k", "A", "512K/24K scheduler invocations DCPP / CPP", 4.4, "x", "rel", 0.20),
     Figure("A.cpp.steps_128k", "A", "128K/16K CPP scheduler steps", 8, "steps", "rel", 0.20),
     Figure("A.dcpp.steps_128k", "A", "128K/16K DCPP scheduler steps", 17, "steps", "rel", 0.20),
-    *[Figure(f"A.gap_{n}", "A", f"{n.upper()} TTFT DCPP vs CPP, best chunks", None, "%", "range", 1.0, -3.6, -1.6,
-             "-3.6..-1.6%", signed=True) for n in ("64k", "128k", "256k")],
+    *[
+        Figure(
+            f"A.gap_{n}",
+            "A",
+            f"{n.upper()} TTFT DCPP vs CPP, best chunks",
+            None,
+            "%",
+            "range",
+            1.0,
+            -3.6,
+            -1.6,
+            "-3.6..-1.6%",
+            signed=True,
+        )
+        for n in ("64k", "128k", "256k")
+    ],
     Figure("A.gap_512k", "A", "512K TTFT DCPP vs CPP, best chunks", 4.6, "%", "pp", 1.0, lo=0.0, signed=True),
-    Figure("A.tput_512k", "A", "512K throughput DCPP vs CPP, best chunks", -4.4, "%", "pp", 1.0, hi=0.0,
-           signed=True),
-    Figure("A.bubble_128k", "A", "128K/16K CPP bubble share of TTFT (last rank)", None, "%", "none", lo=15.0,
-           paper_text=">= 15%"),
-    Figure("A.linearity", "A", "per-chunk stage time vs chunk index, R^2 of a line", None, "R2", "none",
-           lo=LINEAR_R2, paper_text="close to linear"),
+    Figure("A.tput_512k", "A", "512K throughput DCPP vs CPP, best chunks", -4.4, "%", "pp", 1.0, hi=0.0, signed=True),
+    Figure(
+        "A.bubble_128k",
+        "A",
+        "128K/16K CPP bubble share of TTFT (last rank)",
+        None,
+        "%",
+        "none",
+        lo=15.0,
+        paper_text=">= 15%",
+    ),
+    Figure(
+        "A.linearity",
+        "A",
+        "per-chunk stage time vs chunk index, R^2 of a line",
+        None,
+        "R2",
+        "none",
+        lo=LINEAR_R2,
+        paper_text="close to linear",
+    ),
     Figure("B.tp4", "B", "32B TP4 chunk 2048 goodput", 3.48, "req/s", "rel", 0.20),
     Figure("B.pp4_static", "B", "32B PP4 best static chunk goodput", 8.28, "req/s", "rel", 0.20),
     Figure("B.pp4_alp", "B", "32B PP4 fastpp-alp goodput", 8.47, "req/s", "rel", 0.20),
     Figure("B.pp_tp_ratio", "B", "32B PP4 best static / TP4 goodput", 8.28 / 3.48, "x", "rel", lo=1.0),
-    Figure("B.alp_margin", "B", "32B PP4 fastpp-alp vs best static goodput", (8.47 / 8.28 - 1) * 100, "%", "pp",
-           lo=0.0, signed=True),
+    Figure(
+        "B.alp_margin",
+        "B",
+        "32B PP4 fastpp-alp vs best static goodput",
+        (8.47 / 8.28 - 1) * 100,
+        "%",
+        "pp",
+        lo=0.0,
+        signed=True,
+    ),
     Figure("B.best_chunk_14b", "B", "14B PP4 best static chunk (azure-conv)", 1024, "tokens", "rel"),
     Figure("B.mape_attention", "B", "ALP predictor MAPE, with attention features", 3.48, "%", "pp"),
     Figure("B.mape_no_attention", "B", "ALP predictor MAPE, without attention features", 15.85, "%", "pp"),
@@ -166,8 +215,14 @@ BY_KEY = {f.key: f for f in FIGURES}
 # The figures each section's fit uses (the constants' [sources] name them): totals and last-rank breakdowns,
 # DCPP step counts at 512K and 128K, DCPP faster from 64K to 256K; B: the three goodputs.
 FIT_FIGURES = {
-    "A": [*(f.key for f in _a_breakdown()), "A.dcpp.steps_512k", "A.dcpp.steps_128k",
-          "A.gap_64k", "A.gap_128k", "A.gap_256k"],
+    "A": [
+        *(f.key for f in _a_breakdown()),
+        "A.dcpp.steps_512k",
+        "A.dcpp.steps_128k",
+        "A.gap_64k",
+        "A.gap_128k",
+        "A.gap_256k",
+    ],
     "B": ["B.tp4", "B.pp4_static", "B.pp4_alp"],
 }
 
@@ -245,15 +300,23 @@ def build_rows(figures: Iterable[Figure], measured: dict[str, Measured]) -> list
     for f in figures:
         m = measured.get(f.key, Measured(None, "no measurement"))
         check = "" if m.value is None else check_of(f, m.value)
-        rows.append(Row(f.section, f.key, f.label, fmt_paper(f), fmt_value(f, m.value), fmt_error(f, m.value),
-                        check, m.note))
+        rows.append(
+            Row(f.section, f.key, f.label, fmt_paper(f), fmt_value(f, m.value), fmt_error(f, m.value), check, m.note)
+        )
     return rows
 
 
 def render(rows: list[Row], title: str) -> Table:
     table = Table(title=title, title_justify="left", box=None, header_style="bold", pad_edge=False)
-    for col, justify in (("sec", "left"), ("figure", "left"), ("paper", "right"), ("pipedeck", "right"),
-                         ("error", "right"), ("check", "left"), ("note", "left")):
+    for col, justify in (
+        ("sec", "left"),
+        ("figure", "left"),
+        ("paper", "right"),
+        ("pipedeck", "right"),
+        ("error", "right"),
+        ("check", "left"),
+        ("note", "left"),
+    ):
         table.add_column(col, justify=justify, no_wrap=col != "note")
     for r in rows:
         table.add_row(r.section, r.label, r.paper, r.pipedeck, r.error, r.check, r.note)
@@ -308,8 +371,11 @@ def linearity(result) -> tuple[float, float, int]:
     chunk = result.config["chunk"]
     prompt = result.records[0].prompt_tokens
     full = prompt // chunk
-    spans = [s for s in result.spans if s.rank == 0 and s.stage == 0 and s.kind in ("prefill", "mixed")
-             and 0 <= s.chunk < full]
+    spans = [
+        s
+        for s in result.spans
+        if s.rank == 0 and s.stage == 0 and s.kind in ("prefill", "mixed") and 0 <= s.chunk < full
+    ]
     x = np.array([s.chunk for s in spans], float)
     y = np.array([s.end - s.start for s in spans])
     slope, intercept = np.polyfit(x, y, 1)
@@ -322,8 +388,10 @@ def collect_a(hardware: str = HARDWARE["A"], keys: Iterable[str] | None = None) 
     """Section A's figures (those in `keys`, default all) on `hardware` (a name or a TOML path); well under 1 s."""
     wanted = {f.key for f in FIGURES if f.section == "A"} if keys is None else set(keys)
     out: dict[str, Measured] = {}
-    runs = {mode: long_run(mode, "512k", 24, hardware, timeline=mode == "cpp" and "A.linearity" in wanted)
-            for mode in ("cpp", "dcpp")}
+    runs = {
+        mode: long_run(mode, "512k", 24, hardware, timeline=mode == "cpp" and "A.linearity" in wanted)
+        for mode in ("cpp", "dcpp")
+    }
     for mode, result in runs.items():
         last = result.ranks[-1]
         mean = result.breakdown()
@@ -332,11 +400,14 @@ def collect_a(hardware: str = HARDWARE["A"], keys: Iterable[str] | None = None) 
             out[f"A.{mode}.{term}"] = Measured(value, f"mean rank {mean[term]:.2f}")
         out[f"A.{mode}.total"] = Measured(result.makespan_s, "TTFT (every rank)")
         out[f"A.{mode}.steps_512k"] = Measured(result.steps)
-    out["A.steps_ratio_512k"] = Measured(runs["dcpp"].steps / runs["cpp"].steps,
-                                         f"{runs['dcpp'].steps} / {runs['cpp'].steps}")
+    out["A.steps_ratio_512k"] = Measured(
+        runs["dcpp"].steps / runs["cpp"].steps, f"{runs['dcpp'].steps} / {runs['cpp'].steps}"
+    )
     if "A.linearity" in wanted:
         r2, slope, n = linearity(runs["cpp"])
-        out["A.linearity"] = Measured(r2, f"CPP 512K/24K, entry rank, {n} full chunks, slope {slope * 1e3:.0f} ms/chunk")
+        out["A.linearity"] = Measured(
+            r2, f"CPP 512K/24K, entry rank, {n} full chunks, slope {slope * 1e3:.0f} ms/chunk"
+        )
     runs128 = {mode: long_run(mode, "128k", 16, hardware) for mode in ("cpp", "dcpp")}
     for mode, result in runs128.items():
         out[f"A.{mode}.steps_128k"] = Measured(result.steps)
@@ -373,8 +444,14 @@ class GoodputJob:
         return (self.model, self.config, self.seed, self.hardware, self.precision)
 
 
-def job(model: str, seed: int, hardware: str = HARDWARE["B"], precision: float = PRECISION, mape: bool = False,
-        **config: object) -> GoodputJob:
+def job(
+    model: str,
+    seed: int,
+    hardware: str = HARDWARE["B"],
+    precision: float = PRECISION,
+    mape: bool = False,
+    **config: object,
+) -> GoodputJob:
     return GoodputJob(model, tuple(sorted(config.items())), seed, hardware, precision, mape)
 
 
@@ -434,8 +511,17 @@ def watching_alp():
 
 def run_goodput(j: GoodputJob) -> dict[str, float | str | None]:
     """Goodput (req/s) and the rate found; with `mape`, the ALP predictor's errors at that rate."""
-    spec = TuneSpec(study="fidelity", storage="unused", scenario="azure-conv", model=j.model, hardware=j.hardware,
-                    devices=4, slo=SLO, precision=j.precision, seed=j.seed)
+    spec = TuneSpec(
+        study="fidelity",
+        storage="unused",
+        scenario="azure-conv",
+        model=j.model,
+        hardware=j.hardware,
+        devices=4,
+        slo=SLO,
+        precision=j.precision,
+        seed=j.seed,
+    )
     evaluator = Evaluator(spec)
     try:
         config = ServingConfig(model=j.model, hardware=j.hardware, **SGLANG_MIXED_CHUNK, **dict(j.config)).resolve()
@@ -458,8 +544,11 @@ def alp_errors(evaluator: Evaluator, config: ServingConfig, rate: float | None) 
     controller, shadow = built[0]
     steps = len(getattr(controller, "history", ())) - 1
     if not hasattr(controller, "mape") or shadow.steps == 0 or shadow.steps != steps:
-        return {"mape_attention": None, "mape_no_attention": None,
-                "why": "the controller exposes no mape or its observe() was not called"}
+        return {
+            "mape_attention": None,
+            "mape_no_attention": None,
+            "why": "the controller exposes no mape or its observe() was not called",
+        }
     return {"mape_attention": float(controller.mape), "mape_no_attention": shadow.mape, "steps": steps}
 
 
@@ -494,8 +583,9 @@ TP4 = dict(tp=4, pp=1, chunk=2048)
 ALP = dict(tp=1, pp=4, chunk=2048, mode="fastpp-alp")
 
 
-def b_jobs(hardware: str, seeds: tuple[int, ...], static_chunks: tuple[int, ...], keys: set[str],
-           mape: bool) -> dict[str, list[GoodputJob]]:
+def b_jobs(
+    hardware: str, seeds: tuple[int, ...], static_chunks: tuple[int, ...], keys: set[str], mape: bool
+) -> dict[str, list[GoodputJob]]:
     """The goodput jobs behind the section-B figures in `keys` (grouped by what they measure)."""
     jobs: dict[str, list[GoodputJob]] = {}
     b32 = "qwen2.5-32b"
@@ -512,9 +602,14 @@ def b_jobs(hardware: str, seeds: tuple[int, ...], static_chunks: tuple[int, ...]
     return jobs
 
 
-def collect_b(runner: Runner, hardware: str = HARDWARE["B"], seeds: tuple[int, ...] = SEEDS,
-              static_chunks: tuple[int, ...] = STATIC_CHUNKS, keys: Iterable[str] | None = None,
-              mape: bool = True) -> dict[str, Measured]:
+def collect_b(
+    runner: Runner,
+    hardware: str = HARDWARE["B"],
+    seeds: tuple[int, ...] = SEEDS,
+    static_chunks: tuple[int, ...] = STATIC_CHUNKS,
+    keys: Iterable[str] | None = None,
+    mape: bool = True,
+) -> dict[str, Measured]:
     """Section B's figures (those in `keys`, default all): mean goodputs over `seeds`."""
     keys = {f.key for f in FIGURES if f.section == "B"} if keys is None else set(keys)
     groups = b_jobs(hardware, seeds, static_chunks, keys, mape)
@@ -534,30 +629,39 @@ def collect_b(runner: Runner, hardware: str = HARDWARE["B"], seeds: tuple[int, .
     static = {int(n.split()[1]): v for n, v in mean.items() if n.startswith("static")}
     if static:
         best = max(static, key=static.get)
-        out["B.pp4_static"] = Measured(static[best], f"chunk {best} of {min(static)}..{max(static)}; "
-                                       + seeds_note(f"static {best}"))
+        out["B.pp4_static"] = Measured(
+            static[best], f"chunk {best} of {min(static)}..{max(static)}; " + seeds_note(f"static {best}")
+        )
         out["B.static_chunk"] = Measured(best)  # not a figure: the in-loop refits hold the static chunk here
         if "tp4" in mean:
             out["B.pp_tp_ratio"] = Measured(static[best] / mean["tp4"])
         if "alp" in mean:
-            out["B.alp_margin"] = Measured((mean["alp"] / static[best] - 1) * 100,
-                                           "per seed " + " / ".join(f"{a / s - 1:+.1%}" for a, s in zip(
-                                               per_seed["alp"], per_seed[f"static {best}"])))
+            out["B.alp_margin"] = Measured(
+                (mean["alp"] / static[best] - 1) * 100,
+                "per seed "
+                + " / ".join(f"{a / s - 1:+.1%}" for a, s in zip(per_seed["alp"], per_seed[f"static {best}"])),
+            )
     c14 = {int(n.split()[1]): v for n, v in mean.items() if n.startswith("14b")}
     if c14:
         ranked = sorted(c14, key=c14.get, reverse=True)
-        out["B.best_chunk_14b"] = Measured(ranked[0], ", ".join(f"{c}: {c14[c]:.2f}" for c in ranked[:3])
-                                           + " req/s (mean of seeds)")
+        out["B.best_chunk_14b"] = Measured(
+            ranked[0], ", ".join(f"{c}: {c14[c]:.2f}" for c in ranked[:3]) + " req/s (mean of seeds)"
+        )
     if mape and "alp" in groups:
         errors = [results[j.key()] for j in groups["alp"]]
         if all(e.get("mape_attention") is not None for e in errors):
             att = [e["mape_attention"] for e in errors]
             no = [e["mape_no_attention"] for e in errors]
             steps = sum(e["steps"] for e in errors)
-            out["B.mape_attention"] = Measured(statistics.mean(att), "a-priori, every step at the goodput rate; seeds "
-                                               + " / ".join(f"{v:.3f}" for v in att) + f" ({steps} steps)")
-            out["B.mape_no_attention"] = Measured(statistics.mean(no), "same steps, eager feature only; seeds "
-                                                  + " / ".join(f"{v:.2f}" for v in no))
+            out["B.mape_attention"] = Measured(
+                statistics.mean(att),
+                "a-priori, every step at the goodput rate; seeds "
+                + " / ".join(f"{v:.3f}" for v in att)
+                + f" ({steps} steps)",
+            )
+            out["B.mape_no_attention"] = Measured(
+                statistics.mean(no), "same steps, eager feature only; seeds " + " / ".join(f"{v:.2f}" for v in no)
+            )
             out["B.mape_cut"] = Measured(statistics.mean(no) - statistics.mean(att), "without minus with")
         else:
             why = next(e.get("why") for e in errors if e.get("mape_attention") is None)
@@ -624,10 +728,17 @@ def fit_a(space: Space, held_out: str | None, folder: str) -> dict:
             figures = np.full(len(keys), 10.0)
         return np.concatenate([figures, prior(x)])
 
-    fit = least_squares(fun, np.zeros(len(space.names)), bounds=space.bounds(), method="trf",
-                        diff_step=A_DIFF_STEP, max_nfev=A_MAX_NFEV)
-    return {"held_out": held_out, "x": fit.x, "nfev": fit.nfev, "njev": fit.njev, "seconds": time.perf_counter() - start,
-            "measured": collect_a(space.path(fit.x, folder))}
+    fit = least_squares(
+        fun, np.zeros(len(space.names)), bounds=space.bounds(), method="trf", diff_step=A_DIFF_STEP, max_nfev=A_MAX_NFEV
+    )
+    return {
+        "held_out": held_out,
+        "x": fit.x,
+        "nfev": fit.nfev,
+        "njev": fit.njev,
+        "seconds": time.perf_counter() - start,
+        "measured": collect_a(space.path(fit.x, folder)),
+    }
 
 
 def loo_a(pool: Executor, folder: str) -> tuple[Space, list[dict]]:
@@ -636,7 +747,9 @@ def loo_a(pool: Executor, folder: str) -> tuple[Space, list[dict]]:
     return space, list(pool.map(fit_a, [space] * len(folds), folds, [folder] * len(folds)))
 
 
-def loo_b(runner: Runner, current: dict[str, Measured], folder: str, log: Callable[[str], None]) -> tuple[Space, list[dict]]:
+def loo_b(
+    runner: Runner, current: dict[str, Measured], folder: str, log: Callable[[str], None]
+) -> tuple[Space, list[dict]]:
     """Refit the section-B constants (chord least squares on the in-loop protocol), folds run concurrently."""
     from scipy.optimize import least_squares
 
@@ -670,8 +783,14 @@ def loo_b(runner: Runner, current: dict[str, Measured], folder: str, log: Callab
         fit = least_squares(fun, x0, jac=lambda x: fixed, bounds=(lo, hi), method="trf", max_nfev=B_MAX_NFEV)
         final_keys = fit_keys if held_out is None else [held_out]
         measured = collect_b(runner, space.path(fit.x, folder), SEEDS, STATIC_CHUNKS, final_keys, mape=False)
-        return {"held_out": held_out, "x": fit.x, "nfev": fit.nfev, "njev": fit.njev,
-                "seconds": time.perf_counter() - t, "measured": measured}
+        return {
+            "held_out": held_out,
+            "x": fit.x,
+            "nfev": fit.nfev,
+            "njev": fit.njev,
+            "seconds": time.perf_counter() - t,
+            "measured": measured,
+        }
 
     with ThreadPoolExecutor(len(fit_keys) + 1) as threads:
         folds = list(threads.map(fold, [None, *fit_keys]))
@@ -680,10 +799,24 @@ def loo_b(runner: Runner, current: dict[str, Measured], folder: str, log: Callab
 
 def loo_tables(section: str, space: Space, folds: list[dict], current: dict[str, Measured]) -> list[Table]:
     full = folds[0]
-    table = Table(title=f"leave-one-out, section {section} ({space.hardware}: {len(space.names)} fitted constants)",
-                  title_justify="left", box=None, header_style="bold", pad_edge=False)
-    for col in ("held-out figure", "paper", "current", "err", "all refitted", "err", "refit without it", "err",
-                "largest change"):
+    table = Table(
+        title=f"leave-one-out, section {section} ({space.hardware}: {len(space.names)} fitted constants)",
+        title_justify="left",
+        box=None,
+        header_style="bold",
+        pad_edge=False,
+    )
+    for col in (
+        "held-out figure",
+        "paper",
+        "current",
+        "err",
+        "all refitted",
+        "err",
+        "refit without it",
+        "err",
+        "largest change",
+    ):
         table.add_column(col, justify="left" if col == "held-out figure" else "right", no_wrap=True)
     for fold in folds[1:]:
         f = BY_KEY[fold["held_out"]]
@@ -694,9 +827,14 @@ def loo_tables(section: str, space: Space, folds: list[dict], current: dict[str,
         i = int(np.argmax(np.abs(x)))
         change = f"{space.names[i]} x{math.exp(x[i]):.2f}" if abs(x[i]) > 1e-6 else "none"
         table.add_row(f.label, fmt_paper(f), *cells, change)
-    constants = Table(title=f"section {section}: refitted constants as multiples of the current values "
-                            f"(bounds x{1 / FACTOR_BOUND:g}..x{FACTOR_BOUND:g}; fractions <= 1)",
-                      title_justify="left", box=None, header_style="bold", pad_edge=False)
+    constants = Table(
+        title=f"section {section}: refitted constants as multiples of the current values "
+        f"(bounds x{1 / FACTOR_BOUND:g}..x{FACTOR_BOUND:g}; fractions <= 1)",
+        title_justify="left",
+        box=None,
+        header_style="bold",
+        pad_edge=False,
+    )
     constants.add_column("fold", no_wrap=True)
     for name in space.names:
         constants.add_column(name, justify="right")
@@ -705,8 +843,9 @@ def loo_tables(section: str, space: Space, folds: list[dict], current: dict[str,
     constants.add_row("current", *(f"{v:g}" for v in space.current), "", "")
     for fold in folds:
         label = "all figures" if fold["held_out"] is None else f"without {fold['held_out']}"
-        constants.add_row(label, *(f"x{math.exp(v):.2f}" for v in fold["x"]), str(fold["nfev"]),
-                          f"{fold['seconds']:.0f}")
+        constants.add_row(
+            label, *(f"x{math.exp(v):.2f}" for v in fold["x"]), str(fold["nfev"]), f"{fold['seconds']:.0f}"
+        )
     return [table, constants]
 
 
@@ -727,8 +866,7 @@ def main(argv: list[str] | None = None) -> int:
     loo = not args.skip_loo
     sections = ("A", "B") if args.only is None else (args.only,)
     measured: dict[str, Measured] = {}
-    with tempfile.TemporaryDirectory(prefix="pipedeck-fidelity-") as folder, \
-            ProcessPoolExecutor(args.jobs) as pool:
+    with tempfile.TemporaryDirectory(prefix="pipedeck-fidelity-") as folder, ProcessPoolExecutor(args.jobs) as pool:
         runner = Runner(pool)
         if "A" in sections:
             measured.update(collect_a())
@@ -737,33 +875,46 @@ def main(argv: list[str] | None = None) -> int:
             measured.update(collect_b(runner))
             log(f"section B figures ({runner.searches} goodput searches)")
         rows = build_rows([f for f in FIGURES if f.section in sections], measured)
-        console.print(render(rows, "calibration.md against pipedeck (A: last rank, mean rank in the note; "
-                                   "B: mean of seeds 0-2, goodput to 1%)"))
+        console.print(
+            render(
+                rows,
+                "calibration.md against pipedeck (A: last rank, mean rank in the note; "
+                "B: mean of seeds 0-2, goodput to 1%)",
+            )
+        )
         if loo:
-            console.print(f"leave-one-out: least_squares (trf) in log space, bounds x{1 / FACTOR_BOUND:g}..x{FACTOR_BOUND:g} "
-                          "around the current constants, residuals error / tolerance, prior "
-                          f"{PRIOR:g} tolerance units per factor {FACTOR_BOUND:g}; 'err' as in the table")
+            console.print(
+                f"leave-one-out: least_squares (trf) in log space, bounds x{1 / FACTOR_BOUND:g}..x{FACTOR_BOUND:g} "
+                "around the current constants, residuals error / tolerance, prior "
+                f"{PRIOR:g} tolerance units per factor {FACTOR_BOUND:g}; 'err' as in the table"
+            )
             if "A" in sections:
                 space, folds = loo_a(pool, folder)
                 log(f"section A leave-one-out ({len(folds)} refits)")
                 for table in loo_tables("A", space, folds, measured):
                     console.print(table)
-                console.print(f"section A refits: whole figures, {A_DIFF_STEP:.0%} finite differences, at most "
-                              f"{A_MAX_NFEV} evaluations per fold")
+                console.print(
+                    f"section A refits: whole figures, {A_DIFF_STEP:.0%} finite differences, at most "
+                    f"{A_MAX_NFEV} evaluations per fold"
+                )
             if "B" in sections:
                 space, folds = loo_b(runner, measured, folder, log)
                 log(f"section B leave-one-out ({len(folds)} refits, {runner.searches} goodput searches in all)")
                 for table in loo_tables("B", space, folds, measured):
                     console.print(table)
-                console.print("section B refits (budget): in the loop seed 0 only and static PP4 at chunk "
-                              f"{int(measured['B.static_chunk'].value)}, Jacobian fixed at the current constants "
-                              f"(steps of {math.exp(B_DIFF_STEP) - 1:.0%}), at most {B_MAX_NFEV} evaluations per "
-                              "fold; held-out and all-refitted figures then measured on seeds 0-2 with the chunk grid")
+                console.print(
+                    "section B refits (budget): in the loop seed 0 only and static PP4 at chunk "
+                    f"{int(measured['B.static_chunk'].value)}, Jacobian fixed at the current constants "
+                    f"(steps of {math.exp(B_DIFF_STEP) - 1:.0%}), at most {B_MAX_NFEV} evaluations per "
+                    "fold; held-out and all-refitted figures then measured on seeds 0-2 with the chunk grid"
+                )
     children = resource.getrusage(resource.RUSAGE_CHILDREN)
     main_cpu = time.process_time() - cpu
     workers = children.ru_utime + children.ru_stime - before.ru_utime - before.ru_stime
-    console.print(f"wall {time.perf_counter() - wall:.1f} s, CPU {main_cpu + workers:.1f} s "
-                  f"(this process {main_cpu:.1f} s + workers {workers:.1f} s), --jobs {args.jobs}")
+    console.print(
+        f"wall {time.perf_counter() - wall:.1f} s, CPU {main_cpu + workers:.1f} s "
+        f"(this process {main_cpu:.1f} s + workers {workers:.1f} s), --jobs {args.jobs}"
+    )
     return 0
 
 

@@ -31,14 +31,29 @@ def held_per_request(name: str) -> tuple[float, float, float]:
     tracemalloc.start()
     requests = scenario.workload(seed=0, rate=rate, num_requests=REQUESTS).requests
     bodies = [_body(r, "mock", (100, 1000), 0, None) for r in requests]
-    seen = [LiveRequest(r.id, random.random(), random.random(), random.random(), random.random(), r.prompt_tokens,
-                        r.output_tokens, r.output_tokens, "usage",
-                        tuple(random.random() for _ in range(r.output_tokens - 1))) for r in requests]
+    seen = [
+        LiveRequest(
+            r.id,
+            random.random(),
+            random.random(),
+            random.random(),
+            random.random(),
+            r.prompt_tokens,
+            r.output_tokens,
+            r.output_tokens,
+            "usage",
+            tuple(random.random() for _ in range(r.output_tokens - 1)),
+        )
+        for r in requests
+    ]
     peak = tracemalloc.get_traced_memory()[1]
     tracemalloc.stop()
     del bodies, seen
-    return (peak / REQUESTS, sum(r.prompt_tokens for r in requests) / REQUESTS,
-            sum(r.output_tokens for r in requests) / REQUESTS)
+    return (
+        peak / REQUESTS,
+        sum(r.prompt_tokens for r in requests) / REQUESTS,
+        sum(r.output_tokens for r in requests) / REQUESTS,
+    )
 
 
 def main() -> None:

@@ -41,9 +41,12 @@ from pipedeck.tuner.objective import Evaluator, TuneSpec
 K = 1024
 GOODPUT_SCENARIOS = ("cnn-reversed", "azure-conv")
 STATIC_CHUNKS = (128, 256, 384, 512, 768, 1024)
-SCHEMES = {"tp-only": dict(tp=4, pp=1, chunk=2048), "cpp (best static)": dict(tp=1, pp=4),
-           "fastpp-greedy": dict(tp=1, pp=4, chunk=2048, mode="fastpp-greedy"),
-           "fastpp-alp": dict(tp=1, pp=4, chunk=2048, mode="fastpp-alp")}
+SCHEMES = {
+    "tp-only": dict(tp=4, pp=1, chunk=2048),
+    "cpp (best static)": dict(tp=1, pp=4),
+    "fastpp-greedy": dict(tp=1, pp=4, chunk=2048, mode="fastpp-greedy"),
+    "fastpp-alp": dict(tp=1, pp=4, chunk=2048, mode="fastpp-alp"),
+}
 LONG_MODELS = ("glm-5.2", "deepseek-v3.1")
 LONG_LENGTHS = ("64k", "128k", "256k", "512k", "1m")
 LONG_MODES = ("cpp", "dcpp", "vpp", "vpp-adaptive")
@@ -56,16 +59,30 @@ AZURE_CHUNKS = (2, 8, 16)
 
 def goodput(job: tuple[str, dict]) -> float:
     scenario, config = job
-    spec = TuneSpec(study="bench", storage="unused", scenario=scenario, model="qwen2.5-32b",
-                    hardware="a100-40g-pcie", devices=4, slo="ttft=2s,tpot=200ms")
+    spec = TuneSpec(
+        study="bench",
+        storage="unused",
+        scenario=scenario,
+        model="qwen2.5-32b",
+        hardware="a100-40g-pcie",
+        devices=4,
+        slo="ttft=2s,tpot=200ms",
+    )
     resolved = ServingConfig(model="qwen2.5-32b", hardware="a100-40g-pcie", **SGLANG_MIXED_CHUNK, **config).resolve()
     return Evaluator(spec).measure(resolved).value
 
 
 def ascend_goodput(job: tuple[str, str, int]) -> float:
     model, mode, chunk = job
-    spec = TuneSpec(study="bench", storage="unused", scenario="azure-conv", model=model,
-                    hardware="ascend-910c", devices=16, slo="ttft=2s,tpot=200ms")
+    spec = TuneSpec(
+        study="bench",
+        storage="unused",
+        scenario="azure-conv",
+        model=model,
+        hardware="ascend-910c",
+        devices=16,
+        slo="ttft=2s,tpot=200ms",
+    )
     config = ServingConfig(model=model, hardware="ascend-910c", tp=8, pp=2, mode=mode, chunk=chunk * K).resolve()
     return Evaluator(spec).measure(config).value
 
@@ -97,10 +114,14 @@ def goodput_table(pool: ProcessPoolExecutor) -> Table:
             for name, config in SCHEMES.items():
                 chunks = STATIC_CHUNKS if name.startswith("cpp") else (config["chunk"],)
                 for chunk in chunks:
-                    jobs[(scenario, delay, name, chunk)] = (scenario, {**config, "chunk": chunk, "delay_scheduling": delay})
+                    jobs[(scenario, delay, name, chunk)] = (
+                        scenario,
+                        {**config, "chunk": chunk, "delay_scheduling": delay},
+                    )
     values = dict(zip(jobs, pool.map(goodput, jobs.values())))
-    table = Table(title="goodput (req/s), Qwen2.5-32B, 4 x A100 40GB PCIe, P90 TTFT 2 s / TPOT 200 ms",
-                  title_justify="left")
+    table = Table(
+        title="goodput (req/s), Qwen2.5-32B, 4 x A100 40GB PCIe, P90 TTFT 2 s / TPOT 200 ms", title_justify="left"
+    )
     table.add_column("scheme")
     for scenario in GOODPUT_SCENARIOS:
         table.add_column(f"{scenario}", justify="right")
@@ -126,11 +147,19 @@ def modes_table(title: str, workload: str, modes: tuple[str, ...]) -> Table:
 
 
 def long_table(pool: ProcessPoolExecutor) -> Table:
-    jobs = [(m, length, mode, c) for m in LONG_MODELS for length in LONG_LENGTHS for mode in LONG_MODES
-            for c in (8, 16, 24, 32)]
+    jobs = [
+        (m, length, mode, c)
+        for m in LONG_MODELS
+        for length in LONG_LENGTHS
+        for mode in LONG_MODES
+        for c in (8, 16, 24, 32)
+    ]
     values = dict(zip(jobs, pool.map(long_prompt, jobs)))
-    table = modes_table("one long prompt, 16 x Ascend 910C TP8+PP2: TTFT s / bubble ratio at each scheme's best chunk",
-                        "prompt", LONG_MODES)
+    table = modes_table(
+        "one long prompt, 16 x Ascend 910C TP8+PP2: TTFT s / bubble ratio at each scheme's best chunk",
+        "prompt",
+        LONG_MODES,
+    )
     for model in LONG_MODELS:
         for length in LONG_LENGTHS:
             cells = []
@@ -142,13 +171,22 @@ def long_table(pool: ProcessPoolExecutor) -> Table:
 
 
 def traffic_table(pool: ProcessPoolExecutor) -> Table:
-    jobs = [(m, s, mode, c) for m in TRAFFIC_MODELS for s in TRAFFIC_SCENARIOS for mode in TRAFFIC_MODES
-            for c in TRAFFIC_CHUNKS]
+    jobs = [
+        (m, s, mode, c)
+        for m in TRAFFIC_MODELS
+        for s in TRAFFIC_SCENARIOS
+        for mode in TRAFFIC_MODES
+        for c in TRAFFIC_CHUNKS
+    ]
     spans = dict(zip(jobs, pool.map(makespan, jobs)))
     azure = [("deepseek-v3.1", mode, c) for mode in TRAFFIC_MODES for c in AZURE_CHUNKS]
     rates = dict(zip(azure, pool.map(ascend_goodput, azure)))
-    table = modes_table("ordinary traffic, 16 x Ascend 910C TP8+PP2: makespan s (vs cpp) / azure-conv goodput req/s, "
-                        "each at its best chunk", "scenario", TRAFFIC_MODES)
+    table = modes_table(
+        "ordinary traffic, 16 x Ascend 910C TP8+PP2: makespan s (vs cpp) / azure-conv goodput req/s, "
+        "each at its best chunk",
+        "scenario",
+        TRAFFIC_MODES,
+    )
     for model in TRAFFIC_MODELS:
         for scenario in TRAFFIC_SCENARIOS:
             best = {mode: min((spans[(model, scenario, mode, c)], c) for c in TRAFFIC_CHUNKS) for mode in TRAFFIC_MODES}
@@ -165,8 +203,9 @@ def traffic_table(pool: ProcessPoolExecutor) -> Table:
 def sync_table(pool: ProcessPoolExecutor) -> Table:
     modes = ("vpp-sync", "vpp-async")
     values = dict(zip(modes, pool.map(three_prompts, modes)))
-    table = Table(title="three 256K prompts at once (long-256k), deepseek-v3.1 TP8+PP2, chunk 32K: seconds",
-                  title_justify="left")
+    table = Table(
+        title="three 256K prompts at once (long-256k), deepseek-v3.1 TP8+PP2, chunk 32K: seconds", title_justify="left"
+    )
     for column in ("mode", "makespan", "exposed comm (mean rank)", "bubble (mean rank)"):
         table.add_column(column, justify="right" if column != "mode" else "left")
     for mode, (total, comm, bubble) in values.items():

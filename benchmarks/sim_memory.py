@@ -52,8 +52,12 @@ def child(scenario_name: str, requests: int, rate: float | None, timeline: bool)
 
 def measure(scenario: str, requests: int, rate: float | None, timeline: bool) -> dict[str, float]:
     """One child run, in a fresh process so that its peak is its own."""
-    done = subprocess.run([sys.executable, __file__, "--child", scenario, str(requests), str(rate), str(int(timeline))],
-                          capture_output=True, text=True, check=True)
+    done = subprocess.run(
+        [sys.executable, __file__, "--child", scenario, str(requests), str(rate), str(int(timeline))],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     return json.loads(done.stdout)
 
 
@@ -75,16 +79,29 @@ def main() -> None:
         table.add_column(col, justify="right")
     for name, small, large, timeline, pair in rows:
         for n, m in zip((small, large), pair):
-            table.add_row(name, f"{n:,}", timeline, f"{m['spans']:,}", f"{m['grown'] / 1e6:,.0f}",
-                          f"{m['estimate'] / 1e6:,.0f}", f"{m['cpu']:.1f}")
+            table.add_row(
+                name,
+                f"{n:,}",
+                timeline,
+                f"{m['spans']:,}",
+                f"{m['grown'] / 1e6:,.0f}",
+                f"{m['estimate'] / 1e6:,.0f}",
+                f"{m['cpu']:.1f}",
+            )
     console = Console(width=120)
     console.print(table)
-    console.print(f"bytes a request (timeline off), per scenario: {', '.join(f'{b:.0f}' for b in per_request)}; "
-                  f"largest {request_bytes:.0f}")
-    console.print(f"bytes a timeline span (stored), per scenario: {', '.join(f'{b:.0f}' for b in per_span)}; "
-                  f"largest {max(per_span):.0f}")
-    console.print(f"wall {time.perf_counter() - start:.1f} s, this process's CPU {time.process_time() - cpu:.1f} s "
-                  "(the children's CPU is in the table)")
+    console.print(
+        f"bytes a request (timeline off), per scenario: {', '.join(f'{b:.0f}' for b in per_request)}; "
+        f"largest {request_bytes:.0f}"
+    )
+    console.print(
+        f"bytes a timeline span (stored), per scenario: {', '.join(f'{b:.0f}' for b in per_span)}; "
+        f"largest {max(per_span):.0f}"
+    )
+    console.print(
+        f"wall {time.perf_counter() - start:.1f} s, this process's CPU {time.process_time() - cpu:.1f} s "
+        "(the children's CPU is in the table)"
+    )
 
 
 if __name__ == "__main__":

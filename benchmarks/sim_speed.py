@@ -61,13 +61,42 @@ TRACE_CASE = "trace llama-2-70b cpp"
 # burst of another tenant's load (a 17 ms case's 9 runs fit in one)
 MEASURED_CPU_S = 1.0
 CASES = {
-    **{f"mixed-gsm8k {mode}": ["--scenario", "mixed-gsm8k", "--mode", mode, *DEEPSEEK] for mode in ("cpp", "dcpp", "vpp")},
-    **{f"azure-conv @3/s {mode}": ["--scenario", "azure-conv", "--requests", "1000", "--rate", "3", "--mode", mode,
-                                   *DEEPSEEK] for mode in ("cpp", "dcpp", "vpp")},
-    TRACE_CASE: ["--model", f"{TRACE_DIR}/llama-2-70b-config.json",
-                              "--hardware", f"{TRACE_DIR}/a100-80g-pairwise-nvlink.toml", "--tp", "2", "--pp", "2",
-                              "--mode", "cpp", "--chunk", "512", "--max-running", "512",
-                              "--scenario", f"{TRACE_DIR}/requests-1000.csv"],
+    **{
+        f"mixed-gsm8k {mode}": ["--scenario", "mixed-gsm8k", "--mode", mode, *DEEPSEEK]
+        for mode in ("cpp", "dcpp", "vpp")
+    },
+    **{
+        f"azure-conv @3/s {mode}": [
+            "--scenario",
+            "azure-conv",
+            "--requests",
+            "1000",
+            "--rate",
+            "3",
+            "--mode",
+            mode,
+            *DEEPSEEK,
+        ]
+        for mode in ("cpp", "dcpp", "vpp")
+    },
+    TRACE_CASE: [
+        "--model",
+        f"{TRACE_DIR}/llama-2-70b-config.json",
+        "--hardware",
+        f"{TRACE_DIR}/a100-80g-pairwise-nvlink.toml",
+        "--tp",
+        "2",
+        "--pp",
+        "2",
+        "--mode",
+        "cpp",
+        "--chunk",
+        "512",
+        "--max-running",
+        "512",
+        "--scenario",
+        f"{TRACE_DIR}/requests-1000.csv",
+    ],
 }
 
 
@@ -81,13 +110,20 @@ def simulation_cpu(args: list[str], repeat: int) -> dict[str, object]:
     runs = spent = 0
     while runs < repeat or spent < MEASURED_CPU_S:
         cpu, wall = time.process_time(), time.perf_counter()
-        result = SimBackend().run(scenario, config, rate=opts["rate"], seed=opts["seed"],
-                                  num_requests=opts["num_requests"], timeline=False)
+        result = SimBackend().run(
+            scenario, config, rate=opts["rate"], seed=opts["seed"], num_requests=opts["num_requests"], timeline=False
+        )
         cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
         best = {"cpu": min(best["cpu"], cpu), "wall": min(best["wall"], wall)}
         runs, spent = runs + 1, spent + cpu
-    return {**best, "execs": result.stage_executions, "requests": len(result.records), "digest": run_digest(result),
-            "compiled": compiled(), "core": core_status()}
+    return {
+        **best,
+        "execs": result.stage_executions,
+        "requests": len(result.records),
+        "digest": run_digest(result),
+        "compiled": compiled(),
+        "core": core_status(),
+    }
 
 
 def in_core(pure: bool) -> dict[str, str]:
@@ -102,8 +138,13 @@ def in_core(pure: bool) -> dict[str, str]:
 
 def simulation_in_core(args: list[str], repeat: int, pure: bool) -> dict[str, object]:
     """`simulation_cpu` in a child process on the chosen core."""
-    out = subprocess.run([sys.executable, __file__, "--measure", json.dumps(args), "--repeat", str(repeat)],
-                         env=in_core(pure), check=True, capture_output=True, text=True).stdout
+    out = subprocess.run(
+        [sys.executable, __file__, "--measure", json.dumps(args), "--repeat", str(repeat)],
+        env=in_core(pure),
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
     return json.loads(out)
 
 
@@ -140,8 +181,17 @@ def main() -> None:
     prefixes = [p for p in args.cases.split(",") if p]
     cases = {name: argv for name, argv in CASES.items() if not prefixes or any(name.startswith(p) for p in prefixes)}
     table = Table(title="simulator speed, one core (CPU seconds; wall beside)")
-    for col in ("case", "core", "requests", "stage execs", "sim CPU s", "sim wall s", "stage execs / CPU s",
-                "process CPU s", "same results"):
+    for col in (
+        "case",
+        "core",
+        "requests",
+        "stage execs",
+        "sim CPU s",
+        "sim wall s",
+        "stage execs / CPU s",
+        "process CPU s",
+        "same results",
+    ):
         table.add_column(col, justify="right")
     cores = ["compiled", "pure"] if compiled() else ["pure"]
     for name, argv in cases.items():
@@ -149,9 +199,17 @@ def main() -> None:
         same = "yes" if len({run["digest"] for run in runs.values()}) == 1 else "NO"
         for core, sim in runs.items():
             proc = process_cpu([*argv, "--no-store"], args.repeat, core == "pure")
-            table.add_row(name, core, str(sim["requests"]), f"{sim['execs']:,}", f"{sim['cpu']:.3f}",
-                          f"{sim['wall']:.3f}", f"{sim['execs'] / sim['cpu']:,.0f}", f"{proc:.3f}",
-                          same if len(runs) > 1 else "-")
+            table.add_row(
+                name,
+                core,
+                str(sim["requests"]),
+                f"{sim['execs']:,}",
+                f"{sim['cpu']:.3f}",
+                f"{sim['wall']:.3f}",
+                f"{sim['execs'] / sim['cpu']:,.0f}",
+                f"{proc:.3f}",
+                same if len(runs) > 1 else "-",
+            )
     console = Console(width=160)
     console.print(table)
     console.print(f"this install's simulator core: {core_status()}")

@@ -42,8 +42,16 @@ GRID_FILE = Path(__file__).with_name("tune_grid.json")
 
 
 def base_spec(study: str, storage: str, **changes) -> TuneSpec:
-    values = dict(study=study, storage=storage, scenario="azure-conv", model="deepseek-v3.1",
-                  hardware="ascend-910c", devices=16, objective="goodput", slo=SLO)
+    values = dict(
+        study=study,
+        storage=storage,
+        scenario="azure-conv",
+        model="deepseek-v3.1",
+        hardware="ascend-910c",
+        devices=16,
+        objective="goodput",
+        slo=SLO,
+    )
     values.update(changes)
     return TuneSpec(**values)
 
@@ -52,8 +60,25 @@ def time_tune(jobs: int, trials: int) -> tuple[float, int]:
     """Wall seconds and finished trials of the README's tune command in a fresh folder."""
     with tempfile.TemporaryDirectory() as folder:
         start = time.perf_counter()
-        out = subprocess.run([sys.executable, "-m", "pipedeck.console", "tune", "--slo", SLO, "--trials", str(trials),
-                              "--jobs", str(jobs), "--json"], cwd=folder, capture_output=True, text=True, check=True)
+        out = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "pipedeck.console",
+                "tune",
+                "--slo",
+                SLO,
+                "--trials",
+                str(trials),
+                "--jobs",
+                str(jobs),
+                "--json",
+            ],
+            cwd=folder,
+            capture_output=True,
+            text=True,
+            check=True,
+        )
         return time.perf_counter() - start, json.loads(out.stdout)["trials"]
 
 
@@ -73,16 +98,30 @@ def measure_grid(jobs: int) -> dict[str, object]:
     with ProcessPoolExecutor(jobs) as pool:
         results = list(pool.map(_grid_point, points))
     best = max(results, key=lambda r: r["goodput_rps"])
-    return {"space": {"fixes": GRID_FIXES, "modes": list(MODES), "chunks": [ctx.chunk_min, ctx.chunk_max, ctx.chunk_step],
-                      "scenario": "azure-conv", "slo": SLO}, "measured_s": round(time.perf_counter() - start, 1),
-            "best": best, "results": results}
+    return {
+        "space": {
+            "fixes": GRID_FIXES,
+            "modes": list(MODES),
+            "chunks": [ctx.chunk_min, ctx.chunk_max, ctx.chunk_step],
+            "scenario": "azure-conv",
+            "slo": SLO,
+        },
+        "measured_s": round(time.perf_counter() - start, 1),
+        "best": best,
+        "results": results,
+    }
 
 
 def trials_to_reach(target: float, seed: int, jobs: int, max_trials: int) -> tuple[int | None, float]:
     """The trial count at which TPE's best-so-far first reaches `target` (None if never), and its final best."""
     with tempfile.TemporaryDirectory() as folder:
-        spec = base_spec(f"seed{seed}", str(Path(folder) / "journal.jsonl"), seed=seed, trials=max_trials,
-                         fixed=parse_fixes(GRID_FIXES))
+        spec = base_spec(
+            f"seed{seed}",
+            str(Path(folder) / "journal.jsonl"),
+            seed=seed,
+            trials=max_trials,
+            fixed=parse_fixes(GRID_FIXES),
+        )
         run_study(spec, Path(folder) / "runs.duckdb", jobs=jobs)
         with RunStore.open(Path(folder) / "runs.duckdb") as store:
             trials = sorted(store.trials(spec.study), key=lambda t: t.number)
@@ -106,18 +145,24 @@ def main() -> None:
 
     if not args.skip_timing:
         wall, trials = time_tune(args.jobs, 100)
-        console.print(f"tune --slo {SLO} --trials 100 --jobs {args.jobs}: {trials} trials in {wall:.1f} s "
-                      f"= {trials / wall * 60:.1f} trials/min (target: under 180 s)")
+        console.print(
+            f"tune --slo {SLO} --trials 100 --jobs {args.jobs}: {trials} trials in {wall:.1f} s "
+            f"= {trials / wall * 60:.1f} trials/min (target: under 180 s)"
+        )
 
     if args.remeasure_grid or not GRID_FILE.exists():
         GRID_FILE.write_text(json.dumps(measure_grid(args.jobs), indent=1) + "\n")
     grid = json.loads(GRID_FILE.read_text())
     best = grid["best"]
     target = 0.99 * best["goodput_rps"]
-    console.print(f"grid: {len(grid['results'])} configs (measured in {grid['measured_s']} s, {GRID_FILE.name}); "
-                  f"best {best['goodput_rps']:.3f} req/s with {best['mode']} chunk {best['chunk']}")
-    table = Table(title=f"TPE trials to reach 99% of the grid optimum ({target:.3f} req/s); target: at most 60",
-                  title_justify="left")
+    console.print(
+        f"grid: {len(grid['results'])} configs (measured in {grid['measured_s']} s, {GRID_FILE.name}); "
+        f"best {best['goodput_rps']:.3f} req/s with {best['mode']} chunk {best['chunk']}"
+    )
+    table = Table(
+        title=f"TPE trials to reach 99% of the grid optimum ({target:.3f} req/s); target: at most 60",
+        title_justify="left",
+    )
     for col in ("seed", "trials to 99%", "final best req/s"):
         table.add_column(col, justify="right")
     for seed in range(args.seeds):

@@ -37,24 +37,46 @@ from .progress import PlainProgress, make_progress, progress_mode, progress_opti
 
 @click.command()
 @click.option("--endpoint", default=None, help="The running server to calibrate against, e.g. http://127.0.0.1:8080.")
-@click.option("--launch", "engine", type=click.Choice(list(ENGINES)), default=None,
-              help="Start this engine with the config's launch for the calibration instead (stopped when it ends).")
+@click.option(
+    "--launch",
+    "engine",
+    type=click.Choice(list(ENGINES)),
+    default=None,
+    help="Start this engine with the config's launch for the calibration instead (stopped when it ends).",
+)
 @click.option("--model-path", default=None, help="--launch: the weights the engine loads (llama-server: a GGUF file).")
-@click.option("--program", default=None,
-              help="--launch: the engine's launcher command, if not its usual one on PATH (e.g. a built llama-server).")
-@click.option("--log", "log_path", default="pipedeck-serve.log", show_default=True,
-              help="--launch: file for the server's output.")
-@click.option("--health-timeout", type=click.FloatRange(min=0, min_open=True), default=600.0, show_default=True,
-              help="--launch: seconds to wait for GET /health.")
+@click.option(
+    "--program",
+    default=None,
+    help="--launch: the engine's launcher command, if not its usual one on PATH (e.g. a built llama-server).",
+)
+@click.option(
+    "--log", "log_path", default="pipedeck-serve.log", show_default=True, help="--launch: file for the server's output."
+)
+@click.option(
+    "--health-timeout",
+    type=click.FloatRange(min=0, min_open=True),
+    default=600.0,
+    show_default=True,
+    help="--launch: seconds to wait for GET /health.",
+)
 @click.option("--served-model", default=None, help="The model name to request (default: the first /v1/models lists).")
 @config_options
-@click.option("--out", required=True, type=click.Path(dir_okay=False),
-              help="The calibrated hardware profile (TOML) to write; a file there is replaced once the fit succeeds.")
+@click.option(
+    "--out",
+    required=True,
+    type=click.Path(dir_okay=False),
+    help="The calibrated hardware profile (TOML) to write; a file there is replaced once the fit succeeds.",
+)
 @click.option("--name", default=None, help="The calibrated profile's name (default: --out's file name without .toml).")
-@click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True,
-              help="Seed of the runs' prompts and arrivals.")
-@click.option("--quick", is_flag=True,
-              help=f"{QUICK_PASSES} passes of the runs instead of {PASSES}: a third of the time, noisier.")
+@click.option(
+    "--seed", type=click.IntRange(min=0), default=0, show_default=True, help="Seed of the runs' prompts and arrivals."
+)
+@click.option(
+    "--quick",
+    is_flag=True,
+    help=f"{QUICK_PASSES} passes of the runs instead of {PASSES}: a third of the time, noisier.",
+)
 @db_option
 @click.option("--no-store", is_flag=True, help="Do not store the live runs.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of tables.")
@@ -66,8 +88,9 @@ def calibrate(**opts: object) -> None:
     _check_server_options(opts)
     out = Path(str(opts["out"]))
     if out.suffix != ".toml":
-        raise click.BadParameter(f"a hardware profile is a .toml file (--hardware reads only those), got {out}",
-                                 param_hint="--out")
+        raise click.BadParameter(
+            f"a hardware profile is a .toml file (--hardware reads only those), got {out}", param_hint="--out"
+        )
     check_writable(str(out), "--out")
     points = plan(config)
     passes = QUICK_PASSES if opts["quick"] else PASSES
@@ -85,15 +108,18 @@ def calibrate(**opts: object) -> None:
                 if store is not None:
                     with RunStore.open(store, lock_timeout_s=WRITE_LOCK_WAIT_S) as db:
                         run_ids.append(db.save_run(result, label=f"calibrate {runs.point.name} pass {pass_no + 1}"))
-                progress.update(task, advance=1, description=f"measured {runs.point.name} (pass {pass_no + 1}/{passes})")
+                progress.update(
+                    task, advance=1, description=f"measured {runs.point.name} (pass {pass_no + 1}/{passes})"
+                )
 
             backend = make_backend("live", endpoint=url, model=opts["served_model"])
             measured = measure(backend, config, points, passes, int(opts["seed"]), on_run=done)
             provenance = Provenance(_engine(measured), url, datetime.now(UTC).isoformat(timespec="seconds"))
         progress.remove_task(task)
         fitting = progress.add_task("fitting", total=None)
-        result = fit(measured, config,
-                     on_evaluation=lambda n: progress.update(fitting, description=f"fitting: {n} simulations"))
+        result = fit(
+            measured, config, on_evaluation=lambda n: progress.update(fitting, description=f"fitting: {n} simulations")
+        )
     name = str(opts["name"] or out.stem)
     profile = calibrated_profile(result, config, name, provenance)
     record = calibration_record(result, measured, config, provenance, passes, int(opts["seed"]))
@@ -112,8 +138,9 @@ def _check_server_options(opts: dict[str, object]) -> None:
     if opts["engine"] and not opts["model_path"]:
         raise click.BadParameter("--launch needs the weights the engine loads", param_hint="--model-path")
     if opts["endpoint"] and (opts["model_path"] or opts["program"]):
-        raise click.BadParameter("only with --launch (the server at --endpoint is already running)",
-                                 param_hint="--model-path/--program")
+        raise click.BadParameter(
+            "only with --launch (the server at --endpoint is already running)", param_hint="--model-path/--program"
+        )
 
 
 @contextlib.contextmanager
@@ -124,8 +151,14 @@ def _server(opts: dict[str, object], config: ResolvedConfig, progress: Progress 
         return
     task = progress.add_task(f"starting {opts['engine']}", total=None)
     program = tuple(shlex.split(str(opts["program"]))) if opts["program"] else None
-    server = start_server(config, str(opts["engine"]), str(opts["model_path"]), str(opts["log_path"]),
-                          program=program, health_timeout_s=float(opts["health_timeout"]))
+    server = start_server(
+        config,
+        str(opts["engine"]),
+        str(opts["model_path"]),
+        str(opts["log_path"]),
+        program=program,
+        health_timeout_s=float(opts["health_timeout"]),
+    )
     progress.remove_task(task)
     try:
         yield server.url
@@ -140,6 +173,7 @@ class _Terminated(KeyboardInterrupt):
 @contextlib.contextmanager
 def _stopped_by_signals() -> Iterator[None]:
     """SIGTERM and SIGINT interrupt the command like Ctrl-C, so that a launched server is always stopped."""
+
     def interrupt(signum: int, frame: object) -> None:
         raise _Terminated()
 
@@ -174,51 +208,86 @@ def _write(out: Path, text: str) -> None:
 
 def _header(result: Fit, config: ResolvedConfig, provenance: Provenance) -> str:
     ttft, tpot = result.worst(held_out=True)
-    return (f"Calibrated by pipedeck calibrate from {config.hardware} against {provenance.engine}\n"
-            f"at {provenance.endpoint}, {provenance.date}; fitted: {', '.join(result.spread)}.\n"
-            f"Held-out runs' worst P50 errors: TTFT {ttft:.1%}, TPOT {tpot:.1%}; every run is in [calibration].")
+    return (
+        f"Calibrated by pipedeck calibrate from {config.hardware} against {provenance.engine}\n"
+        f"at {provenance.endpoint}, {provenance.date}; fitted: {', '.join(result.spread)}.\n"
+        f"Held-out runs' worst P50 errors: TTFT {ttft:.1%}, TPOT {tpot:.1%}; every run is in [calibration]."
+    )
 
 
-def _print(result: Fit, config: ResolvedConfig, provenance: Provenance, out: Path, store: Path | None,
-           run_ids: list[int], wall: float) -> None:
+def _print(
+    result: Fit,
+    config: ResolvedConfig,
+    provenance: Provenance,
+    out: Path,
+    store: Path | None,
+    run_ids: list[int],
+    wall: float,
+) -> None:
     console = output_console()
-    console.print(f"calibrated [bold]{result.hardware.name}[/] from {config.hardware} against {provenance.engine} "
-                  f"at {provenance.endpoint}")
+    console.print(
+        f"calibrated [bold]{result.hardware.name}[/] from {config.hardware} against {provenance.engine} "
+        f"at {provenance.endpoint}"
+    )
     constants = Table(box=box.SIMPLE_HEAD, pad_edge=False)
     for col in ("fitted constant", "start", "fitted", "pinned"):
         constants.add_column(col, justify="left" if col == "fitted constant" else "right")
     for name in result.spread:
         spread = result.spread[name]
-        pinned = (f"{result.at_bound[name]} bound" if name in result.at_bound
-                  else "free" if spread == float("inf") else f"x/÷ {spread:.3g}")
+        pinned = (
+            f"{result.at_bound[name]} bound"
+            if name in result.at_bound
+            else "free"
+            if spread == float("inf")
+            else f"x/÷ {spread:.3g}"
+        )
         constants.add_row(name, f"{getattr(result.start, name):.4g}", f"{getattr(result.hardware, name):.4g}", pinned)
     console.print(constants)
-    runs = Table(box=box.SIMPLE_HEAD, pad_edge=False, title="P50 latency (ms), live and simulated",
-                 title_justify="left")
+    runs = Table(
+        box=box.SIMPLE_HEAD, pad_edge=False, title="P50 latency (ms), live and simulated", title_justify="left"
+    )
     for col in ("run", "set", "served", "TTFT", "sim", "error", "TPOT", "sim", "error"):
         runs.add_column(col, justify="left" if col in ("run", "set") else "right")
     for row in sorted(result.rows, key=lambda r: r.point.held_out):
-        runs.add_row(row.point.name, "held" if row.point.held_out else "fit", str(row.served),
-                     f"{row.ttft * 1e3:.2f}", f"{row.sim_ttft * 1e3:.2f}", f"{row.ttft_error:+.0%}",
-                     f"{row.tpot * 1e3:.3f}", f"{row.sim_tpot * 1e3:.3f}", f"{row.tpot_error:+.0%}")
+        runs.add_row(
+            row.point.name,
+            "held" if row.point.held_out else "fit",
+            str(row.served),
+            f"{row.ttft * 1e3:.2f}",
+            f"{row.sim_ttft * 1e3:.2f}",
+            f"{row.ttft_error:+.0%}",
+            f"{row.tpot * 1e3:.3f}",
+            f"{row.sim_tpot * 1e3:.3f}",
+            f"{row.tpot_error:+.0%}",
+        )
     console.print(runs)
     failed = [f"{row.point.name} {row.failed}" for row in result.rows if row.failed]
     if failed:
         console.print(f"failed requests (left out of the P50s): {', '.join(failed)}")
     ttft, tpot = result.worst(held_out=True)
-    console.print(f"held out: worst P50 error TTFT {ttft:.1%}, TPOT {tpot:.1%}; "
-                  f"{result.evaluations} simulations ({result.message})")
+    console.print(
+        f"held out: worst P50 error TTFT {ttft:.1%}, TPOT {tpot:.1%}; "
+        f"{result.evaluations} simulations ({result.message})"
+    )
     stored = f"; stored runs {run_ids[0]}-{run_ids[-1]} in {store}" if run_ids else ""
     console.print(f"wrote {out}{stored} ({wall:.0f} s)")
 
 
-def _json(result: Fit, record: dict[str, object], out: Path, store: Path | None, run_ids: list[int],
-          wall: float) -> dict[str, object]:
+def _json(
+    result: Fit, record: dict[str, object], out: Path, store: Path | None, run_ids: list[int], wall: float
+) -> dict[str, object]:
     ttft, tpot = result.worst(held_out=True)
     return {
-        "out": str(out), "hardware": result.hardware.name,
+        "out": str(out),
+        "hardware": result.hardware.name,
         "fitted": record["fitted"],
-        "held_out_worst": {"ttft": ttft, "tpot": tpot}, "runs": record["runs"], "engine": record["engine"],
-        "endpoint": record["endpoint"], "evaluations": result.evaluations, "stopped": result.message,
-        "db": None if store is None else str(store), "run_ids": run_ids, "wall_s": wall,
+        "held_out_worst": {"ttft": ttft, "tpot": tpot},
+        "runs": record["runs"],
+        "engine": record["engine"],
+        "endpoint": record["endpoint"],
+        "evaluations": result.evaluations,
+        "stopped": result.message,
+        "db": None if store is None else str(store),
+        "run_ids": run_ids,
+        "wall_s": wall,
     }

@@ -21,10 +21,18 @@ from .errors import exit_with, report_on_stderr, run_cli
 
 # command -> (its module under pipedeck.console, the function click made the command from)
 COMMANDS: dict[str, tuple[str, str]] = {
-    "simulate": ("simulate", "simulate"), "run": ("run", "run"), "runs": ("runs", "runs"),
-    "show": ("show", "show"), "tune": ("tune", "tune"), "studies": ("studies", "studies"),
-    "export": ("export", "export"), "serve": ("serve", "serve"), "compare": ("compare", "compare"),
-    "report": ("report", "report"), "console": ("console_cmd", "console"), "calibrate": ("calibrate", "calibrate"),
+    "simulate": ("simulate", "simulate"),
+    "run": ("run", "run"),
+    "runs": ("runs", "runs"),
+    "show": ("show", "show"),
+    "tune": ("tune", "tune"),
+    "studies": ("studies", "studies"),
+    "export": ("export", "export"),
+    "serve": ("serve", "serve"),
+    "compare": ("compare", "compare"),
+    "report": ("report", "report"),
+    "console": ("console_cmd", "console"),
+    "calibrate": ("calibrate", "calibrate"),
 }
 
 
@@ -52,8 +60,10 @@ class LazyGroup(click.Group):
         """The commands section of --help from the commands' docstrings, importing none of their modules."""
         limit = formatter.width - 6 - max(len(name) for name in COMMANDS)
         # click shortens a stand-in command's help exactly as it would the real one's
-        rows = [(name, click.Command(name, help=short_help(*where)).get_short_help_str(limit))
-                for name, where in COMMANDS.items()]
+        rows = [
+            (name, click.Command(name, help=short_help(*where)).get_short_help_str(limit))
+            for name, where in COMMANDS.items()
+        ]
         with formatter.section("Commands"):
             formatter.write_dl(rows)
 

@@ -43,8 +43,13 @@ class Comparison:
 def comparison(stored: list[StoredRun], notes: list[str] | None = None) -> Comparison:
     """The comparison of these runs: legends naming the settings that differ, warnings for the ones that matter."""
     ids, results, labels = [s.id for s in stored], [s.result for s in stored], [s.label for s in stored]
-    return Comparison(stored, legend_names(ids, results, labels), run_heads(ids, results, labels),
-                      mismatch_warnings(ids, results), list(notes or []))
+    return Comparison(
+        stored,
+        legend_names(ids, results, labels),
+        run_heads(ids, results, labels),
+        mismatch_warnings(ids, results),
+        list(notes or []),
+    )
 
 
 def prepare(db: Path, stored: list[StoredRun]) -> Comparison:
@@ -58,12 +63,18 @@ def prepare(db: Path, stored: list[StoredRun]) -> Comparison:
 @click.argument("run_ids", metavar="[RUN RUN ...]", nargs=-1, type=int)
 @click.option("--out", required=True, type=click.Path(dir_okay=False), help="The HTML file to write.")
 @db_option
-@click.option("--study", default=None,
-              help="Compare this study's best and default runs, like with like (instead of RUN ids).")
+@click.option(
+    "--study", default=None, help="Compare this study's best and default runs, like with like (instead of RUN ids)."
+)
 @click.option("--slo", default=None, help="Draw SLO limits such as ttft=2s,tpot=200ms (default: the runs' study SLO).")
 @click.option("--png", is_flag=True, help="Also write one PNG per figure beside the HTML (needs kaleido).")
-@click.option("--max-spans", type=click.IntRange(min=1), default=MAX_SPANS, show_default=True,
-              help="Timeline spans drawn for all runs together (one time window for all).")
+@click.option(
+    "--max-spans",
+    type=click.IntRange(min=1),
+    default=MAX_SPANS,
+    show_default=True,
+    help="Timeline spans drawn for all runs together (one time window for all).",
+)
 def compare(run_ids: tuple[int, ...], **opts: object) -> None:
     """Compare stored runs (ids from `pipedeck runs`) in one self-contained HTML page.
 
@@ -93,8 +104,9 @@ def compare(run_ids: tuple[int, ...], **opts: object) -> None:
             click.echo(line)
 
 
-def compare_runs(db: Path, stored: list[StoredRun], out: Path, slo: SLO | None = None,
-                 max_spans: int = MAX_SPANS) -> tuple[Comparison, SLO | None, list[Section]]:
+def compare_runs(
+    db: Path, stored: list[StoredRun], out: Path, slo: SLO | None = None, max_spans: int = MAX_SPANS
+) -> tuple[Comparison, SLO | None, list[Section]]:
     """Choose what to compare (a study's best and default like with like), take the SLO (else their study's) and
     their trials' goodput intervals from the store, and write the page: what `pipedeck compare` and the
     console's Runs view both do."""
@@ -105,8 +117,9 @@ def compare_runs(db: Path, stored: list[StoredRun], out: Path, slo: SLO | None =
     return chosen, slo, write_compare_page(chosen, slo, out, max_spans, intervals)
 
 
-def write_compare_page(chosen: Comparison, slo: SLO | None, out: Path, max_spans: int = MAX_SPANS,
-                       intervals: dict[int, dict] | None = None) -> list[Section]:
+def write_compare_page(
+    chosen: Comparison, slo: SLO | None, out: Path, max_spans: int = MAX_SPANS, intervals: dict[int, dict] | None = None
+) -> list[Section]:
     """Write the comparison page to `out`; return its sections (for the PNGs)."""
     sections = compare_sections(chosen, slo, max_spans)
     title = f"pipedeck compare: runs {', '.join(str(s.id) for s in chosen.stored)}"
@@ -142,9 +155,11 @@ def _meta(chosen: Comparison, slo: SLO | None, intervals: dict[int, dict]) -> li
         if s.id in intervals:
             origin += f", goodput {interval_text(intervals[s.id])}"
         rate = "the scenario's rate" if r.rate is None else f"{r.rate:.4g} req/s"
-        lines.append(f"{name}: {r.scenario} at {rate}, {r.config.get('model')} on "
-                     f"{r.config.get('hardware')}, {r.backend} backend, seed {r.seed}, "
-                     f"stored {local_time(s.created_at)}{origin}")
+        lines.append(
+            f"{name}: {r.scenario} at {rate}, {r.config.get('model')} on "
+            f"{r.config.get('hardware')}, {r.backend} backend, seed {r.seed}, "
+            f"stored {local_time(s.created_at)}{origin}"
+        )
     lines.append(f"SLO: {slo.text()}" if slo is not None else "SLO: none (give --slo ttft=2s,tpot=200ms to draw it)")
     return lines
 
@@ -156,29 +171,48 @@ def compare_sections(chosen: Comparison, slo: SLO | None, max_spans: int) -> lis
     without = ", ".join(run.name for run in runs if not run.result.ranks)
     left_out = f" Not shown: {without} (a live server has no per-rank timeline)." if without else ""
     sections = [
-        Section("Latency", latency_cdfs(runs, slo.to_dict() if slo else None), key="cdf",
-                note="Empirical CDFs over all requests; dashed lines are the SLO limits, dotted lines their "
-                     "percentile."),
+        Section(
+            "Latency",
+            latency_cdfs(runs, slo.to_dict() if slo else None),
+            key="cdf",
+            note="Empirical CDFs over all requests; dashed lines are the SLO limits, dotted lines their percentile.",
+        ),
         Section("Metrics", metrics_table(runs, slo), key="metrics"),
     ]
     if scraped(runs):
-        sections.append(Section("Server gauges", server_gauges(runs), key="server",
-                                note="What each live server's /metrics said during the run (scraped about once a "
-                                     "second); a gauge its engine does not expose is not drawn."))
+        sections.append(
+            Section(
+                "Server gauges",
+                server_gauges(runs),
+                key="server",
+                note="What each live server's /metrics said during the run (scraped about once a "
+                "second); a gauge its engine does not expose is not drawn.",
+            )
+        )
     if ranked:
-        sections.insert(1, Section(
-            "Where the time went", time_breakdown(ranked), key="breakdown",
-            note="Per-rank time splits exactly into compute, exposed communication, bubble (waiting while the "
-                 "pipeline is busy elsewhere; a single rank has none) and idle (waiting for work), drawn as shares "
-                 "of each run's makespan so that runs of different lengths compare; hover for the seconds."
-                 + left_out))
-        sections.append(Section(
-            "Pipeline timelines", timelines(ranked, max_spans), key="timeline",
-            note="One row per rank, every run over the same time window; bar colour is the micro-batch's lead "
-                 "request, labels are virtual stage and chunk (s<stage> c<chunk>, d for decode-only); hover a bar "
-                 "for its request, chunk and times. Drag to zoom; double-click to reset. A long run is drawn from its "
-                 "start up to a span budget (pipedeck compare --max-spans); the title says what part is shown."
-                 + left_out))
+        sections.insert(
+            1,
+            Section(
+                "Where the time went",
+                time_breakdown(ranked),
+                key="breakdown",
+                note="Per-rank time splits exactly into compute, exposed communication, bubble (waiting while the "
+                "pipeline is busy elsewhere; a single rank has none) and idle (waiting for work), drawn as shares "
+                "of each run's makespan so that runs of different lengths compare; hover for the seconds." + left_out,
+            ),
+        )
+        sections.append(
+            Section(
+                "Pipeline timelines",
+                timelines(ranked, max_spans),
+                key="timeline",
+                note="One row per rank, every run over the same time window; bar colour is the micro-batch's lead "
+                "request, labels are virtual stage and chunk (s<stage> c<chunk>, d for decode-only); hover a bar "
+                "for its request, chunk and times. Drag to zoom; double-click to reset. A long run is drawn from its "
+                "start up to a span budget (pipedeck compare --max-spans); the title says what part is shown."
+                + left_out,
+            )
+        )
     return sections
 
 
@@ -194,8 +228,9 @@ def write_pngs(sections: list[Section], out: Path) -> list[str]:
     figures = [s for s in sections if s.figure is not None]
     paths = [out.with_name(f"{out.stem}-{s.key}.png") for s in figures]
     try:
-        pio.write_images([s.figure for s in figures], paths, width=1400,
-                         height=[s.figure.layout.height for s in figures])
+        pio.write_images(
+            [s.figure for s in figures], paths, width=1400, height=[s.figure.layout.height for s in figures]
+        )
     except Exception as err:  # noqa: BLE001 - kaleido and its browser raise many kinds; the HTML is written already
         return [f"png: skipped: kaleido could not run: {str(err).strip().splitlines()[0]}"]
     return [f"wrote {p}" for p in paths]

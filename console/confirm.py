@@ -42,20 +42,44 @@ _FLAGS = {"launch": "--launch", "model_path": "--model-path", "program": "--prog
 
 def server_options(fn: Callable) -> Callable:
     """--confirm --confirm-top --endpoint --launch --model-path --program --health-timeout."""
-    for option in reversed((
-        click.option("--confirm", type=click.Choice(["live"]), default=None,
-                     help="After the simulated study, measure its top configs and the default on a live server."),
-        click.option("--confirm-top", type=int, default=None,
-                     help=f"Distinct configs --confirm measures, best simulated first (default {DEFAULT_TOP})."),
-        click.option("--endpoint", default=None,
-                     help="--confirm: a server you started (pipedeck serve --from pipedeck-best.json), measured once."),
-        click.option("--launch", type=click.Choice(list(ENGINES)), default=None,
-                     help="Start this engine for each config measured live (--confirm live or --backend live)."),
-        click.option("--model-path", default=None, help="With --launch: the weights it loads (llama-server: a GGUF)."),
-        click.option("--program", default=None, help="With --launch: the engine's command, if not its usual one."),
-        click.option("--health-timeout", type=click.FloatRange(min=0, min_open=True), default=600.0,
-                     show_default=True, help="With --launch: seconds each server may take to answer GET /health."),
-    )):
+    for option in reversed(
+        (
+            click.option(
+                "--confirm",
+                type=click.Choice(["live"]),
+                default=None,
+                help="After the simulated study, measure its top configs and the default on a live server.",
+            ),
+            click.option(
+                "--confirm-top",
+                type=int,
+                default=None,
+                help=f"Distinct configs --confirm measures, best simulated first (default {DEFAULT_TOP}).",
+            ),
+            click.option(
+                "--endpoint",
+                default=None,
+                help="--confirm: a server you started (pipedeck serve --from pipedeck-best.json), measured once.",
+            ),
+            click.option(
+                "--launch",
+                type=click.Choice(list(ENGINES)),
+                default=None,
+                help="Start this engine for each config measured live (--confirm live or --backend live).",
+            ),
+            click.option(
+                "--model-path", default=None, help="With --launch: the weights it loads (llama-server: a GGUF)."
+            ),
+            click.option("--program", default=None, help="With --launch: the engine's command, if not its usual one."),
+            click.option(
+                "--health-timeout",
+                type=click.FloatRange(min=0, min_open=True),
+                default=600.0,
+                show_default=True,
+                help="With --launch: seconds each server may take to answer GET /health.",
+            ),
+        )
+    ):
         fn = option(fn)
     return fn
 
@@ -66,6 +90,7 @@ def interrupted_by_signals(fn: Callable) -> Callable:
     Without this, `kill PID` (or `timeout`) would end pipedeck at once and
     leave a server it launched running, in the session of its own it has.
     """
+
     @functools.wraps(fn)
     def wrapper(*args: object, **kwargs: object) -> object:
         if threading.current_thread() is not threading.main_thread():
@@ -78,6 +103,7 @@ def interrupted_by_signals(fn: Callable) -> Callable:
         finally:
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
+
     return wrapper
 
 
@@ -126,32 +152,45 @@ def live_plan(opts: dict[str, object]) -> LivePlan:
     endpoint, launch = opts["endpoint"], opts["launch"]
     if backend == "live":
         if confirm:
-            raise click.BadParameter("confirms a simulated study; with --backend live every trial is measured live",
-                                     param_hint="--confirm")
+            raise click.BadParameter(
+                "confirms a simulated study; with --backend live every trial is measured live", param_hint="--confirm"
+            )
         if endpoint:
-            raise click.BadParameter("a running server cannot apply each trial's config; give --launch ENGINE "
-                                     "--model-path W (or --confirm live --endpoint URL to measure it beside the "
-                                     "simulated best)", param_hint="--endpoint")
+            raise click.BadParameter(
+                "a running server cannot apply each trial's config; give --launch ENGINE "
+                "--model-path W (or --confirm live --endpoint URL to measure it beside the "
+                "simulated best)",
+                param_hint="--endpoint",
+            )
         if not launch:
-            raise click.BadParameter("a live tune starts a server per trial: give --launch ENGINE --model-path W",
-                                     param_hint="--launch")
+            raise click.BadParameter(
+                "a live tune starts a server per trial: give --launch ENGINE --model-path W", param_hint="--launch"
+            )
         if int(opts["jobs"]) > 1:
             raise click.BadParameter("a live tune runs one server at a time: use --jobs 1", param_hint="--jobs")
     elif confirm:
         if endpoint and launch:
-            raise click.BadParameter("give either --endpoint (a server you started) or --launch (one pipedeck "
-                                     "starts per config), not both", param_hint="--endpoint")
+            raise click.BadParameter(
+                "give either --endpoint (a server you started) or --launch (one pipedeck starts per config), not both",
+                param_hint="--endpoint",
+            )
         if not (endpoint or launch):
-            raise click.BadParameter("give --launch ENGINE --model-path W (pipedeck starts a server per config) "
-                                     "or --endpoint URL (a server you started)", param_hint="--confirm")
+            raise click.BadParameter(
+                "give --launch ENGINE --model-path W (pipedeck starts a server per config) "
+                "or --endpoint URL (a server you started)",
+                param_hint="--confirm",
+            )
     else:
         given = next((flag for flag in ("endpoint", "launch", "model_path", "program") if opts[flag]), None)
         if given:
-            raise click.BadParameter("only with --confirm live or --backend live",
-                                     param_hint=f"--{given.replace('_', '-')}")
+            raise click.BadParameter(
+                "only with --confirm live or --backend live", param_hint=f"--{given.replace('_', '-')}"
+            )
     if opts["confirm_top"] is not None and (not confirm or opts["confirm_top"] < 1):
-        raise click.BadParameter("only with --confirm live" if not confirm else
-                                 f"must be a positive integer, got {opts['confirm_top']}", param_hint="--confirm-top")
+        raise click.BadParameter(
+            "only with --confirm live" if not confirm else f"must be a positive integer, got {opts['confirm_top']}",
+            param_hint="--confirm-top",
+        )
     if not launch:
         given = next((flag for flag in ("model_path", "program") if opts[flag]), None)
         if given:
@@ -164,12 +203,18 @@ def live_plan(opts: dict[str, object]) -> LivePlan:
         raise click.BadParameter(message, param_hint=_FLAGS[name]) from None
     if opts["export_dir"]:
         if opts["export_format"] and opts["export_format"] != launch:
-            raise click.BadParameter(f"--export writes for {opts['export_format']} but --launch starts {launch}; "
-                                     "give the same engine", param_hint="--format")
+            raise click.BadParameter(
+                f"--export writes for {opts['export_format']} but --launch starts {launch}; give the same engine",
+                param_hint="--format",
+            )
         opts["export_format"] = launch
     model = Path(str(opts["model_path"]))
-    options = {"launch": launch, "model_path": str(model.resolve()) if model.exists() else str(opts["model_path"]),
-               "health_timeout_s": float(opts["health_timeout"]), "log_dir": str(server_log_dir(opts["db"]))}
+    options = {
+        "launch": launch,
+        "model_path": str(model.resolve()) if model.exists() else str(opts["model_path"]),
+        "health_timeout_s": float(opts["health_timeout"]),
+        "log_dir": str(server_log_dir(opts["db"])),
+    }
     if opts["program"]:
         options["program"] = str(opts["program"])
     return LivePlan(confirm, opts["confirm_top"] or DEFAULT_TOP, options, str(launch))
@@ -181,15 +226,19 @@ def server_log_dir(db: object) -> Path:
     return path.with_name(f"{path.stem}-servers")
 
 
-def run_confirm(spec: TuneSpec, plan: LivePlan, db: str | Path, best: int | None,
-                progress_mode: str) -> list[ConfirmRow]:
+def run_confirm(
+    spec: TuneSpec, plan: LivePlan, db: str | Path, best: int | None, progress_mode: str
+) -> list[ConfirmRow]:
     """Measure the study's candidates live (the recommended trial `best` first), with progress on stderr."""
     with make_progress(progress_mode, Console(stderr=True), counted=False) as bar:
         task = bar.add_task("confirming", total=None)
 
         def show(index: int, total: int, role: str, trial: optuna.trial.FrozenTrial) -> None:
-            bar.update(task, description=f"confirming {index + 1}/{total}: trial {trial.number} ({role}) "
-                                         f"on {plan.engine or plan.options['endpoint']}")
+            bar.update(
+                task,
+                description=f"confirming {index + 1}/{total}: trial {trial.number} ({role}) "
+                f"on {plan.engine or plan.options['endpoint']}",
+            )
 
         return confirm_study(spec, db, plan.options, plan.top, best, on_row=show)
 
@@ -199,8 +248,11 @@ def server_errors(spec: TuneSpec) -> list[dict[str, object]]:
     if spec.backend == "sim":
         return []
     study = optuna.load_study(study_name=spec.study, storage=open_storage(spec.storage))
-    return [{"trial": t.number, "error": t.user_attrs["error"]} for t in study.get_trials(deepcopy=False)
-            if "error" in t.user_attrs]
+    return [
+        {"trial": t.number, "error": t.user_attrs["error"]}
+        for t in study.get_trials(deepcopy=False)
+        if "error" in t.user_attrs
+    ]
 
 
 def print_live(spec: TuneSpec, plan: LivePlan, rows: list[ConfirmRow] | None, errors: list[dict[str, object]]) -> None:
@@ -227,16 +279,24 @@ def print_confirm(spec: TuneSpec, plan: LivePlan, rows: list[ConfirmRow], consol
     for name in ("trial", "config", "simulated", "measured", "measured/sim", "rank sim", "rank live"):
         table.add_column(name, justify="left" if name in ("trial", "config") else "right")
     for row, sim_rank, live_rank in zip(rows, by_sim, by_live):
-        table.add_row(f"{row.trial} {row.role}", describe(row.config, shared), _value(spec, row.simulated),
-                      "failed" if row.error else _value(spec, row.measured) + (" capped" if _capped(row) else ""),
-                      "-" if row.ratio is None else f"{row.ratio:.2f}x", _rank(sim_rank), _rank(live_rank))
+        table.add_row(
+            f"{row.trial} {row.role}",
+            describe(row.config, shared),
+            _value(spec, row.simulated),
+            "failed" if row.error else _value(spec, row.measured) + (" capped" if _capped(row) else ""),
+            "-" if row.ratio is None else f"{row.ratio:.2f}x",
+            _rank(sim_rank),
+            _rank(live_rank),
+        )
     console.print(table)
     for row in rows:
         if row.error:
             console.print(f"[red]trial {row.trial} failed[/]: {row.error}", soft_wrap=True)
     if any(_capped(r) for r in rows):
-        console.print("[yellow]capped[/]: the SLO still held with every request arriving within one TTFT limit; "
-                      "rerun with more --requests")
+        console.print(
+            "[yellow]capped[/]: the SLO still held with every request arriving within one TTFT limit; "
+            "rerun with more --requests"
+        )
     stored = [r.run_id for r in rows if r.run_id is not None]
     if stored:
         console.print(f"stored live runs: {', '.join(map(str, stored))} (label confirm)")
@@ -248,15 +308,35 @@ def confirm_json(spec: TuneSpec, rows: list[ConfirmRow] | None) -> list[dict[str
         return None
     by_sim = ranks(rows, spec.direction, lambda r: r.simulated)
     by_live = ranks(rows, spec.direction, lambda r: r.measured)
-    return [{"trial": r.trial, "role": r.role, "config": r.config, "simulated": r.simulated, "measured": r.measured,
-             "ratio": r.ratio, "rank_simulated": s, "rank_measured": m, "run_id": r.run_id, "error": r.error,
-             "metrics": r.metrics} for r, s, m in zip(rows, by_sim, by_live)]
+    return [
+        {
+            "trial": r.trial,
+            "role": r.role,
+            "config": r.config,
+            "simulated": r.simulated,
+            "measured": r.measured,
+            "ratio": r.ratio,
+            "rank_simulated": s,
+            "rank_measured": m,
+            "run_id": r.run_id,
+            "error": r.error,
+            "metrics": r.metrics,
+        }
+        for r, s, m in zip(rows, by_sim, by_live)
+    ]
 
 
 def describe(config: dict[str, object], leave_out: set[str] = frozenset()) -> str:
     """A config in a few words: mode, tp x pp, chunk, max running, and its active knobs but those in `leave_out`."""
-    return " ".join([str(config["mode"]), f"{config['tp']}x{config['pp']}", f"chunk {format_tokens(int(config['chunk']))}",
-                     f"max-running {config['max_running']}", *(s for s in knob_settings(config) if s not in leave_out)])
+    return " ".join(
+        [
+            str(config["mode"]),
+            f"{config['tp']}x{config['pp']}",
+            f"chunk {format_tokens(int(config['chunk']))}",
+            f"max-running {config['max_running']}",
+            *(s for s in knob_settings(config) if s not in leave_out),
+        ]
+    )
 
 
 def _value(spec: TuneSpec, value: float | None) -> str:

@@ -19,8 +19,12 @@ WRITE_LOCK_WAIT_S = 30.0  # how long a finished run waits to be written
 
 def db_option(fn: Callable) -> Callable:
     """--db FILE: the run store (default $PIPEDECK_DB, else ./pipedeck.duckdb)."""
-    return click.option("--db", type=click.Path(dir_okay=False), default=None,
-                        help=f"Run store, a DuckDB file (default: ${ENV_VAR}, else ./pipedeck.duckdb).")(fn)
+    return click.option(
+        "--db",
+        type=click.Path(dir_okay=False),
+        default=None,
+        help=f"Run store, a DuckDB file (default: ${ENV_VAR}, else ./pipedeck.duckdb).",
+    )(fn)
 
 
 def db_path(opts: dict[str, object]) -> Path:

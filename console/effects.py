@@ -30,8 +30,10 @@ def print_effects(spec: TuneSpec, outcome: TuneOutcome, effects: list[KnobEffect
     if not effects:
         console.print(f"why: trial {outcome.best.number} is the default config; nothing was moved")
         return
-    console.print(f"why trial {outcome.best.number} wins: each knob it moved, put back alone to the "
-                  f"{spec.engine} default on the same traffic:")
+    console.print(
+        f"why trial {outcome.best.number} wins: each knob it moved, put back alone to the "
+        f"{spec.engine} default on the same traffic:"
+    )
     for e in effects:
         moved = f"{e.knob} {knob_text(e.knob, e.winner)} (default {knob_text(e.knob, e.baseline)})"
         if e.gain is None:

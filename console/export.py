@@ -16,31 +16,51 @@ __all__ = ["export", "export_study", "read_config_json", "warn_on_stderr"]
 
 @click.command()
 @click.option("--study", default=None, help="Export the best completed trial of this study.")
-@click.option("--config", "config_file", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
-              help="Export a pipedeck-best.json or a plain config JSON instead of a study's best trial.")
+@click.option(
+    "--config",
+    "config_file",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    default=None,
+    help="Export a pipedeck-best.json or a plain config JSON instead of a study's best trial.",
+)
 @click.option("--format", "engine", type=click.Choice(list(ENGINES)), required=True, help="Engine to launch with.")
-@click.option("--engine-version", default=None,
-              help="Engine release to write for (default: the installed one, else its newest known; docs/export.md lists them).")
-@click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), required=True,
-              help="Folder to write into (created if missing; files in it are replaced).")
-@click.option("--db", type=click.Path(dir_okay=False, path_type=Path), default=None,
-              help="Run store file (default: $PIPEDECK_DB or ./pipedeck.duckdb).")
-def export(study: str | None, config_file: Path | None, engine: str, engine_version: str | None, out_dir: Path,
-           db: Path | None) -> None:
+@click.option(
+    "--engine-version",
+    default=None,
+    help="Engine release to write for (default: the installed one, else its newest known; docs/export.md lists them).",
+)
+@click.option(
+    "--out",
+    "out_dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    required=True,
+    help="Folder to write into (created if missing; files in it are replaced).",
+)
+@click.option(
+    "--db",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="Run store file (default: $PIPEDECK_DB or ./pipedeck.duckdb).",
+)
+def export(
+    study: str | None, config_file: Path | None, engine: str, engine_version: str | None, out_dir: Path, db: Path | None
+) -> None:
     """Write serve.sh, the engine's YAML and pipedeck-best.json for one config."""
     if (study is None) == (config_file is None):
         raise click.UsageError("give exactly one of --study NAME or --config FILE.json")
     if config_file is not None:
-        paths = write_export(best_from_json(read_config_json(config_file)), engine, out_dir, engine_version,
-                             warn_on_stderr)
+        paths = write_export(
+            best_from_json(read_config_json(config_file)), engine, out_dir, engine_version, warn_on_stderr
+        )
     else:
         paths = export_study(study, engine, out_dir, db, engine_version)
     for path in paths:
         click.echo(str(path))
 
 
-def export_study(study: str, engine: str, out_dir: Path | str, db: Path | str | None,
-                 version: str | None = None) -> list[Path]:
+def export_study(
+    study: str, engine: str, out_dir: Path | str, db: Path | str | None, version: str | None = None
+) -> list[Path]:
     """Export a stored study's best completed trial, with its warnings on stderr."""
     path = default_db_path(db)
     if not path.is_file():

@@ -21,24 +21,44 @@ def _knob_option(knob: Knob) -> Callable:
     """A click option for one scheduler knob; values are validated by ServingConfig.resolve()."""
     default = getattr(_DEFAULT, knob.field)
     if knob.kind == "bool":
-        return click.option(f"{knob.flag}/--no-{knob.flag[2:]}", knob.field, default=default, show_default=True,
-                            help=knob.help)
+        return click.option(
+            f"{knob.flag}/--no-{knob.flag[2:]}", knob.field, default=default, show_default=True, help=knob.help
+        )
     metavar = "[" + "|".join(knob.choices) + "]" if knob.kind == "choice" else knob.kind.upper()
-    return click.option(knob.flag, knob.field, default=str(default), show_default=True, help=knob.help,
-                        metavar=metavar)
+    return click.option(knob.flag, knob.field, default=str(default), show_default=True, help=knob.help, metavar=metavar)
 
 
 def config_options(fn: Callable) -> Callable:
     """--model --hardware --tp --pp --mode --chunk --layer-split --kv-capacity and every scheduler knob."""
     options = [
-        click.option("--model", default=_DEFAULT.model, show_default=True, help="Model profile name, TOML file or HF config.json."),
-        click.option("--hardware", default=_DEFAULT.hardware, show_default=True, help="Hardware profile name or TOML file."),
-        click.option("--tp", type=int, default=_DEFAULT.tp, show_default=True, help="Tensor-parallel size (devices per rank)."),
+        click.option(
+            "--model",
+            default=_DEFAULT.model,
+            show_default=True,
+            help="Model profile name, TOML file or HF config.json.",
+        ),
+        click.option(
+            "--hardware", default=_DEFAULT.hardware, show_default=True, help="Hardware profile name or TOML file."
+        ),
+        click.option(
+            "--tp", type=int, default=_DEFAULT.tp, show_default=True, help="Tensor-parallel size (devices per rank)."
+        ),
         click.option("--pp", type=int, default=_DEFAULT.pp, show_default=True, help="Pipeline-parallel size (ranks)."),
         click.option("--mode", default=_DEFAULT.mode, show_default=True, help=f"Pipeline mode: {', '.join(MODES)}."),
-        click.option("--chunk", default=str(_DEFAULT.chunk), show_default=True, help="Chunk size / step token budget (24k, 24K or 24576)."),
-        click.option("--layer-split", default=None, help="Layers per virtual stage in execution order, e.g. 31,30 (default: vLLM's even split)."),
-        click.option("--kv-capacity", default=None, help="KV cache capacity in tokens (default: device memory minus weights)."),
+        click.option(
+            "--chunk",
+            default=str(_DEFAULT.chunk),
+            show_default=True,
+            help="Chunk size / step token budget (24k, 24K or 24576).",
+        ),
+        click.option(
+            "--layer-split",
+            default=None,
+            help="Layers per virtual stage in execution order, e.g. 31,30 (default: vLLM's even split).",
+        ),
+        click.option(
+            "--kv-capacity", default=None, help="KV cache capacity in tokens (default: device memory minus weights)."
+        ),
         *(_knob_option(knob) for knob in KNOBS),
     ]
     for option in reversed(options):
@@ -46,21 +66,35 @@ def config_options(fn: Callable) -> Callable:
     return fn
 
 
-CONFIG_FIELDS = ("model", "hardware", "tp", "pp", "mode", "chunk", "layer_split", "kv_capacity",
-                 *(knob.field for knob in KNOBS))  # the parameters `config_options` adds
+CONFIG_FIELDS = (
+    "model",
+    "hardware",
+    "tp",
+    "pp",
+    "mode",
+    "chunk",
+    "layer_split",
+    "kv_capacity",
+    *(knob.field for knob in KNOBS),
+)  # the parameters `config_options` adds
 
 
 def config_given(ctx: click.Context) -> bool:
     """Whether the user set any config option (on the command line or in the environment), not only defaults."""
-    return any(ctx.get_parameter_source(name) not in (None, click.core.ParameterSource.DEFAULT)
-               for name in CONFIG_FIELDS)
+    return any(
+        ctx.get_parameter_source(name) not in (None, click.core.ParameterSource.DEFAULT) for name in CONFIG_FIELDS
+    )
 
 
 def config_from_options(opts: dict[str, object]) -> ServingConfig:
     """Build and validate a ServingConfig from the parsed options; print a warning line for an odd chunk."""
     capacity = opts["kv_capacity"]
     config = ServingConfig(
-        model=opts["model"], hardware=opts["hardware"], tp=opts["tp"], pp=opts["pp"], mode=opts["mode"],
+        model=opts["model"],
+        hardware=opts["hardware"],
+        tp=opts["tp"],
+        pp=opts["pp"],
+        mode=opts["mode"],
         chunk=parse_tokens(opts["chunk"], "chunk"),
         layer_split=None if opts["layer_split"] is None else parse_layer_split(opts["layer_split"]),
         kv_capacity=None if capacity is None else parse_tokens(capacity, "kv_capacity"),
@@ -83,12 +117,17 @@ def check_writable(path: str, flag: str) -> None:
 def workload_options(fn: Callable) -> Callable:
     """--scenario (default DEFAULT_SCENARIO) --rate --requests --seed."""
     options = [
-        click.option("--scenario", default=DEFAULT_SCENARIO, show_default=True, help="Catalog name, or a .toml/.csv/.jsonl file."),
-        click.option("--rate", type=float, default=None, help="Poisson arrival rate in requests/s (default: the scenario's)."),
-        click.option("--requests", "num_requests", type=int, default=None, help="Number of requests (default: the scenario's)."),
+        click.option(
+            "--scenario", default=DEFAULT_SCENARIO, show_default=True, help="Catalog name, or a .toml/.csv/.jsonl file."
+        ),
+        click.option(
+            "--rate", type=float, default=None, help="Poisson arrival rate in requests/s (default: the scenario's)."
+        ),
+        click.option(
+            "--requests", "num_requests", type=int, default=None, help="Number of requests (default: the scenario's)."
+        ),
         click.option("--seed", type=int, default=0, show_default=True, help="Seed for arrivals and lengths."),
     ]
     for option in reversed(options):
         fn = option(fn)
     return fn
-

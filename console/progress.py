@@ -29,9 +29,14 @@ QUIET_S = 5.0  # a plain line for a description-only change (no step done) at mo
 
 def progress_option(fn: Callable) -> Callable:
     """--progress auto|bar|plain|off."""
-    return click.option("--progress", "progress_mode", type=click.Choice(PROGRESS_MODES), default="auto",
-                        show_default=True,
-                        help="Progress on stderr: a bar on a terminal, plain lines otherwise (auto), or off.")(fn)
+    return click.option(
+        "--progress",
+        "progress_mode",
+        type=click.Choice(PROGRESS_MODES),
+        default="auto",
+        show_default=True,
+        help="Progress on stderr: a bar on a terminal, plain lines otherwise (auto), or off.",
+    )(fn)
 
 
 @dataclass
@@ -65,8 +70,16 @@ class PlainProgress:
         self.tasks[task_id] = _Task(description, total, printed_at=time.monotonic())  # its first step prints
         return task_id
 
-    def update(self, task_id: int, *, completed: float | None = None, advance: float | None = None,
-               description: str | None = None, total: float | None = None, **_: object) -> None:
+    def update(
+        self,
+        task_id: int,
+        *,
+        completed: float | None = None,
+        advance: float | None = None,
+        description: str | None = None,
+        total: float | None = None,
+        **_: object,
+    ) -> None:
         task = self.tasks[task_id]
         before = (task.completed, task.description)
         if total is not None:
@@ -87,8 +100,7 @@ class PlainProgress:
     def _line(self, task: _Task) -> None:
         elapsed = time.monotonic() - self.started
         count = "" if task.total is None else f"[{task.completed:g}/{task.total:g}] "
-        self.console.print(f"{elapsed:7.1f}s {count}{task.description}", highlight=False, markup=False,
-                           soft_wrap=True)
+        self.console.print(f"{elapsed:7.1f}s {count}{task.description}", highlight=False, markup=False, soft_wrap=True)
         task.printed_at = time.monotonic()
 
 
@@ -104,6 +116,10 @@ def make_progress(mode: str, console: Console, counted: bool = True) -> Progress
         mode = "bar" if console.is_terminal else "plain"
     if mode == "plain":
         return PlainProgress(console)
-    columns = (SpinnerColumn(), TextColumn("{task.description}"),
-               *((BarColumn(), MofNCompleteColumn()) if counted else ()), TimeElapsedColumn())
+    columns = (
+        SpinnerColumn(),
+        TextColumn("{task.description}"),
+        *((BarColumn(), MofNCompleteColumn()) if counted else ()),
+        TimeElapsedColumn(),
+    )
     return Progress(*columns, console=console, transient=True, disable=mode == "off")

@@ -12,11 +12,15 @@ QUANTILES = ("mean", "p50", "p90", "p99")
 def config_line(config: dict[str, object]) -> str:
     """One line naming a config's model, cluster and knobs (a live server's own: what it said of itself)."""
     if "hardware" not in config:
-        return (f"{config.get('model') or 'model not reported'} on {config.get('engine') or 'an unknown engine'}"
-                "  (its own config: hardware and parallelism not known)")
+        return (
+            f"{config.get('model') or 'model not reported'} on {config.get('engine') or 'an unknown engine'}"
+            "  (its own config: hardware and parallelism not known)"
+        )
     split = ",".join(map(str, config.get("layer_split") or []))
-    return (f"{config['model']} on {config['hardware']}  tp={config['tp']} pp={config['pp']}  "
-            f"mode={config['mode']}  chunk={format_tokens(int(config['chunk']))}  split={split}")
+    return (
+        f"{config['model']} on {config['hardware']}  tp={config['tp']} pp={config['pp']}  "
+        f"mode={config['mode']}  chunk={format_tokens(int(config['chunk']))}  split={split}"
+    )
 
 
 def print_run(result: RunResult, out: PlainReport | RichReport | None = None) -> None:
@@ -25,8 +29,10 @@ def print_run(result: RunResult, out: PlainReport | RichReport | None = None) ->
     s = result.summary()
     recorded = "  (the config recorded with it; the server runs its own)" if result.live is not None else ""
     out.line(f"{result.scenario} on {result.backend}  {config_line(result.config)}{recorded}", bold=True)
-    latency = [[key.split("_")[0].upper(), *(f"{s[key][k]:.4g}" if s[key] else "n/a" for k in QUANTILES)]
-               for key in ("ttft_s", "tpot_s")]  # s[key] None: not one request has it (TPOT of one-token outputs)
+    latency = [
+        [key.split("_")[0].upper(), *(f"{s[key][k]:.4g}" if s[key] else "n/a" for k in QUANTILES)]
+        for key in ("ttft_s", "tpot_s")
+    ]  # s[key] None: not one request has it (TPOT of one-token outputs)
     out.table("latency (s)", ("metric", *QUANTILES), latency)
     counts = "".join(f"  {name} {s[name]}" for name in ("steps", "chunks") if s[name] is not None)
     out.line(
@@ -42,8 +48,10 @@ def print_run(result: RunResult, out: PlainReport | RichReport | None = None) ->
     terms = [(str(r.rank), r.compute, r.exposed_comm, r.bubble, r.idle) for r in result.ranks]
     b = s["breakdown_s"]
     terms.append(("mean", b["compute"], b["exposed_comm"], b["bubble"], b["idle"]))
-    rows = [[rank, f"{compute:.3f}", f"{comm:.3f}", f"{bubble:.3f}" if piped else "n/a", f"{idle:.3f}"]
-            for rank, compute, comm, bubble, idle in terms]
+    rows = [
+        [rank, f"{compute:.3f}", f"{comm:.3f}", f"{bubble:.3f}" if piped else "n/a", f"{idle:.3f}"]
+        for rank, compute, comm, bubble, idle in terms
+    ]
     out.table("time per rank (s)", ("rank", "compute", "exposed comm", "bubble", "idle"), rows, bold_last=True)
     out.line(f"bubble ratio {s['bubble_ratio']:.1%}" if piped else "bubble ratio n/a (one rank: no pipeline)")
 
@@ -58,8 +66,11 @@ def _print_live(live: dict[str, object], out: PlainReport | RichReport) -> None:
     out.line(line)
     out.line(f"server: {live['engine_version'] or 'version not reported'}")
     hit_rate = live.get("prefix_cache_hit_rate")  # absent from runs stored before it was measured
-    out.line("prefix cache: n/a (the server reports no cached prompt tokens)" if hit_rate is None else
-             f"prefix cache: hit rate {hit_rate:.1%} (from {live['prefix_cache_from']})")
+    out.line(
+        "prefix cache: n/a (the server reports no cached prompt tokens)"
+        if hit_rate is None
+        else f"prefix cache: hit rate {hit_rate:.1%} (from {live['prefix_cache_from']})"
+    )
     if live["engine"] is not None or live["server_missing"] is not None:
         missing = ", ".join(live["server_missing"] or []) or "none"
         out.line(f"server metrics: {live['engine'] or 'unknown engine'}; missing: {missing}")

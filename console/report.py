@@ -32,9 +32,12 @@ from .storage import check_existing_storage
 @click.command()
 @click.option("--study", "name", required=True, help="The study's name (see `pipedeck tune`).")
 @click.option("--out", required=True, type=click.Path(dir_okay=False), help="The HTML file to write.")
-@click.option("--storage", default=None,
-              help="The study's Optuna storage (as tune's --storage): its trials, from every host, are copied into "
-                   "this host's run store first.")
+@click.option(
+    "--storage",
+    default=None,
+    help="The study's Optuna storage (as tune's --storage): its trials, from every host, are copied into "
+    "this host's run store first.",
+)
 @db_option
 def report(name: str, **opts: object) -> None:
     """Report a tuning study: history, parameter importances, chunk against objective, best against default."""
@@ -48,8 +51,14 @@ def report(name: str, **opts: object) -> None:
         row = store.get_study(name)
         trials = store.trials(name)
     study, storage_note = (pulled, f"Optuna storage: {shown(str(opts['storage']))}") if pulled else load_optuna(row)
-    out.write_text(page(f"pipedeck report: study {name}", _meta(row, trials, storage_note),
-                        report_sections(row, trials, stored_verdict(row, trials), study)), encoding="utf-8")
+    out.write_text(
+        page(
+            f"pipedeck report: study {name}",
+            _meta(row, trials, storage_note),
+            report_sections(row, trials, stored_verdict(row, trials), study),
+        ),
+        encoding="utf-8",
+    )
     click.echo(f"wrote {out}")
 
 
@@ -69,8 +78,9 @@ def load_optuna(row: StudyRow) -> tuple[optuna.Study | None, str]:
         return study, f"Optuna storage: {shown(storage)}"
     except Exception as err:  # noqa: BLE001 - any storage failure falls back to the run store's copy of the trials
         reason = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-        return None, (f"Optuna storage {shown(storage)} could not be read ({reason}): the history is built from the "
-                      "run store")
+        return None, (
+            f"Optuna storage {shown(storage)} could not be read ({reason}): the history is built from the run store"
+        )
 
 
 def _meta(row: StudyRow, trials: list[TrialRow], storage_note: str) -> list[str]:
@@ -93,34 +103,61 @@ def default_trial(trials: list[TrialRow]) -> TrialRow | None:
     return next((t for t in completed(trials) if t.params == first.params), None)
 
 
-def report_sections(row: StudyRow, trials: list[TrialRow], verdict: Verdict | None,
-                    study: optuna.Study | None) -> list[Section]:
+def report_sections(
+    row: StudyRow, trials: list[TrialRow], verdict: Verdict | None, study: optuna.Study | None
+) -> list[Section]:
     """The page's sections: notes stand in for figures the study has no data for."""
     label, direction = objective_label(row.objective), _direction(row)
     best = next((t for t in trials if verdict is not None and t.number == verdict.winner.number), None)
     if not completed(trials):
-        return [Section("No results yet", note=f"Study {row.name} has no completed trial: run pipedeck tune "
-                                               f"--study {row.name} to add some.")]
+        return [
+            Section(
+                "No results yet",
+                note=f"Study {row.name} has no completed trial: run pipedeck tune --study {row.name} to add some.",
+            )
+        ]
     history = optuna_history(study, label) if study is not None else history_from_trials(trials, direction, label)
-    importances = optuna_importances(study) if study is not None else \
-        "Parameter importances need the study's Optuna storage, which is gone."
+    importances = (
+        optuna_importances(study)
+        if study is not None
+        else "Parameter importances need the study's Optuna storage, which is gone."
+    )
     if isinstance(importances, str):
         importance = Section("Parameter importances", note=importances)
     else:
         importance = Section("Parameter importances", importances, key="importances")
     default = default_trial(trials)
     return [
-        Section("Optimisation history", history, key="history",
-                note="Completed trials only: a pruned trial stopped early (it could not beat the best so far, "
-                     "or its config could not run)."),
+        Section(
+            "Optimisation history",
+            history,
+            key="history",
+            note="Completed trials only: a pruned trial stopped early (it could not beat the best so far, "
+            "or its config could not run).",
+        ),
         importance,
-        Section("Chunk size against the objective", chunk_vs_objective(trials, label, best), key="chunk",
-                note="Each completed trial at its chunk size (the per-step token budget), one colour per pipeline "
-                     "mode; a pruned trial sits at the rate at which it already failed the SLO."),
-        Section("Best config", best_vs_default(best, default, row.objective, direction), key="best",
-                note=" ".join(filter(None, (verdict_note(verdict), confidence_note(best, default, direction=direction),
-                                            None if default is not None else
-                                            "The engine-default trial (trial 0) has not completed.")))),
+        Section(
+            "Chunk size against the objective",
+            chunk_vs_objective(trials, label, best),
+            key="chunk",
+            note="Each completed trial at its chunk size (the per-step token budget), one colour per pipeline "
+            "mode; a pruned trial sits at the rate at which it already failed the SLO.",
+        ),
+        Section(
+            "Best config",
+            best_vs_default(best, default, row.objective, direction),
+            key="best",
+            note=" ".join(
+                filter(
+                    None,
+                    (
+                        verdict_note(verdict),
+                        confidence_note(best, default, direction=direction),
+                        None if default is not None else "The engine-default trial (trial 0) has not completed.",
+                    ),
+                )
+            ),
+        ),
     ]
 
 
@@ -129,19 +166,28 @@ def verdict_note(verdict: Verdict | None) -> str:
     if verdict is None or len(verdict.ties) < 2:
         return ""
     free = ", ".join(verdict.free) or "none"
-    return (f"{len(verdict.ties)} configs tie within the goodput search's precision (trials "
-            f"{', '.join(str(t.number) for t in verdict.ties)}); trial {verdict.winner.number} is recommended for "
-            f"its latency headroom, then for changing the fewest knobs from the default. {FREE_KNOBS[0].upper()}"
-            f"{FREE_KNOBS[1:]}: {free}.")
+    return (
+        f"{len(verdict.ties)} configs tie within the goodput search's precision (trials "
+        f"{', '.join(str(t.number) for t in verdict.ties)}); trial {verdict.winner.number} is recommended for "
+        f"its latency headroom, then for changing the fewest knobs from the default. {FREE_KNOBS[0].upper()}"
+        f"{FREE_KNOBS[1:]}: {free}."
+    )
 
 
 def confidence_note(best: TrialRow | None, default: TrialRow | None, *, direction: str) -> str:
     """Each trial's goodput as a 95% interval over arrival traces, where `tune --repeats` measured one, and
     whether the best is a clear win on the paired seeds (the verdict `tune` prints)."""
-    parts = [f"trial {t.number}: {interval_text(t.metrics['goodput_ci'])}" for t in (best, default)
-             if t is not None and t.metrics.get("goodput_ci")]
+    parts = [
+        f"trial {t.number}: {interval_text(t.metrics['goodput_ci'])}"
+        for t in (best, default)
+        if t is not None and t.metrics.get("goodput_ci")
+    ]
     if not parts:
         return ""
     verdict = win_text(*(t.metrics.get("goodput_ci") if t else None for t in (best, default)), direction)
-    return ("Goodput over arrival traces (mean and 95% interval): " + "; ".join(parts) + "."
-            + (f" Best against default: {verdict}." if verdict else ""))
+    return (
+        "Goodput over arrival traces (mean and 95% interval): "
+        + "; ".join(parts)
+        + "."
+        + (f" Best against default: {verdict}." if verdict else "")
+    )

@@ -12,14 +12,19 @@ from .simulate import execute, output_options
 
 
 @click.command("run")
-@click.option("--backend", type=click.Choice(list(BACKENDS)), default="sim", show_default=True,
-              help="Backend to run on.")
+@click.option(
+    "--backend", type=click.Choice(list(BACKENDS)), default="sim", show_default=True, help="Backend to run on."
+)
 @click.option("--endpoint", default=None, help="The live backend's server, e.g. http://127.0.0.1:8080.")
-@click.option("--served-model", default=None,
-              help="Live: the model name to request (default: the first one /v1/models lists).")
-@click.option("--fresh-prompts", is_flag=True,
-              help="Live: draw this rate's own prompts, so that none is served from a prefix cache an earlier run "
-                   "at another rate filled (default: the seed's prompts, the same at every rate).")
+@click.option(
+    "--served-model", default=None, help="Live: the model name to request (default: the first one /v1/models lists)."
+)
+@click.option(
+    "--fresh-prompts",
+    is_flag=True,
+    help="Live: draw this rate's own prompts, so that none is served from a prefix cache an earlier run "
+    "at another rate filled (default: the seed's prompts, the same at every rate).",
+)
 @config_options
 @workload_options
 @output_options
@@ -27,10 +32,14 @@ def run(**opts: object) -> None:
     """Run one scenario under one serving config on a backend (a live server: the config it was started with)."""
     endpoint = backend_entry(str(opts["backend"])).capabilities.endpoint
     if opts["fresh_prompts"] and not endpoint:
-        raise click.BadParameter(f"the {opts['backend']} backend has no prefix cache; it is for --backend live",
-                                 param_hint="--fresh-prompts")
-    options = {"endpoint": opts["endpoint"], "model": opts["served_model"],
-               "fresh_prompts": opts["fresh_prompts"]} if endpoint else {}
+        raise click.BadParameter(
+            f"the {opts['backend']} backend has no prefix cache; it is for --backend live", param_hint="--fresh-prompts"
+        )
+    options = (
+        {"endpoint": opts["endpoint"], "model": opts["served_model"], "fresh_prompts": opts["fresh_prompts"]}
+        if endpoint
+        else {}
+    )
     # a server started elsewhere runs its own config: without options, record what it says, not pipedeck's defaults
     config = config_from_options(opts) if not endpoint or config_given(click.get_current_context()) else None
     report_unserved(*execute(opts, str(opts["backend"]), config, **options))

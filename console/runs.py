@@ -55,13 +55,19 @@ def row_json(row: RunRow) -> dict[str, object]:
 
 def runs_table(rows: list[RunRow], path: Path) -> Table:
     """The listed runs as a rich table (fits 80 columns; --json has every field)."""
-    table = Table(title=f"runs in {escape(str(path))}", title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False,
-                  collapse_padding=True)
+    table = Table(
+        title=f"runs in {escape(str(path))}",
+        title_justify="left",
+        box=box.SIMPLE_HEAD,
+        pad_edge=False,
+        collapse_padding=True,
+    )
     fixed = {"id": 3, "created": 11, "config": 13, "TTFT p90": 8, "TPOT p90": 8, "bubble": 6}
     for col in ("id", "created", "scenario", "model", "config", "TTFT p90", "TPOT p90", "bubble", "label"):
         if col in fixed:  # always shown whole; the text columns share what is left
-            table.add_column(col, justify="left" if col in ("created", "config") else "right", no_wrap=True,
-                             min_width=fixed[col])
+            table.add_column(
+                col, justify="left" if col in ("created", "config") else "right", no_wrap=True, min_width=fixed[col]
+            )
         else:
             table.add_column(col, no_wrap=True, overflow="ellipsis", ratio=1)
     for r in rows:
@@ -73,13 +79,36 @@ def row_cells(r: RunRow) -> tuple[str, ...]:
     """A listed run as text cells: id, created, scenario, model, config, TTFT p90, TPOT p90, bubble, and a
     label cell: the backend unless simulated, failed requests, the run's label and trial."""
     scenario = r.scenario if r.rate is None else f"{r.scenario}@{r.rate:.3g}"
-    config = " ".join(part for part in (r.mode, None if r.tp is None else f"{r.tp}×{r.pp}",
-                                        format_tokens(int(r.chunk)) if r.chunk is not None else None) if part)
-    label = " ".join(part for part in (None if r.backend == "sim" else r.backend,
-                                       f"{r.failed} failed" if r.failed else None,
-                                       r.label, None if r.trial is None else f"#{r.trial}") if part)
-    return (str(r.id), r.created_at.astimezone().strftime("%m-%d %H:%M"), scenario, r.model or "", config,
-            _number(r.ttft_p90_s, ".4g"), _number(r.tpot_p90_s, ".4g"), _number(r.bubble_ratio, ".1%"), label)
+    config = " ".join(
+        part
+        for part in (
+            r.mode,
+            None if r.tp is None else f"{r.tp}×{r.pp}",
+            format_tokens(int(r.chunk)) if r.chunk is not None else None,
+        )
+        if part
+    )
+    label = " ".join(
+        part
+        for part in (
+            None if r.backend == "sim" else r.backend,
+            f"{r.failed} failed" if r.failed else None,
+            r.label,
+            None if r.trial is None else f"#{r.trial}",
+        )
+        if part
+    )
+    return (
+        str(r.id),
+        r.created_at.astimezone().strftime("%m-%d %H:%M"),
+        scenario,
+        r.model or "",
+        config,
+        _number(r.ttft_p90_s, ".4g"),
+        _number(r.tpot_p90_s, ".4g"),
+        _number(r.bubble_ratio, ".1%"),
+        label,
+    )
 
 
 def _number(value: float | None, spec: str) -> str:

@@ -21,18 +21,36 @@ class _Terminated(Exception):
 
 @click.command()
 @click.option("--engine", type=click.Choice(list(ENGINES)), required=True, help="Engine to start.")
-@click.option("--model-path", required=True,
-              help="Weights the engine loads: a path or hub id (llama-server: a GGUF file, or org/name[:quant] from the hub).")
-@click.option("--from", "from_file", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
-              help="Serve the config of a pipedeck-best.json (or a config JSON) instead of the config options.")
+@click.option(
+    "--model-path",
+    required=True,
+    help="Weights the engine loads: a path or hub id (llama-server: a GGUF file, or org/name[:quant] from the hub).",
+)
+@click.option(
+    "--from",
+    "from_file",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    default=None,
+    help="Serve the config of a pipedeck-best.json (or a config JSON) instead of the config options.",
+)
 @config_options
 @click.option("--host", default=LOOPBACK, show_default=True, help="Address the server listens on.")
 @click.option("--port", type=click.IntRange(1, 65535), default=None, help="Port (default: a free one).")
-@click.option("--program", default=None,
-              help="The engine's launcher command, if not its usual one on PATH (e.g. the path of a built llama-server).")
-@click.option("--log", "log_path", default="pipedeck-serve.log", show_default=True, help="File for the server's output.")
-@click.option("--health-timeout", type=click.FloatRange(min=0, min_open=True), default=600.0, show_default=True,
-              help="Seconds to wait for GET /health.")
+@click.option(
+    "--program",
+    default=None,
+    help="The engine's launcher command, if not its usual one on PATH (e.g. the path of a built llama-server).",
+)
+@click.option(
+    "--log", "log_path", default="pipedeck-serve.log", show_default=True, help="File for the server's output."
+)
+@click.option(
+    "--health-timeout",
+    type=click.FloatRange(min=0, min_open=True),
+    default=600.0,
+    show_default=True,
+    help="Seconds to wait for GET /health.",
+)
 def serve(**opts: object) -> None:
     """Start an engine with the launch `pipedeck export` writes for a config (none: its own defaults); Ctrl-C stops it."""
     engine = str(opts["engine"])
@@ -43,19 +61,31 @@ def serve(**opts: object) -> None:
     else:  # a weights file alone: no catalog model, hardware or parallelism the engine would not use
         config = None
         passed = ", ".join(["the weights", *(flag.name for flag in ENGINES[engine].always), "--host"])
-        click.echo(f"pipedeck: no config option given: {engine} runs with its own defaults; pipedeck passes only "
-                   f"{passed} and --port", err=True)
+        click.echo(
+            f"pipedeck: no config option given: {engine} runs with its own defaults; pipedeck passes only "
+            f"{passed} and --port",
+            err=True,
+        )
     program = tuple(shlex.split(str(opts["program"]))) if opts["program"] else None
-    server = start_server(config, engine, str(opts["model_path"]), str(opts["log_path"]),
-                          host=str(opts["host"]), port=opts["port"], program=program,
-                          health_timeout_s=float(opts["health_timeout"]))
+    server = start_server(
+        config,
+        engine,
+        str(opts["model_path"]),
+        str(opts["log_path"]),
+        host=str(opts["host"]),
+        port=opts["port"],
+        program=program,
+        health_timeout_s=float(opts["health_timeout"]),
+    )
     # SIGINT too: a shell starts a background job with SIGINT ignored, and `kill -INT` should still stop it;
     # both before the line below, which tells whoever waits for it that a signal now stops the server
     previous = {sig: signal.signal(sig, _raise_terminated) for sig in (signal.SIGTERM, signal.SIGINT)}
     stopped_by_us = False
     try:
-        click.echo(f"serving {server.engine} at {server.url} (pid {server.process.pid}, log {server.log_path}); "
-                   "Ctrl-C stops it")
+        click.echo(
+            f"serving {server.engine} at {server.url} (pid {server.process.pid}, log {server.log_path}); "
+            "Ctrl-C stops it"
+        )
         server.process.wait()
     except (KeyboardInterrupt, _Terminated):
         stopped_by_us = True

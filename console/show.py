@@ -45,7 +45,12 @@ def header(stored: StoredRun) -> str:
 def stored_json(stored: StoredRun) -> dict[str, object]:
     """The JSON object `show --json` prints: store metadata plus what `simulate --json` printed."""
     return {
-        "run_id": stored.id, "created_at": stored.created_at.isoformat(), "label": stored.label,
-        "study": stored.study, "trial": stored.trial, "pipedeck_version": stored.pipedeck_version,
-        "spans": len(stored.result.spans), **run_json(stored.result),
+        "run_id": stored.id,
+        "created_at": stored.created_at.isoformat(),
+        "label": stored.label,
+        "study": stored.study,
+        "trial": stored.trial,
+        "pipedeck_version": stored.pipedeck_version,
+        "spans": len(stored.result.spans),
+        **run_json(stored.result),
     }

@@ -21,14 +21,20 @@ from .render import print_run
 
 def output_options(fn: Callable) -> Callable:
     """--json, --timeline, --db, --label and --no-store: what to print and where to keep the run."""
-    for option in reversed((
-        click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of tables."),
-        click.option("--timeline", type=click.Path(dir_okay=False), default=None,
-                     help="Write the per-rank timeline as a Chrome trace (open in Perfetto; backends that draw one)."),
-        db_option,
-        click.option("--label", default=None, help="A label stored with the run (shown by pipedeck runs)."),
-        click.option("--no-store", is_flag=True, help="Do not store the run."),
-    )):
+    for option in reversed(
+        (
+            click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of tables."),
+            click.option(
+                "--timeline",
+                type=click.Path(dir_okay=False),
+                default=None,
+                help="Write the per-rank timeline as a Chrome trace (open in Perfetto; backends that draw one).",
+            ),
+            db_option,
+            click.option("--label", default=None, help="A label stored with the run (shown by pipedeck runs)."),
+            click.option("--no-store", is_flag=True, help="Do not store the run."),
+        )
+    ):
         fn = option(fn)
     return fn
 
@@ -42,8 +48,9 @@ def simulate(**opts: object) -> None:
     execute(opts, "sim", config_from_options(opts))
 
 
-def execute(opts: dict[str, object], backend_name: str, config: ServingConfig | None,
-            **backend_options: object) -> tuple[RunResult, int | None]:
+def execute(
+    opts: dict[str, object], backend_name: str, config: ServingConfig | None, **backend_options: object
+) -> tuple[RunResult, int | None]:
     """Run `config` (None: a live server's own, recorded as it describes itself), store and print it as `opts`
     say; the run and its id in the store (None: not stored)."""
     scenario = load_scenario(str(opts["scenario"]))
@@ -54,13 +61,26 @@ def execute(opts: dict[str, object], backend_name: str, config: ServingConfig | 
         check_writable(str(opts["timeline"]), "--timeline")
     store = not opts["no_store"]
     # the workload's arguments and the run's memory, before drawing the workload (alone a fifth of the simulator's)
-    check_footprint(backend_name, scenario, config, opts["num_requests"], opts["seed"], opts["rate"],
-                    timeline=bool(opts["timeline"]) or store)
+    check_footprint(
+        backend_name,
+        scenario,
+        config,
+        opts["num_requests"],
+        opts["seed"],
+        opts["rate"],
+        timeline=bool(opts["timeline"]) or store,
+    )
     path = db_path(opts)
     if store:  # a bad --db fails here, before any work; nothing is created until there is a run to store
         run_store.RunStore.check_writable(path)
-    result = backend.run(scenario, config, rate=opts["rate"], seed=opts["seed"], num_requests=opts["num_requests"],
-                         timeline=bool(opts["timeline"]) or store)
+    result = backend.run(
+        scenario,
+        config,
+        rate=opts["rate"],
+        seed=opts["seed"],
+        num_requests=opts["num_requests"],
+        timeline=bool(opts["timeline"]) or store,
+    )
     run_id = None
     if store:
         with run_store.RunStore.open(path, lock_timeout_s=WRITE_LOCK_WAIT_S) as db:
@@ -81,15 +101,30 @@ def execute(opts: dict[str, object], backend_name: str, config: ServingConfig | 
 def run_json(result: RunResult) -> dict[str, object]:
     """The JSON object `simulate --json` prints."""
     data = {
-        "scenario": result.scenario, "backend": result.backend, "seed": result.seed, "rate": result.rate,
-        **result.summary(), "config": result.config,
+        "scenario": result.scenario,
+        "backend": result.backend,
+        "seed": result.seed,
+        "rate": result.rate,
+        **result.summary(),
+        "config": result.config,
     }
     if result.live is not None:
         server = result.live.server
-        data["server_metrics"] = None if server is None else {
-            "engine": server.engine, "missing": list(server.missing), "scrapes": len(server.samples),
-            "scrape_errors": server.errors, "counters": server.counter_deltas(),
-            "last": {name: value for sample in server.samples for name, value in sample.values.items()
-                     if isinstance(value, int | float)},
-        }
+        data["server_metrics"] = (
+            None
+            if server is None
+            else {
+                "engine": server.engine,
+                "missing": list(server.missing),
+                "scrapes": len(server.samples),
+                "scrape_errors": server.errors,
+                "counters": server.counter_deltas(),
+                "last": {
+                    name: value
+                    for sample in server.samples
+                    for name, value in sample.values.items()
+                    if isinstance(value, int | float)
+                },
+            }
+        )
     return data

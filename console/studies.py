@@ -39,8 +39,11 @@ class StudyLine:
 
 @click.command()
 @db_option
-@click.option("--storage", default=None,
-              help="List the studies in this Optuna storage (a journal file or a database URL) instead of the run store.")
+@click.option(
+    "--storage",
+    default=None,
+    help="List the studies in this Optuna storage (a journal file or a database URL) instead of the run store.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON list instead of a table.")
 def studies(**opts: object) -> None:
     """List tuning studies: name, storage, trials, best result and when, oldest first."""
@@ -66,11 +69,17 @@ def store_line(row: StudyRow, store: RunStore) -> StudyLine:
     trials = store.trials(row.name)
     verdict = stored_verdict(row, trials)
     done = [t.completed_at for t in trials if t.completed_at is not None]
-    return StudyLine(name=row.name, storage=row.storage or "", objective=row.objective,
-                     finished=sum(t.state in ("COMPLETE", "PRUNED") for t in trials), trials=len(trials),
-                     best_trial=verdict.winner.number if verdict else None,
-                     best_value=verdict.winner.value if verdict else None,
-                     created_at=row.created_at, updated_at=max(done) if done else None)
+    return StudyLine(
+        name=row.name,
+        storage=row.storage or "",
+        objective=row.objective,
+        finished=sum(t.state in ("COMPLETE", "PRUNED") for t in trials),
+        trials=len(trials),
+        best_trial=verdict.winner.number if verdict else None,
+        best_value=verdict.winner.value if verdict else None,
+        created_at=row.created_at,
+        updated_at=max(done) if done else None,
+    )
 
 
 def optuna_lines(url: str) -> list[StudyLine]:
@@ -84,11 +93,19 @@ def optuna_lines(url: str) -> list[StudyLine]:
         finished = [t for t in trials if t.state in (TrialState.COMPLETE, TrialState.PRUNED)]
         best = recommended_trial(study)
         done = [t.datetime_complete for t in finished if t.datetime_complete is not None]
-        lines.append(StudyLine(name=summary.study_name, storage=shown(url),
-                               objective=summary.user_attrs.get("pipedeck", {}).get("objective"),
-                               finished=len(finished), trials=len(trials),
-                               best_trial=best.number if best else None, best_value=best.value if best else None,
-                               created_at=_aware(summary.datetime_start), updated_at=_aware(max(done) if done else None)))
+        lines.append(
+            StudyLine(
+                name=summary.study_name,
+                storage=shown(url),
+                objective=summary.user_attrs.get("pipedeck", {}).get("objective"),
+                finished=len(finished),
+                trials=len(trials),
+                best_trial=best.number if best else None,
+                best_value=best.value if best else None,
+                created_at=_aware(summary.datetime_start),
+                updated_at=_aware(max(done) if done else None),
+            )
+        )
     return sorted(lines, key=lambda line: (line.created_at is None, line.created_at or _EPOCH, line.name))
 
 
@@ -99,11 +116,18 @@ def _aware(value: datetime | None) -> datetime | None:
 
 def line_json(line: StudyLine) -> dict[str, object]:
     """One listed study as a JSON object, times in ISO 8601 with their zone."""
-    return {"name": line.name, "storage": line.storage, "objective": line.objective,
-            "direction": OBJECTIVES.get(line.objective or ""), "finished": line.finished, "trials": line.trials,
-            "best_trial": line.best_trial, "best_value": line.best_value,
-            "created_at": line.created_at.isoformat() if line.created_at else None,
-            "updated_at": line.updated_at.isoformat() if line.updated_at else None}
+    return {
+        "name": line.name,
+        "storage": line.storage,
+        "objective": line.objective,
+        "direction": OBJECTIVES.get(line.objective or ""),
+        "finished": line.finished,
+        "trials": line.trials,
+        "best_trial": line.best_trial,
+        "best_value": line.best_value,
+        "created_at": line.created_at.isoformat() if line.created_at else None,
+        "updated_at": line.updated_at.isoformat() if line.updated_at else None,
+    }
 
 
 def print_studies(lines: list[StudyLine], source: str) -> None:
@@ -111,8 +135,9 @@ def print_studies(lines: list[StudyLine], source: str) -> None:
     click.echo(f"studies in {source}")
     for line in lines:
         click.echo(line.name)
-        click.echo(f"    {_trials_cell(line)} trials · best {_best_cell(line)} · updated {_when(line)} · "
-                   f"{shown(line.storage)}")
+        click.echo(
+            f"    {_trials_cell(line)} trials · best {_best_cell(line)} · updated {_when(line)} · {shown(line.storage)}"
+        )
 
 
 def _trials_cell(line: StudyLine) -> str:

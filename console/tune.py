@@ -54,36 +54,76 @@ from .tunespec import (
 
 
 @click.command()
-@click.option("--model", default=ServingConfig.model, show_default=True, help="Model profile name, TOML file or HF config.json.")
-@click.option("--hardware", default=ServingConfig.hardware, show_default=True, help="Hardware profile name or TOML file.")
-@click.option("--devices", type=int, default=None, help="Devices to use (default: what the model needs on that hardware).")
+@click.option(
+    "--model", default=ServingConfig.model, show_default=True, help="Model profile name, TOML file or HF config.json."
+)
+@click.option(
+    "--hardware", default=ServingConfig.hardware, show_default=True, help="Hardware profile name or TOML file."
+)
+@click.option(
+    "--devices", type=int, default=None, help="Devices to use (default: what the model needs on that hardware)."
+)
 @workload_options
 @click.option("--slo", default=None, help="Limits such as ttft=2s,tpot=200ms (percentile p90 unless ttft@p99=3s).")
-@click.option("--objective", type=click.Choice(list(OBJECTIVES)), default=None,
-              help="goodput (default with --slo), ttft (mean, for one-at-a-time long prompts) or throughput.")
-@click.option("--fix", "fixes", multiple=True, metavar="KEY=VALUE",
-              help="Pin a dimension with simulate's flag names: mode=vpp, chunk=24k, tp=8, pp=2, layer-split=31,30 ...")
-@click.option("--trials", type=int, default=None, help="Finished trials the study should have (default 50 unless --timeout).")
+@click.option(
+    "--objective",
+    type=click.Choice(list(OBJECTIVES)),
+    default=None,
+    help="goodput (default with --slo), ttft (mean, for one-at-a-time long prompts) or throughput.",
+)
+@click.option(
+    "--fix",
+    "fixes",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="Pin a dimension with simulate's flag names: mode=vpp, chunk=24k, tp=8, pp=2, layer-split=31,30 ...",
+)
+@click.option(
+    "--trials", type=int, default=None, help="Finished trials the study should have (default 50 unless --timeout)."
+)
 @click.option("--timeout", type=float, default=None, help="Stop starting new trials after this many seconds.")
 @click.option("--jobs", type=int, default=1, show_default=True, help="Trials run in parallel processes.")
-@click.option("--repeats", type=int, default=None,
-              help=f"Arrival traces (seeds) the best and the default are measured on, for 95% goodput intervals "
-                   f"(default {DEFAULT_REPEATS} on the simulator, 1 on a live backend).")
-@click.option("--backend", type=click.Choice(list(BACKENDS)), default="sim", show_default=True,
-              help="Backend every trial runs on (live: a server launched per trial, see --launch).")
+@click.option(
+    "--repeats",
+    type=int,
+    default=None,
+    help=f"Arrival traces (seeds) the best and the default are measured on, for 95% goodput intervals "
+    f"(default {DEFAULT_REPEATS} on the simulator, 1 on a live backend).",
+)
+@click.option(
+    "--backend",
+    type=click.Choice(list(BACKENDS)),
+    default="sim",
+    show_default=True,
+    help="Backend every trial runs on (live: a server launched per trial, see --launch).",
+)
 @server_options
 @click.option("--study", default=None, help="Study name; running again resumes it (default: from the settings).")
-@click.option("--storage", default=None,
-              help="Optuna storage: a journal file (default beside --db), sqlite:///FILE, or postgresql://USER@HOST/DB "
-                   "shared by workers on several hosts.")
-@click.option("--heartbeat", type=int, default=HEARTBEAT_S, show_default=True,
-              help="On a database storage: seconds between a running trial's heartbeats; a trial whose worker "
-                   f"misses {GRACE_BEATS} is failed and retried by another worker.")
+@click.option(
+    "--storage",
+    default=None,
+    help="Optuna storage: a journal file (default beside --db), sqlite:///FILE, or postgresql://USER@HOST/DB "
+    "shared by workers on several hosts.",
+)
+@click.option(
+    "--heartbeat",
+    type=int,
+    default=HEARTBEAT_S,
+    show_default=True,
+    help="On a database storage: seconds between a running trial's heartbeats; a trial whose worker "
+    f"misses {GRACE_BEATS} is failed and retried by another worker.",
+)
 @click.option("--sampler", type=click.Choice(SAMPLERS), default="tpe", show_default=True)
 @click.option("--db", default=None, help="Run store file (default: pipedeck.duckdb or $PIPEDECK_DB).")
 @click.option("--export", "export_dir", default=None, help="Also write the best config's deployable files here.")
-@click.option("--format", "export_format", default=None, help="Engine for --export (default: vllm-ascend on Ascend, else vllm).")
-@click.option("--engine-version", default=None, help="Engine release for --export (default: the installed one, else its newest known release).")
+@click.option(
+    "--format", "export_format", default=None, help="Engine for --export (default: vllm-ascend on Ascend, else vllm)."
+)
+@click.option(
+    "--engine-version",
+    default=None,
+    help="Engine release for --export (default: the installed one, else its newest known release).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of tables.")
 @progress_option
 @interrupted_by_signals
@@ -96,22 +136,37 @@ def tune(**opts: object) -> None:
         task = bar.add_task(f"study {spec.study}: starting", total=spec.trials)
 
         def show(p) -> None:
-            best = "no config meets the SLO yet" if p.best_value is None else \
-                f"best {value_text(spec.objective, p.best_value)} (trial {p.best_trial})"
+            best = (
+                "no config meets the SLO yet"
+                if p.best_value is None
+                else f"best {value_text(spec.objective, p.best_value)} (trial {p.best_trial})"
+            )
             bar.update(task, completed=p.finished, description=f"{best}; {p.running} running")
 
         outcome = run_study(spec, opts["db"], jobs=jobs, on_progress=show, on_notice=warn_on_stderr)
     if outcome.interrupted:  # one line, no result: the study is half done
         click.echo(f"interrupted: rerun the same command to resume study {spec.study!r}", err=True)
         raise SystemExit(130)
-    confirmed = run_confirm(spec, live, opts["db"], outcome.best.number if outcome.best else None,
-                            progress_mode(opts)) if live.confirm else None
+    confirmed = (
+        run_confirm(spec, live, opts["db"], outcome.best.number if outcome.best else None, progress_mode(opts))
+        if live.confirm
+        else None
+    )
     exported = _export(spec, outcome, opts) if opts["export_dir"] and outcome.best else []
     errors = server_errors(spec)
     effects = _effects(spec, outcome, progress_mode(opts))
     if opts["as_json"]:
-        click.echo(json.dumps({**_outcome_json(spec, outcome, exported), "effects": effects_json(effects or []),
-                               "confirm": confirm_json(spec, confirmed), "server_errors": errors}, indent=2))
+        click.echo(
+            json.dumps(
+                {
+                    **_outcome_json(spec, outcome, exported),
+                    "effects": effects_json(effects or []),
+                    "confirm": confirm_json(spec, confirmed),
+                    "server_errors": errors,
+                },
+                indent=2,
+            )
+        )
     else:
         out = output_console()
         _print_outcome(spec, outcome, out)
@@ -128,13 +183,27 @@ def _spec_from_options(opts: dict[str, object], live: LivePlan) -> tuple[TuneSpe
     opts["db"] = opts["db"] or str(default_db_path())
     RunStore.check_writable(opts["db"])  # a bad --db fails now, before the study's storage is opened or created
     inputs = TuneInputs(
-        scenario=str(opts["scenario"]), model=str(opts["model"]), hardware=str(opts["hardware"]),
-        devices=opts["devices"], slo=opts["slo"], objective=opts["objective"], fixes=tuple(opts["fixes"]),
-        trials=opts["trials"], timeout=opts["timeout"], study=opts["study"], storage=opts["storage"],
-        sampler=str(opts["sampler"]), seed=int(opts["seed"]), rate=opts["rate"], requests=opts["num_requests"],
-        engine=_export_engine(opts, str(opts["hardware"])) or live.engine, backend=str(opts["backend"]),
+        scenario=str(opts["scenario"]),
+        model=str(opts["model"]),
+        hardware=str(opts["hardware"]),
+        devices=opts["devices"],
+        slo=opts["slo"],
+        objective=opts["objective"],
+        fixes=tuple(opts["fixes"]),
+        trials=opts["trials"],
+        timeout=opts["timeout"],
+        study=opts["study"],
+        storage=opts["storage"],
+        sampler=str(opts["sampler"]),
+        seed=int(opts["seed"]),
+        rate=opts["rate"],
+        requests=opts["num_requests"],
+        engine=_export_engine(opts, str(opts["hardware"])) or live.engine,
+        backend=str(opts["backend"]),
         backend_options=live.trial_options,
-        repeats=_repeats(opts), heartbeat_s=int(opts["heartbeat"]))
+        repeats=_repeats(opts),
+        heartbeat_s=int(opts["heartbeat"]),
+    )
     try:
         spec = build_spec(inputs, str(opts["db"]))
     except TuneInputError as err:
@@ -161,8 +230,9 @@ def _resumed_search(spec: TuneSpec, fixes: tuple[str, ...]) -> TuneSpec:
         if "delay_scheduling" in (saved.get("fixed") or {}):
             fixed["delay_scheduling"] = saved["fixed"]["delay_scheduling"]
     modes = saved.get("modes")
-    return dataclasses.replace(spec, engine=saved.get("engine", spec.engine), modes=tuple(modes) if modes else None,
-                               fixed=fixed)
+    return dataclasses.replace(
+        spec, engine=saved.get("engine", spec.engine), modes=tuple(modes) if modes else None, fixed=fixed
+    )
 
 
 def _repeats(opts: dict[str, object]) -> int:
@@ -187,8 +257,14 @@ def _export_engine(opts: dict[str, object], hardware: str) -> str | None:
 
 def _effects(spec: TuneSpec, outcome: TuneOutcome, mode: str) -> list[KnobEffect] | None:
     """Each knob the winner moved, put back alone (simulated studies only: live, each costs a goodput search)."""
-    if outcome.interrupted or outcome.best is None or outcome.default is None or outcome.best.value is None or \
-            spec.backend != "sim" or outcome.best.number == outcome.default.number:
+    if (
+        outcome.interrupted
+        or outcome.best is None
+        or outcome.default is None
+        or outcome.best.value is None
+        or spec.backend != "sim"
+        or outcome.best.number == outcome.default.number
+    ):
         return None
     with make_progress(mode, Console(stderr=True), counted=False) as bar:
         bar.add_task("why the best wins: putting each knob it moved back to the default", total=None)
@@ -196,8 +272,10 @@ def _effects(spec: TuneSpec, outcome: TuneOutcome, mode: str) -> list[KnobEffect
 
 
 def _print_outcome(spec: TuneSpec, outcome: TuneOutcome, console: Console) -> None:
-    console.print(f"[bold]{outcome.study}[/]: {outcome.trials} finished trials; {spec.model} on "
-                  f"{spec.devices} x {spec.hardware}, {spec.scenario}" + (f", SLO {spec.slo}" if spec.slo else ""))
+    console.print(
+        f"[bold]{outcome.study}[/]: {outcome.trials} finished trials; {spec.model} on "
+        f"{spec.devices} x {spec.hardware}, {spec.scenario}" + (f", SLO {spec.slo}" if spec.slo else "")
+    )
     shown = [(label, t) for label, t in (("best", outcome.best), ("default", outcome.default)) if t is not None]
     if not shown:
         console.print("no finished trial yet")
@@ -216,16 +294,22 @@ def _print_outcome(spec: TuneSpec, outcome: TuneOutcome, console: Console) -> No
     console.print(table)
     for label, trial in shown:
         if trial.metrics.get("capped"):
-            console.print(f"[yellow]{label}: goodput capped by the workload[/]: the SLO still held with every request "
-                          "arriving within one TTFT limit; rerun with more --requests")
+            console.print(
+                f"[yellow]{label}: goodput capped by the workload[/]: the SLO still held with every request "
+                "arriving within one TTFT limit; rerun with more --requests"
+            )
     if len(outcome.ties) > 1:
-        console.print(f"{len(outcome.ties)} configs tie within the search's {spec.precision:.0%} precision (trials "
-                      f"{', '.join(str(t.number) for t in outcome.ties)}); trial {outcome.best.number} has the most "
-                      "latency headroom, then the fewest changes from the default")
+        console.print(
+            f"{len(outcome.ties)} configs tie within the search's {spec.precision:.0%} precision (trials "
+            f"{', '.join(str(t.number) for t in outcome.ties)}); trial {outcome.best.number} has the most "
+            "latency headroom, then the fewest changes from the default"
+        )
         console.print(f"{FREE_KNOBS}: {', '.join(outcome.free) or 'none'}")
     if outcome.ratio is not None:
-        console.print(f"best / default: [bold]{better_by(spec.objective, outcome.ratio)}[/] on the "
-                      f"same traffic{_win_text(outcome)}")
+        console.print(
+            f"best / default: [bold]{better_by(spec.objective, outcome.ratio)}[/] on the "
+            f"same traffic{_win_text(outcome)}"
+        )
     importances = _importances_text(outcome)
     if importances:
         console.print(importances, highlight=False)
@@ -237,7 +321,6 @@ def _importances_text(outcome: TuneOutcome) -> str:
         shares = ", ".join(f"{name} {share:.0%}" for name, share in outcome.importances.items())
         return f"parameter importances over {outcome.completed} completed trials (fANOVA): {escape(shares)}"
     return too_few_text(outcome.completed) if outcome.completed < MIN_TRIALS else ""
-
 
 
 def _win_text(outcome: TuneOutcome) -> str:
@@ -253,8 +336,9 @@ def _interval_cell(spec: TuneSpec, outcome: TuneOutcome, trial) -> str:
 
 def _metric(key: str, fmt: str):
     """A trial's metric; n/a where it was measured to have none (TPOT of one-token outputs)."""
-    return lambda spec, t: ("-" if key not in t.metrics else "n/a" if t.metrics[key] is None
-                            else format(t.metrics[key], fmt))
+    return lambda spec, t: (
+        "-" if key not in t.metrics else "n/a" if t.metrics[key] is None else format(t.metrics[key], fmt)
+    )
 
 
 _ROWS = [
@@ -282,31 +366,58 @@ def _latency_rows(spec: TuneSpec) -> list[tuple[str, object]]:
 def _trial_json(trial, ci: dict[str, object] | None = None) -> dict[str, object] | None:
     if trial is None:
         return None
-    return {"trial": trial.number, "config": trial.config, "value": trial.value,
-            "goodput_rps": trial.metrics.get("goodput_rps"), "attainment": trial.metrics.get("attainment"),
-            "goodput_ci": ci, "metrics": trial.metrics}
+    return {
+        "trial": trial.number,
+        "config": trial.config,
+        "value": trial.value,
+        "goodput_rps": trial.metrics.get("goodput_rps"),
+        "attainment": trial.metrics.get("attainment"),
+        "goodput_ci": ci,
+        "metrics": trial.metrics,
+    }
 
 
 def _outcome_json(spec: TuneSpec, outcome: TuneOutcome, exported: list) -> dict[str, object]:
-    return {"study": outcome.study, "trials": outcome.trials, "objective": spec.objective, "slo": spec.slo,
-            "scenario": spec.scenario, "devices": spec.devices, "storage": shown(spec.storage),
-            "baseline_engine": spec.engine, "precision": spec.precision,
-            "best": _trial_json(outcome.best, outcome.best_ci), "default": _trial_json(outcome.default, outcome.default_ci),
-            "ties": [_trial_json(t) for t in outcome.ties], "free_in_ties": list(outcome.free),
-            "clear_win": outcome.clear_win, "ratio": outcome.ratio,
-            "completed": outcome.completed, "importances": outcome.importances,
-            "best_run_id": outcome.best_run_id, "default_run_id": outcome.default_run_id,
-            "interrupted": outcome.interrupted, "exported": [str(p) for p in exported]}
+    return {
+        "study": outcome.study,
+        "trials": outcome.trials,
+        "objective": spec.objective,
+        "slo": spec.slo,
+        "scenario": spec.scenario,
+        "devices": spec.devices,
+        "storage": shown(spec.storage),
+        "baseline_engine": spec.engine,
+        "precision": spec.precision,
+        "best": _trial_json(outcome.best, outcome.best_ci),
+        "default": _trial_json(outcome.default, outcome.default_ci),
+        "ties": [_trial_json(t) for t in outcome.ties],
+        "free_in_ties": list(outcome.free),
+        "clear_win": outcome.clear_win,
+        "ratio": outcome.ratio,
+        "completed": outcome.completed,
+        "importances": outcome.importances,
+        "best_run_id": outcome.best_run_id,
+        "default_run_id": outcome.default_run_id,
+        "interrupted": outcome.interrupted,
+        "exported": [str(p) for p in exported],
+    }
 
 
 def _export(spec: TuneSpec, outcome: TuneOutcome, opts: dict[str, object]) -> list:
     with open_store(opts["db"]) as store:
-        return export_best(store, spec.study, str(_export_engine(opts, spec.hardware)), str(opts["export_dir"]),
-                           opts["engine_version"], warn_on_stderr)
+        return export_best(
+            store,
+            spec.study,
+            str(_export_engine(opts, spec.hardware)),
+            str(opts["export_dir"]),
+            opts["engine_version"],
+            warn_on_stderr,
+        )
 
 
-def _print_files_and_next(spec: TuneSpec, outcome: TuneOutcome, opts: dict[str, object], exported: list,
-                          console: Console) -> None:
+def _print_files_and_next(
+    spec: TuneSpec, outcome: TuneOutcome, opts: dict[str, object], exported: list, console: Console
+) -> None:
     """Where the study, its runs and any exported files went, and the commands that use them."""
     best, default = outcome.best_run_id, outcome.default_run_id
     runs = stored_runs_text(best, default)

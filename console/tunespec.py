@@ -93,8 +93,11 @@ def build_spec(inputs: TuneInputs, db: str | Path) -> TuneSpec:
         if slo is None:
             raise TuneInputError("slo", "the goodput objective needs an SLO such as ttft=2s,tpot=200ms")
         if not scenario.requires_rate:
-            raise TuneInputError("scenario", f"goodput searches Poisson rates; scenario {scenario.name} has no rate "
-                                             "(use azure-conv, sharegpt, cnn, cnn-reversed or --objective ttft)")
+            raise TuneInputError(
+                "scenario",
+                f"goodput searches Poisson rates; scenario {scenario.name} has no rate "
+                "(use azure-conv, sharegpt, cnn, cnn-reversed or --objective ttft)",
+            )
     if inputs.trials is not None and inputs.trials < 1:
         raise TuneInputError("trials", f"must be a positive integer, got {inputs.trials}")
     if inputs.repeats < 1:
@@ -117,17 +120,38 @@ def build_spec(inputs: TuneInputs, db: str | Path) -> TuneSpec:
     modes, fixed = engine_search(engine, modes, fixed)  # every winner must launch on the engine tuned for
     trials = inputs.trials if inputs.trials is not None else (None if inputs.timeout else DEFAULT_TRIALS)
     slo_text = slo.text() if slo else ""
-    name = inputs.study or default_study_name(scenario.name, inputs.model, inputs.hardware, devices, objective,
-                                              slo_text, "" if inputs.backend == "sim" else inputs.backend)
+    name = inputs.study or default_study_name(
+        scenario.name,
+        inputs.model,
+        inputs.hardware,
+        devices,
+        objective,
+        slo_text,
+        "" if inputs.backend == "sim" else inputs.backend,
+    )
     make_sampler(inputs.sampler, 0)
-    spec = TuneSpec(study=name, storage=inputs.storage or default_storage(db), scenario=inputs.scenario,
-                    model=inputs.model, hardware=inputs.hardware, devices=devices, objective=objective,
-                    slo=slo_text or None, seed=inputs.seed, requests=inputs.requests, fixed=fixed,
-                    sampler=inputs.sampler, trials=trials,
-                    deadline=None if inputs.timeout is None else time.time() + inputs.timeout, modes=modes,
-                    backend=inputs.backend, backend_options=dict(inputs.backend_options),
-                    engine=engine, repeats=inputs.repeats,
-                    heartbeat_s=inputs.heartbeat_s)
+    spec = TuneSpec(
+        study=name,
+        storage=inputs.storage or default_storage(db),
+        scenario=inputs.scenario,
+        model=inputs.model,
+        hardware=inputs.hardware,
+        devices=devices,
+        objective=objective,
+        slo=slo_text or None,
+        seed=inputs.seed,
+        requests=inputs.requests,
+        fixed=fixed,
+        sampler=inputs.sampler,
+        trials=trials,
+        deadline=None if inputs.timeout is None else time.time() + inputs.timeout,
+        modes=modes,
+        backend=inputs.backend,
+        backend_options=dict(inputs.backend_options),
+        engine=engine,
+        repeats=inputs.repeats,
+        heartbeat_s=inputs.heartbeat_s,
+    )
     ctx = space_context(spec)
     default = suggest_config(optuna.trial.FixedTrial(default_params(ctx, fixed)), ctx, fixed)
     ServingConfig(**default).resolve()  # the pins must leave at least the engine default runnable
@@ -141,8 +165,9 @@ def build_spec(inputs: TuneInputs, db: str | Path) -> TuneSpec:
 
 def value_text(objective: str, value: float) -> str:
     """An objective value with its unit: 7.18 req/s, 1.234 s mean TTFT, 2187 tok/s."""
-    return {"goodput": f"{value:.3g} req/s", "ttft": f"{value:.4g} s mean TTFT",
-            "throughput": f"{value:.4g} tok/s"}[objective]
+    return {"goodput": f"{value:.3g} req/s", "ttft": f"{value:.4g} s mean TTFT", "throughput": f"{value:.4g} tok/s"}[
+        objective
+    ]
 
 
 def stored_runs_text(best: int | None, default: int | None) -> str:

@@ -18,8 +18,15 @@ if TYPE_CHECKING:  # what type checkers see; at run time __getattr__ imports eac
     from .request import Workload as Workload
     from .scenario import Scenario as Scenario
 
-_WHERE = {"PipedeckError": "errors", "ScenarioError": "errors", "catalog": "loader", "load_scenario": "loader",
-          "Request": "request", "Workload": "request", "Scenario": "scenario"}
+_WHERE = {
+    "PipedeckError": "errors",
+    "ScenarioError": "errors",
+    "catalog": "loader",
+    "load_scenario": "loader",
+    "Request": "request",
+    "Workload": "request",
+    "Scenario": "scenario",
+}
 
 __all__ = sorted(_WHERE)
 

@@ -116,9 +116,7 @@ def _build(field: str, kind_key: str, kinds: Mapping[str, type[Kind]], spec: Any
         return kinds[kind](**{k: v for k, v in spec.items() if k != kind_key})
 
 
-def _check_keys(
-    prefix: str, table: dict[str, Any], allowed: tuple[str, ...], required: tuple[str, ...]
-) -> None:
+def _check_keys(prefix: str, table: dict[str, Any], allowed: tuple[str, ...], required: tuple[str, ...]) -> None:
     """Reject an unknown key or a missing required one."""
     for key in table:
         if key not in allowed:

@@ -55,9 +55,7 @@ class Scenario:
         """True when requests arrive at their times; False for a closed loop."""
         return self.arrivals.concurrency is None
 
-    def workload(
-        self, seed: int = 0, rate: float | None = None, num_requests: int | None = None
-    ) -> Workload:
+    def workload(self, seed: int = 0, rate: float | None = None, num_requests: int | None = None) -> Workload:
         """The requests for a seed; the same arguments give the same workload, bit for bit.
 
         Arrivals, prompt and output lengths draw from separate streams of the
@@ -65,7 +63,9 @@ class Scenario:
         2r gives exactly half the arrival times of rate r.
         """
         n = self.check_arguments(seed, rate, num_requests)
-        arrival_rng, prompt_rng, output_rng = _streams(seed, (self.arrivals.draws, self.prompt.draws, self.output.draws))
+        arrival_rng, prompt_rng, output_rng = _streams(
+            seed, (self.arrivals.draws, self.prompt.draws, self.output.draws)
+        )
         times = self.arrivals.times(arrival_rng, n, self.rate if rate is None else rate)
         prompts = self.prompt.sample(prompt_rng, n)
         outputs = self.output.sample(output_rng, n)

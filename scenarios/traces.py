@@ -44,8 +44,13 @@ def read_trace(path: Path) -> Trace:
             checks = _checks(columns)
             (time_col, read_time, _), (prompt_col, _, _), (output_col, _, _) = checks
         try:  # the whole row at once; a bad value is looked for again, column by column, for the message
-            parsed.append((read_time(str(row.get(time_col)).strip()), _count(str(row.get(prompt_col)).strip()),
-                           _count(str(row.get(output_col)).strip())))
+            parsed.append(
+                (
+                    read_time(str(row.get(time_col)).strip()),
+                    _count(str(row.get(prompt_col)).strip()),
+                    _count(str(row.get(output_col)).strip()),
+                )
+            )
         except ValueError:
             _raise_for_value(f"{path}:{number}", row, checks)
     if not parsed:
@@ -119,8 +124,9 @@ def _checks(columns: tuple[str, ...]) -> tuple[tuple[str, Callable[[str], Any], 
     return (time_col, *time_rule), (prompt_col, _count, "an integer >= 0"), (output_col, _count, "an integer >= 0")
 
 
-def _raise_for_value(where: str, row: dict[str, Any], checks: tuple[tuple[str, Callable[[str], Any], str], ...]
-                     ) -> NoReturn:
+def _raise_for_value(
+    where: str, row: dict[str, Any], checks: tuple[tuple[str, Callable[[str], Any], str], ...]
+) -> NoReturn:
     """Raise the one-line error naming the line, the first column whose value does not parse, and what it allows."""
     for column, parse, allowed in checks:
         value = row.get(column)

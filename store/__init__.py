@@ -8,9 +8,18 @@ from __future__ import annotations
 
 import importlib
 
-_WHERE = {"StoreError": "errors", "ENV_VAR": "paths", "default_db_path": "paths", "ConfigRow": "rows",
-          "RunRow": "rows", "StoredRun": "rows", "StudyRow": "rows", "TrialRow": "rows", "RunStore": "runstore",
-          "SCHEMA_VERSION": "schema"}
+_WHERE = {
+    "StoreError": "errors",
+    "ENV_VAR": "paths",
+    "default_db_path": "paths",
+    "ConfigRow": "rows",
+    "RunRow": "rows",
+    "StoredRun": "rows",
+    "StudyRow": "rows",
+    "TrialRow": "rows",
+    "RunStore": "runstore",
+    "SCHEMA_VERSION": "schema",
+}
 
 __all__ = sorted(_WHERE)
 

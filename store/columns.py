@@ -14,12 +14,31 @@ from ..backends.result import RankTime, RequestRecord, Span
 T = TypeVar("T", bound=NamedTuple)
 
 # (column, numpy dtype) per table, in the order of the NamedTuple's fields
-RANK_COLUMNS = (("rank", np.int32), ("compute", np.float64), ("exposed_comm", np.float64),
-                ("bubble", np.float64), ("idle", np.float64))
-REQUEST_COLUMNS = (("id", np.int64), ("arrival_s", np.float64), ("prompt_tokens", np.int64),
-                   ("output_tokens", np.int64), ("first_token_s", np.float64), ("finish_s", np.float64))
-SPAN_COLUMNS = (("rank", np.int32), ("stage", np.int32), ("batch", np.int64), ("request", np.int64),
-                ("chunk", np.int32), ("start_s", np.float64), ("end_s", np.float64), ("kind", object))
+RANK_COLUMNS = (
+    ("rank", np.int32),
+    ("compute", np.float64),
+    ("exposed_comm", np.float64),
+    ("bubble", np.float64),
+    ("idle", np.float64),
+)
+REQUEST_COLUMNS = (
+    ("id", np.int64),
+    ("arrival_s", np.float64),
+    ("prompt_tokens", np.int64),
+    ("output_tokens", np.int64),
+    ("first_token_s", np.float64),
+    ("finish_s", np.float64),
+)
+SPAN_COLUMNS = (
+    ("rank", np.int32),
+    ("stage", np.int32),
+    ("batch", np.int64),
+    ("request", np.int64),
+    ("chunk", np.int32),
+    ("start_s", np.float64),
+    ("end_s", np.float64),
+    ("kind", object),
+)
 SPAN_NONE = {"request": -1, "chunk": -1}  # a Span's "none" (a decode-only batch), stored as NULL
 
 
@@ -32,8 +51,9 @@ def to_columns(run_id: int, rows: Sequence[tuple], layout: tuple[tuple[str, obje
     return columns
 
 
-def insert_columns(con: duckdb.DuckDBPyConnection, table: str, columns: dict[str, np.ndarray],
-                   none: dict[str, int] | None = None) -> None:
+def insert_columns(
+    con: duckdb.DuckDBPyConnection, table: str, columns: dict[str, np.ndarray], none: dict[str, int] | None = None
+) -> None:
     """Append equal-length numpy columns to `table` with one INSERT ... SELECT over them.
 
     `none` names integer columns whose sentinel value means "none": it is stored as NULL.
@@ -63,12 +83,19 @@ def insert_columns(con: duckdb.DuckDBPyConnection, table: str, columns: dict[str
     # DuckDB's replacement scan finds this local by name and scans the dict of arrays in C++
     # (DuckDB 1.1 and 2.x alike; no pandas or pyarrow needed).
     pipedeck_bulk_columns = scanned  # noqa: F841
-    con.execute(f"INSERT INTO {table} ({', '.join(columns)}) SELECT {', '.join(select)} FROM pipedeck_bulk_columns",
-                params)
+    con.execute(
+        f"INSERT INTO {table} ({', '.join(columns)}) SELECT {', '.join(select)} FROM pipedeck_bulk_columns", params
+    )
 
 
-def read_rows(con: duckdb.DuckDBPyConnection, table: str, run_id: int,
-              layout: tuple[tuple[str, object], ...], kind: type[T], none: dict[str, int] | None = None) -> list[T]:
+def read_rows(
+    con: duckdb.DuckDBPyConnection,
+    table: str,
+    run_id: int,
+    layout: tuple[tuple[str, object], ...],
+    kind: type[T],
+    none: dict[str, int] | None = None,
+) -> list[T]:
     """The rows `insert_columns` wrote for `run_id`, in their original order, as `kind` tuples (NULL as `none`'s)."""
     none = none or {}
     names = ", ".join(f"coalesce({name}, {int(none[name])}) AS {name}" if name in none else name for name, _ in layout)

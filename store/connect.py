@@ -59,7 +59,9 @@ def translate(err: duckdb.Error, path: Path) -> StoreError:
     if _LOCKED in text:
         pid = re.search(r"PID (\d+)", text)
         holder = f" (PID {pid.group(1)})" if pid else ""
-        return StoreError(f"db: {path} is in use by another process{holder}; close it or wait for it to finish, then retry")
+        return StoreError(
+            f"db: {path} is in use by another process{holder}; close it or wait for it to finish, then retry"
+        )
     if any(marker in text for marker in _CORRUPT):
         return not_a_store(path)
     return StoreError(f"db: {path}: {first_line(text)}")

@@ -39,15 +39,21 @@ TRIAL_STATES = ("RUNNING", "WAITING", "COMPLETE", "PRUNED", "FAIL")
 FINISHED_STATES = frozenset({"COMPLETE", "PRUNED", "FAIL"})
 DIRECTIONS = ("maximize", "minimize")
 
-_RUN_COLUMNS = ("created_at, pipedeck_version, backend, scenario, seed, rate, model, hardware, mode, tp, pp, chunk, "
-                "config, summary, makespan_s, steps, chunks, stage_executions, study, trial, label, live")
+_RUN_COLUMNS = (
+    "created_at, pipedeck_version, backend, scenario, seed, rate, model, hardware, mode, tp, pp, chunk, "
+    "config, summary, makespan_s, steps, chunks, stage_executions, study, trial, label, live"
+)
 # TIMESTAMPTZ columns are read as naive UTC (DuckDB before 2.0 needs pytz to fetch a zoned value), then tagged UTC
-_LIST_COLUMNS = ("id, timezone('UTC', created_at), backend, scenario, mode, model, hardware, tp, pp, chunk, rate, seed, study, trial, "
-                 "label, makespan_s, summary")
-_TRIAL_COLUMNS = ("study, number, state, params, config, metrics, objective, duration_s, completed_at, run_id, "
-                  "started_at, worker")
-_TRIAL_READ = (_TRIAL_COLUMNS.replace("completed_at", "timezone('UTC', completed_at)")
-               .replace("started_at", "timezone('UTC', started_at)"))
+_LIST_COLUMNS = (
+    "id, timezone('UTC', created_at), backend, scenario, mode, model, hardware, tp, pp, chunk, rate, seed, study, trial, "
+    "label, makespan_s, summary"
+)
+_TRIAL_COLUMNS = (
+    "study, number, state, params, config, metrics, objective, duration_s, completed_at, run_id, started_at, worker"
+)
+_TRIAL_READ = _TRIAL_COLUMNS.replace("completed_at", "timezone('UTC', completed_at)").replace(
+    "started_at", "timezone('UTC', started_at)"
+)
 _STUDY_COLUMNS = "name, created_at, scenario, objective, slo, settings, storage, pipedeck_version"
 # One write transaction at a time in this process (DuckDB lets one process write a file; its connections'
 # concurrent transactions would conflict on the same keys, and a check before an insert would miss the other's row).
@@ -157,34 +163,62 @@ class RunStore:
 
     # -- runs --------------------------------------------------------------------------
 
-    def save_run(self, result: RunResult, *, study: str | None = None, trial: int | None = None,
-                 label: str | None = None, keep_timeline: bool = True, once: bool = False) -> int:
+    def save_run(
+        self,
+        result: RunResult,
+        *,
+        study: str | None = None,
+        trial: int | None = None,
+        label: str | None = None,
+        keep_timeline: bool = True,
+        once: bool = False,
+    ) -> int:
         """Write one run (config, summary, ranks, requests and, unless told not to, spans) in one transaction; return its id.
 
         `once`: the run of this study, trial and label is stored once (a study's best or default run): if one is
         stored already, checked in the same transaction, its id is returned and nothing is written.
         """
         if once and (study is None or trial is None or label is None):
-            raise StoreError(f"once: a run saved once names its study, trial and label, got {study!r}, {trial!r}, "
-                             f"{label!r}")
+            raise StoreError(
+                f"once: a run saved once names its study, trial and label, got {study!r}, {trial!r}, {label!r}"
+            )
         config = result.config
         row = [
-            utcnow(), pipedeck_version(), result.backend, result.scenario, int(result.seed), _opt_float(result.rate),
-            _opt_str(config.get("model")), _opt_str(config.get("hardware")), _opt_str(config.get("mode")),
-            _opt_int(config.get("tp")), _opt_int(config.get("pp")), _opt_int(config.get("chunk")),
-            dumps(config, "config"), dumps(result.summary(), "summary"), float(result.makespan_s),
-            _opt_int(result.steps), _opt_int(result.chunks), _opt_int(result.stage_executions), study, _opt_int(trial),
-            label, None if result.live is None else dumps(live_to_dict(result.live), "live"),
+            utcnow(),
+            pipedeck_version(),
+            result.backend,
+            result.scenario,
+            int(result.seed),
+            _opt_float(result.rate),
+            _opt_str(config.get("model")),
+            _opt_str(config.get("hardware")),
+            _opt_str(config.get("mode")),
+            _opt_int(config.get("tp")),
+            _opt_int(config.get("pp")),
+            _opt_int(config.get("chunk")),
+            dumps(config, "config"),
+            dumps(result.summary(), "summary"),
+            float(result.makespan_s),
+            _opt_int(result.steps),
+            _opt_int(result.chunks),
+            _opt_int(result.stage_executions),
+            study,
+            _opt_int(trial),
+            label,
+            None if result.live is None else dumps(live_to_dict(result.live), "live"),
         ]
-        tables = [("run_ranks", rank_columns(0, result.ranks), None),
-                  ("requests", request_columns(0, result.records), None)]
+        tables = [
+            ("run_ranks", rank_columns(0, result.ranks), None),
+            ("requests", request_columns(0, result.records), None),
+        ]
         if keep_timeline:
             tables.append(("spans", span_columns(0, result.spans), SPAN_NONE))
         marks = ", ".join("?" * len(row))
         with self._writing() as con:
             if once:
-                (stored,) = con.execute("SELECT min(id) FROM runs WHERE study = ? AND trial = ? AND label = ?",
-                                        [study, int(trial), label]).fetchone()  # type: ignore[arg-type]
+                (stored,) = con.execute(
+                    "SELECT min(id) FROM runs WHERE study = ? AND trial = ? AND label = ?", [study, int(trial), label]
+                ).fetchone()  # type: ignore[arg-type]
                 if stored is not None:
                     return int(stored)
             (run_id,) = con.execute(f"INSERT INTO runs ({_RUN_COLUMNS}) VALUES ({marks}) RETURNING id", row).fetchone()
@@ -211,24 +245,58 @@ class RunStore:
                 # runs stored before preemptions were counted had none; a live run without the counter has NULL
                 "coalesce(CAST(json_extract(summary, '$.preemptions') AS BIGINT), CASE WHEN live IS NULL THEN 0 END), "
                 "live FROM runs WHERE id = ?",
-                [run_id]).fetchone()
+                [run_id],
+            ).fetchone()
             if row is None:
                 raise self._no_run(run_id)
-            (rid, created, study, trial, label, version, backend, scenario, seed, rate, config,
-             makespan, steps, chunks, execs, preemptions, live) = row
+            (
+                rid,
+                created,
+                study,
+                trial,
+                label,
+                version,
+                backend,
+                scenario,
+                seed,
+                rate,
+                config,
+                makespan,
+                steps,
+                chunks,
+                execs,
+                preemptions,
+                live,
+            ) = row
             result = RunResult(
-                config=json.loads(config), scenario=scenario, backend=backend, seed=seed, rate=rate,
+                config=json.loads(config),
+                scenario=scenario,
+                backend=backend,
+                seed=seed,
+                rate=rate,
                 records=read_rows(con, "requests", rid, REQUEST_COLUMNS, RequestRecord),
                 ranks=read_rows(con, "run_ranks", rid, RANK_COLUMNS, RankTime),
-                makespan_s=makespan, steps=steps, chunks=chunks, stage_executions=execs,
+                makespan_s=makespan,
+                steps=steps,
+                chunks=chunks,
+                stage_executions=execs,
                 spans=read_rows(con, "spans", rid, SPAN_COLUMNS, Span, SPAN_NONE) if timeline else [],
-                preemptions=preemptions, live=None if live is None else live_from_dict(json.loads(live)),
+                preemptions=preemptions,
+                live=None if live is None else live_from_dict(json.loads(live)),
             )
-        return StoredRun(id=rid, created_at=_utc(created), study=study, trial=trial, label=label,
-                         pipedeck_version=version, result=result)
+        return StoredRun(
+            id=rid,
+            created_at=_utc(created),
+            study=study,
+            trial=trial,
+            label=label,
+            pipedeck_version=version,
+            result=result,
+        )
 
-    def list_runs(self, study: str | None = None, scenario: str | None = None, mode: str | None = None,
-                  limit: int | None = None) -> list[RunRow]:
+    def list_runs(
+        self, study: str | None = None, scenario: str | None = None, mode: str | None = None, limit: int | None = None
+    ) -> list[RunRow]:
         """Stored runs, newest first, without their requests and spans, optionally filtered."""
         where, params = [], []
         for column, value in (("study", study), ("scenario", scenario), ("mode", mode)):
@@ -255,18 +323,35 @@ class RunStore:
 
     # -- studies and trials --------------------------------------------------------------
 
-    def save_study(self, name: str, *, scenario: str, objective: str, slo: dict[str, object],
-                   settings: dict[str, object], storage: str) -> None:
+    def save_study(
+        self,
+        name: str,
+        *,
+        scenario: str,
+        objective: str,
+        slo: dict[str, object],
+        settings: dict[str, object],
+        storage: str,
+    ) -> None:
         """Create the study, or update its settings if it exists (its creation time is kept)."""
         _require_name(name, "study")
-        row = [name, utcnow(), scenario, objective, dumps(slo, "slo"), dumps(settings, "settings"), storage,
-               pipedeck_version()]
+        row = [
+            name,
+            utcnow(),
+            scenario,
+            objective,
+            dumps(slo, "slo"),
+            dumps(settings, "settings"),
+            storage,
+            pipedeck_version(),
+        ]
         with self._writing() as con:
             con.execute(
                 f"INSERT INTO studies ({_STUDY_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (name) DO UPDATE SET "
                 "scenario = excluded.scenario, objective = excluded.objective, slo = excluded.slo, "
                 "settings = excluded.settings, storage = excluded.storage, pipedeck_version = excluded.pipedeck_version",
-                row)
+                row,
+            )
 
     def get_study(self, name: str) -> StudyRow:
         """One study and its trial counts; StoreError if there is none by that name."""
@@ -282,10 +367,22 @@ class RunStore:
             rows = con.execute(_STUDIES_SQL + " GROUP BY ALL ORDER BY created_utc, s.name").fetchall()
         return [_study_row(row) for row in rows]
 
-    def save_trial(self, study: str, number: int, *, state: str, params: dict[str, object],
-                   config: dict[str, object] | None, metrics: dict[str, object], objective: float | None,
-                   duration_s: float | None, run_id: int | None = None, completed_at: datetime | None = None,
-                   started_at: datetime | None = None, worker: str | None = None) -> None:
+    def save_trial(
+        self,
+        study: str,
+        number: int,
+        *,
+        state: str,
+        params: dict[str, object],
+        config: dict[str, object] | None,
+        metrics: dict[str, object],
+        objective: float | None,
+        duration_s: float | None,
+        run_id: int | None = None,
+        completed_at: datetime | None = None,
+        started_at: datetime | None = None,
+        worker: str | None = None,
+    ) -> None:
         """Insert or replace trial (study, number): syncing the same trial twice leaves one row.
 
         Only a COMPLETE trial has an objective. Without `run_id` the trial keeps the run it is linked to
@@ -297,16 +394,31 @@ class RunStore:
             raise StoreError(f"number: must be a non-negative trial number, got {number!r}")
         if objective is not None and state != "COMPLETE":
             raise StoreError(f"objective: only a COMPLETE trial has one, got {objective!r} for a {state} trial")
-        row = [study, int(number), state, dumps(params, "params"), None if config is None else dumps(config, "config"),
-               dumps(metrics, "metrics"), _opt_float(objective), _opt_float(duration_s),
-               None if completed_at is None else _zoned(completed_at), _opt_int(run_id),
-               None if started_at is None else _zoned(started_at), _opt_str(worker)]
+        row = [
+            study,
+            int(number),
+            state,
+            dumps(params, "params"),
+            None if config is None else dumps(config, "config"),
+            dumps(metrics, "metrics"),
+            _opt_float(objective),
+            _opt_float(duration_s),
+            None if completed_at is None else _zoned(completed_at),
+            _opt_int(run_id),
+            None if started_at is None else _zoned(started_at),
+            _opt_str(worker),
+        ]
         with self._writing() as con:
             if con.execute("SELECT 1 FROM studies WHERE name = ?", [study]).fetchone() is None:
                 raise self._no_study(study)
-            old = con.execute("SELECT timezone('UTC', completed_at), run_id, timezone('UTC', started_at), worker "
-                              "FROM trials WHERE study = ? AND number = ?",
-                              [study, int(number)]).fetchone() or (None,) * 4
+            old = (
+                con.execute(
+                    "SELECT timezone('UTC', completed_at), run_id, timezone('UTC', started_at), worker "
+                    "FROM trials WHERE study = ? AND number = ?",
+                    [study, int(number)],
+                ).fetchone()
+                or (None,) * 4
+            )
             if row[8] is None and state in FINISHED_STATES:
                 row[8] = _utc(old[0]) or utcnow()
             for i, kept in ((9, old[1]), (10, _utc(old[2])), (11, old[3])):
@@ -319,7 +431,10 @@ class RunStore:
         """Point trial (study, number) at `run_id`, a stored run of it (the best or default config's)."""
         with self._writing() as con:
             self._require_run(con, run_id)
-            if con.execute("SELECT 1 FROM trials WHERE study = ? AND number = ?", [study, int(number)]).fetchone() is None:
+            if (
+                con.execute("SELECT 1 FROM trials WHERE study = ? AND number = ?", [study, int(number)]).fetchone()
+                is None
+            ):
                 raise StoreError(f"trial: no trial {number} of study {study!r} in {self.path}")
             # (no UPDATE ... RETURNING: on DuckDB 1.1 it leaves the key index thinking the row is there twice)
             con.execute("UPDATE trials SET run_id = ? WHERE study = ? AND number = ?", [run_id, study, int(number)])
@@ -342,7 +457,9 @@ class RunStore:
                 raise self._no_study(study)
             row = con.execute(
                 f"SELECT {_TRIAL_READ} FROM trials WHERE study = ? AND state = 'COMPLETE' AND objective IS NOT NULL "
-                f"AND NOT isnan(objective) ORDER BY objective {order}, number LIMIT 1", [study]).fetchone()
+                f"AND NOT isnan(objective) ORDER BY objective {order}, number LIMIT 1",
+                [study],
+            ).fetchone()
         return None if row is None else _trial_row(row)
 
     # -- named configs --------------------------------------------------------------------
@@ -353,9 +470,11 @@ class RunStore:
         if not isinstance(config, dict):
             raise StoreError(f"config: must be a dict of config fields, got {type(config).__name__}")
         with self._writing() as con:
-            con.execute("INSERT INTO configs (name, created_at, config) VALUES (?, ?, ?) "
-                        "ON CONFLICT (name) DO UPDATE SET config = excluded.config",
-                        [name, utcnow(), dumps(config, "config")])
+            con.execute(
+                "INSERT INTO configs (name, created_at, config) VALUES (?, ?, ?) "
+                "ON CONFLICT (name) DO UPDATE SET config = excluded.config",
+                [name, utcnow(), dumps(config, "config")],
+            )
 
     def get_config(self, name: str) -> dict[str, object]:
         """The config saved under `name`; StoreError if there is none."""
@@ -369,7 +488,9 @@ class RunStore:
         """Every named config, by name."""
         with self._reading() as con:
             rows = con.execute("SELECT name, timezone('UTC', created_at), config FROM configs ORDER BY name").fetchall()
-        return [ConfigRow(name=name, created_at=_utc(created), config=json.loads(config)) for name, created, config in rows]
+        return [
+            ConfigRow(name=name, created_at=_utc(created), config=json.loads(config)) for name, created, config in rows
+        ]
 
     # -- helpers ----------------------------------------------------------------------------
 
@@ -447,14 +568,48 @@ def _trial_state(state: object) -> str:
 
 
 def _run_row(row: tuple) -> RunRow:
-    (rid, created, backend, scenario, mode, model, hardware, tp, pp, chunk, rate, seed, study, trial, label,
-     makespan, summary) = row
+    (
+        rid,
+        created,
+        backend,
+        scenario,
+        mode,
+        model,
+        hardware,
+        tp,
+        pp,
+        chunk,
+        rate,
+        seed,
+        study,
+        trial,
+        label,
+        makespan,
+        summary,
+    ) = row
     s = json.loads(summary)
     return RunRow(
-        id=rid, created_at=_utc(created), backend=backend, scenario=scenario, mode=mode, model=model,
-        hardware=hardware, tp=tp, pp=pp, chunk=chunk, rate=rate, seed=seed, study=study, trial=trial, label=label,
-        requests=s["requests"], ttft_p90_s=_p90(s["ttft_s"]), tpot_p90_s=_tpot_p90(s["tpot_s"]),
-        throughput_tok_s=s["throughput_tok_s"], makespan_s=makespan, bubble_ratio=s["bubble_ratio"],
+        id=rid,
+        created_at=_utc(created),
+        backend=backend,
+        scenario=scenario,
+        mode=mode,
+        model=model,
+        hardware=hardware,
+        tp=tp,
+        pp=pp,
+        chunk=chunk,
+        rate=rate,
+        seed=seed,
+        study=study,
+        trial=trial,
+        label=label,
+        requests=s["requests"],
+        ttft_p90_s=_p90(s["ttft_s"]),
+        tpot_p90_s=_tpot_p90(s["tpot_s"]),
+        throughput_tok_s=s["throughput_tok_s"],
+        makespan_s=makespan,
+        bubble_ratio=s["bubble_ratio"],
         failed=s["live"]["failed"] if s.get("live") else None,
     )
 
@@ -475,13 +630,33 @@ def _tpot_p90(tpot: dict[str, float] | None) -> float | None:
 
 def _study_row(row: tuple) -> StudyRow:
     name, created, scenario, objective, slo, settings, storage, version, trials, completed = row
-    return StudyRow(name=name, created_at=_utc(created), scenario=scenario, objective=objective,
-                    slo=_loads(slo), settings=_loads(settings), storage=storage, pipedeck_version=version,
-                    trials=int(trials), completed=int(completed))
+    return StudyRow(
+        name=name,
+        created_at=_utc(created),
+        scenario=scenario,
+        objective=objective,
+        slo=_loads(slo),
+        settings=_loads(settings),
+        storage=storage,
+        pipedeck_version=version,
+        trials=int(trials),
+        completed=int(completed),
+    )
 
 
 def _trial_row(row: tuple) -> TrialRow:
     study, number, state, params, config, metrics, objective, duration, completed, run_id, started, worker = row
-    return TrialRow(study=study, number=number, state=state, params=_loads(params), config=_loads(config),
-                    metrics=_loads(metrics), objective=objective, duration_s=duration, completed_at=_utc(completed),
-                    run_id=run_id, started_at=_utc(started), worker=worker)
+    return TrialRow(
+        study=study,
+        number=number,
+        state=state,
+        params=_loads(params),
+        config=_loads(config),
+        metrics=_loads(metrics),
+        objective=objective,
+        duration_s=duration,
+        completed_at=_utc(completed),
+        run_id=run_id,
+        started_at=_utc(started),
+        worker=worker,
+    )

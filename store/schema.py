@@ -122,8 +122,13 @@ def _v2(con: duckdb.DuckDBPyConnection) -> None:
 
 
 # every timestamp column: schema 2 held naive UTC, schema 3 a zoned instant
-TIMESTAMP_COLUMNS = (("schema_version", "applied_at"), ("runs", "created_at"), ("studies", "created_at"),
-                     ("trials", "completed_at"), ("configs", "created_at"))
+TIMESTAMP_COLUMNS = (
+    ("schema_version", "applied_at"),
+    ("runs", "created_at"),
+    ("studies", "created_at"),
+    ("trials", "completed_at"),
+    ("configs", "created_at"),
+)
 _V2_SPLIT = re.compile(r"split(\d+)_(\d+)")  # schema 2's layer-split shifts: split{stages}_{stage}
 _PRUNED_PLACEHOLDERS = ("goodput_rps", "attainment", "capped")  # a pruned goodput search's, all 0 or false
 
@@ -137,29 +142,57 @@ def _v3(con: duckdb.DuckDBPyConnection) -> None:
     for column in ("request", "chunk"):  # -1 stood for a decode-only batch
         con.execute(f"ALTER TABLE spans ALTER COLUMN {column} DROP NOT NULL")
         con.execute(f"UPDATE spans SET {column} = NULL WHERE {column} = -1")
-    runs = dict(((study, trial), run_id) for study, trial, run_id in con.execute(
-        "SELECT study, trial, min(id) FROM runs WHERE label IN ('best', 'default') AND study IS NOT NULL "
-        "AND trial IS NOT NULL GROUP BY study, trial").fetchall())
-    trials = [(study, number, state, json.loads(params or "{}"), None if config is None else json.loads(config),
-               json.loads(metrics or "{}"), objective, run_id)
-              for study, number, state, params, config, metrics, objective, run_id in con.execute(
-                  "SELECT study, number, state, params, config, metrics, objective, run_id FROM trials").fetchall()]
-    layers = {study: sum(config["layer_split"]) for study, _, _, _, config, *_ in trials
-              if config and config.get("layer_split")}  # one model per study: any trial that ran says
+    runs = dict(
+        ((study, trial), run_id)
+        for study, trial, run_id in con.execute(
+            "SELECT study, trial, min(id) FROM runs WHERE label IN ('best', 'default') AND study IS NOT NULL "
+            "AND trial IS NOT NULL GROUP BY study, trial"
+        ).fetchall()
+    )
+    trials = [
+        (
+            study,
+            number,
+            state,
+            json.loads(params or "{}"),
+            None if config is None else json.loads(config),
+            json.loads(metrics or "{}"),
+            objective,
+            run_id,
+        )
+        for study, number, state, params, config, metrics, objective, run_id in con.execute(
+            "SELECT study, number, state, params, config, metrics, objective, run_id FROM trials"
+        ).fetchall()
+    ]
+    layers = {
+        study: sum(config["layer_split"])
+        for study, _, _, _, config, *_ in trials
+        if config and config.get("layer_split")
+    }  # one model per study: any trial that ran says
     for study, number, state, params, config, metrics, objective, run_id in trials:
         if state == "PRUNED" and objective is not None:  # the rate the pruned search failed at, not a result
             if metrics.get("goodput_rps") == 0:
                 metrics = {k: v for k, v in metrics.items() if k not in _PRUNED_PLACEHOLDERS}
             metrics["fails_slo_at_rps"], objective = objective, None
-        con.execute("UPDATE trials SET params = ?, metrics = ?, objective = ?, run_id = ? WHERE study = ? AND number = ?",
-                    [json.dumps(_v3_params(params, config, layers.get(study))),
-                     json.dumps(metrics), objective, run_id if run_id is not None else runs.get((study, number)),
-                     study, number])
+        con.execute(
+            "UPDATE trials SET params = ?, metrics = ?, objective = ?, run_id = ? WHERE study = ? AND number = ?",
+            [
+                json.dumps(_v3_params(params, config, layers.get(study))),
+                json.dumps(metrics),
+                objective,
+                run_id if run_id is not None else runs.get((study, number)),
+                study,
+                number,
+            ],
+        )
 
 
 def _column_type(con: duckdb.DuckDBPyConnection, table: str, column: str) -> str:
-    return con.execute("SELECT data_type FROM information_schema.columns WHERE table_catalog = current_database() "
-                       "AND table_schema = 'main' AND table_name = ? AND column_name = ?", [table, column]).fetchone()[0]
+    return con.execute(
+        "SELECT data_type FROM information_schema.columns WHERE table_catalog = current_database() "
+        "AND table_schema = 'main' AND table_name = ? AND column_name = ?",
+        [table, column],
+    ).fetchone()[0]
 
 
 def _v3_params(params: dict[str, object], config: dict[str, object] | None, layers: int | None) -> dict[str, object]:
@@ -235,7 +268,9 @@ def known_version(con: duckdb.DuckDBPyConnection, path: Path) -> int:
     """The file's schema version (as `current_version`); StoreError if it is newer than this pipedeck knows."""
     found = current_version(con, path)
     if found > SCHEMA_VERSION:
-        raise StoreError(f"db: {path} has schema version {found}, newer than this pipedeck knows ({SCHEMA_VERSION}); upgrade pipedeck")
+        raise StoreError(
+            f"db: {path} has schema version {found}, newer than this pipedeck knows ({SCHEMA_VERSION}); upgrade pipedeck"
+        )
     return found
 
 
@@ -244,9 +279,13 @@ def _migrate(con: duckdb.DuckDBPyConnection, path: Path, read_only: bool) -> int
     if found == SCHEMA_VERSION:
         return found
     if read_only:
-        raise StoreError(f"db: {path} has schema version {found}, older than {SCHEMA_VERSION}; open it once read-write (any pipedeck simulate) to upgrade it")
+        raise StoreError(
+            f"db: {path} has schema version {found}, older than {SCHEMA_VERSION}; open it once read-write (any pipedeck simulate) to upgrade it"
+        )
     with transaction(con):
-        con.execute("CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL, applied_at TIMESTAMPTZ NOT NULL)")
+        con.execute(
+            "CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL, applied_at TIMESTAMPTZ NOT NULL)"
+        )
         for version in range(found + 1, SCHEMA_VERSION + 1):
             MIGRATIONS[version - 1](con)
         applied = utcnow()  # recorded once every migration ran, when schema_version.applied_at is zoned

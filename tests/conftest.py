@@ -30,8 +30,11 @@ def far_from_utc(monkeypatch) -> Iterator[None]:
 @pytest.fixture(scope="module")
 def mock_server() -> Iterator[str]:
     """The mock OpenAI-compatible streaming server (backends/live/mock_server.py) on a free loopback port; its URL."""
-    process = subprocess.Popen([sys.executable, "-m", "pipedeck.backends.live.mock_server", "--token-s", "0.002"],
-                               stdout=subprocess.PIPE, text=True)
+    process = subprocess.Popen(
+        [sys.executable, "-m", "pipedeck.backends.live.mock_server", "--token-s", "0.002"],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         yield process.stdout.readline().strip()
     finally:

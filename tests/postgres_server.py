@@ -62,10 +62,21 @@ class PostgresServer:
             account = pwd.getpwnam(RUN_AS)
             for path in (self.root, secret):
                 os.chown(path, account.pw_uid, account.pw_gid)
-        self._run("initdb", "-D", str(self.data), "-U", USER, f"--pwfile={secret}", "--auth-local=trust",
-                  "--auth-host=scram-sha-256", "--no-sync")
-        options = (f"-p {self.port} -k {self.root} -c listen_addresses=127.0.0.1 -c fsync=off "
-                   "-c synchronous_commit=off -c full_page_writes=off")
+        self._run(
+            "initdb",
+            "-D",
+            str(self.data),
+            "-U",
+            USER,
+            f"--pwfile={secret}",
+            "--auth-local=trust",
+            "--auth-host=scram-sha-256",
+            "--no-sync",
+        )
+        options = (
+            f"-p {self.port} -k {self.root} -c listen_addresses=127.0.0.1 -c fsync=off "
+            "-c synchronous_commit=off -c full_page_writes=off"
+        )
         self._run("pg_ctl", "-D", str(self.data), "-l", str(self.log), "-o", options, "-w", "-t", "60", "start")
         self.started = True
         return self

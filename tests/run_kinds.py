@@ -27,8 +27,9 @@ def failed(number: int, error: str) -> LiveRequest:
 
 def live(requests: list[LiveRequest], unsent: int = 0) -> RunResult:
     """A live run of these requests, as the load generator turns them into pipedeck's RunResult."""
-    return run_result(LiveRun(requests, unsent=unsent, loadgen_cpu_s=0.01), "short-4k", QWEN.resolve().to_dict(),
-                      seed=0, rate=None)
+    return run_result(
+        LiveRun(requests, unsent=unsent, loadgen_cpu_s=0.01), "short-4k", QWEN.resolve().to_dict(), seed=0, rate=None
+    )
 
 
 def awkward_runs() -> dict[str, RunResult]:

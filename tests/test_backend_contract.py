@@ -34,8 +34,15 @@ def backend(request) -> Backend:
 
 
 def run(backend: Backend, observer: RunObserver | None = None, timeline: bool = True) -> RunResult:
-    return backend.run(load_scenario("azure-conv"), CONFIG, rate=RATE, seed=3, num_requests=REQUESTS,
-                       observer=observer, timeline=timeline)
+    return backend.run(
+        load_scenario("azure-conv"),
+        CONFIG,
+        rate=RATE,
+        seed=3,
+        num_requests=REQUESTS,
+        observer=observer,
+        timeline=timeline,
+    )
 
 
 def test_it_is_registered_under_its_name_with_its_capabilities(backend):

@@ -25,14 +25,17 @@ import numpy
 
 def threads_after_numpy(how: str, **env: str) -> list[str]:
     base = {k: v for k, v in os.environ.items() if k not in (THREADS, SET_BY_PIPEDECK)}
-    done = subprocess.run([sys.executable, "-c", PROBE, how], capture_output=True, text=True, timeout=120,
-                          env={**base, **env})
+    done = subprocess.run(
+        [sys.executable, "-c", PROBE, how], capture_output=True, text=True, timeout=120, env={**base, **env}
+    )
     assert done.returncode == 0, done.stderr
     return done.stdout.rpartition("THREADS ")[2].split()
 
 
-@pytest.mark.skipif(not sys.platform.startswith("linux") or (os.cpu_count() or 1) < 2,
-                    reason="counts threads in /proc/self/task; one core has no OpenBLAS pool to limit")
+@pytest.mark.skipif(
+    not sys.platform.startswith("linux") or (os.cpu_count() or 1) < 2,
+    reason="counts threads in /proc/self/task; one core has no OpenBLAS pool to limit",
+)
 def test_the_cli_runs_numpy_on_one_thread_where_numpy_alone_starts_a_pool():
     assert int(threads_after_numpy("bare")[0]) > 1  # the control: numpy's OpenBLAS starts a thread per core
     assert threads_after_numpy("cli") == ["1", "1"]

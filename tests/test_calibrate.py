@@ -50,8 +50,13 @@ class HiddenServer:
 
 def test_the_fit_recovers_the_constants_the_runs_were_measured_with(tiny):
     config = config_of(tiny)
-    truth = {"step_overhead_ms": 0.4, "request_overhead_ms": 6.0, "matmul_efficiency": 0.02,
-             "attention_efficiency": 0.01, "attention_half_tokens": 20.0}
+    truth = {
+        "step_overhead_ms": 0.4,
+        "request_overhead_ms": 6.0,
+        "matmul_efficiency": 0.02,
+        "attention_efficiency": 0.01,
+        "attention_half_tokens": 20.0,
+    }
     assert {c.name for c in FITTED} == set(truth)
     for name, value in truth.items():  # every constant starts a factor 3 or more away
         assert max(value / getattr(config.hardware_profile, name), getattr(config.hardware_profile, name) / value) >= 3
@@ -78,7 +83,7 @@ def test_the_plan_scales_with_the_config_and_holds_out_other_lengths_and_loads(t
         held = [p for p in points if p.held_out]
         assert len(fitted) >= 5 and len(held) >= 3
         assert not {(p.prompt, p.output) for p in held} & {(p.prompt, p.output) for p in fitted}
-        assert {p.load for p in held if p.load} .isdisjoint({p.load for p in fitted if p.load})
+        assert {p.load for p in held if p.load}.isdisjoint({p.load for p in fitted if p.load})
         for point in points:
             if point.reference:
                 assert next(p for p in points if p.name == point.reference).held_out == point.held_out
@@ -92,8 +97,11 @@ def test_too_little_kv_per_request_is_one_line(tiny):
 @pytest.fixture(scope="module")
 def fast_server():
     """The mock streaming server with fast tokens (the CLI's plumbing, not the fit, is under test here)."""
-    process = subprocess.Popen([sys.executable, "-m", "pipedeck.backends.live.mock_server", "--token-s", "0.0002",
-                                "--first-token-s", "0.002"], stdout=subprocess.PIPE, text=True)
+    process = subprocess.Popen(
+        [sys.executable, "-m", "pipedeck.backends.live.mock_server", "--token-s", "0.0002", "--first-token-s", "0.002"],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         yield process.stdout.readline().strip()
     finally:
@@ -102,12 +110,31 @@ def fast_server():
 
 
 def calibrate_argv(model: str, out: Path, *extra: str) -> list[str]:
-    return ["calibrate", "--model", model, "--hardware", START, "--tp", "1", "--pp", "1", "--chunk", "512",
-            "--max-running", "2", "--kv-capacity", "2048", "--out", str(out), *extra]
+    return [
+        "calibrate",
+        "--model",
+        model,
+        "--hardware",
+        START,
+        "--tp",
+        "1",
+        "--pp",
+        "1",
+        "--chunk",
+        "512",
+        "--max-running",
+        "2",
+        "--kv-capacity",
+        "2048",
+        "--out",
+        str(out),
+        *extra,
+    ]
 
 
-def test_calibrate_writes_a_loadable_profile_with_its_sources_and_runs_and_stores_the_runs(tiny, fast_server,
-                                                                                          tmp_path, capsys):
+def test_calibrate_writes_a_loadable_profile_with_its_sources_and_runs_and_stores_the_runs(
+    tiny, fast_server, tmp_path, capsys
+):
     out, db = tmp_path / "mock.toml", tmp_path / "runs.duckdb"
     out.write_text("an older file")
     argv = calibrate_argv(tiny, out, "--endpoint", fast_server, "--quick", "--db", str(db), "--json")
@@ -124,10 +151,13 @@ def test_calibrate_writes_a_loadable_profile_with_its_sources_and_runs_and_store
     assert record["engine"] == "llama.cpp b0-mock" and record["start"] == START
     runs = record["runs"]
     assert [r["name"] for r in runs] == [r["name"] for r in report["runs"]] and {r["set"] for r in runs} == {
-        "fit", "held-out"}
+        "fit",
+        "held-out",
+    }
     for run in runs:
-        assert run["ttft_error"] == pytest.approx(run["simulated_ttft_p50_ms"] / run["measured_ttft_p50_ms"] - 1,
-                                                  abs=2e-3)
+        assert run["ttft_error"] == pytest.approx(
+            run["simulated_ttft_p50_ms"] / run["measured_ttft_p50_ms"] - 1, abs=2e-3
+        )
     with RunStore.open(db, read_only=True) as store:
         assert len(report["run_ids"]) == QUICK_PASSES * len(runs)
         assert store.get_run(report["run_ids"][0]).result.backend == "live"
@@ -136,8 +166,10 @@ def test_calibrate_writes_a_loadable_profile_with_its_sources_and_runs_and_store
 def test_calibrate_needs_one_server(tiny, tmp_path, capsys):
     assert run_cli(cli, calibrate_argv(tiny, tmp_path / "x.toml")) == 2
     assert "--endpoint URL or --launch ENGINE" in capsys.readouterr().err
-    assert run_cli(cli, calibrate_argv(tiny, tmp_path / "x.toml", "--endpoint", "http://x", "--launch",
-                                       "llama-server")) == 2
+    assert (
+        run_cli(cli, calibrate_argv(tiny, tmp_path / "x.toml", "--endpoint", "http://x", "--launch", "llama-server"))
+        == 2
+    )
     assert run_cli(cli, calibrate_argv(tiny, tmp_path / "x.toml", "--launch", "llama-server")) == 2
     assert "--model-path" in capsys.readouterr().err
 
@@ -147,16 +179,30 @@ def test_an_unreachable_endpoint_is_one_line_and_keeps_the_old_profile(tiny, tmp
     out.write_text("the previous calibration")
     assert run_cli(cli, calibrate_argv(tiny, out, "--endpoint", "http://127.0.0.1:9", "--no-store")) == 2
     err = capsys.readouterr().err
-    assert err.startswith("pipedeck: error: endpoint: http://127.0.0.1:9/v1/models lists no model") and err.count(
-        "\n") == 1
+    assert (
+        err.startswith("pipedeck: error: endpoint: http://127.0.0.1:9/v1/models lists no model")
+        and err.count("\n") == 1
+    )
     assert out.read_text() == "the previous calibration"
 
 
 def test_a_failed_calibrate_creates_no_store_or_log_and_leaves_an_existing_store_untouched(tiny, tmp_path, capsys):
     db, log, out = tmp_path / "runs.duckdb", tmp_path / "serve.log", tmp_path / "x.toml"
     dead = calibrate_argv(tiny, out, "--endpoint", "http://127.0.0.1:9", "--db", str(db))
-    missing = calibrate_argv(tiny, out, "--launch", "llama-server", "--model-path", "t.gguf", "--program",
-                             str(tmp_path / "no-such-llama-server"), "--log", str(log), "--db", str(db))
+    missing = calibrate_argv(
+        tiny,
+        out,
+        "--launch",
+        "llama-server",
+        "--model-path",
+        "t.gguf",
+        "--program",
+        str(tmp_path / "no-such-llama-server"),
+        "--log",
+        str(log),
+        "--db",
+        str(db),
+    )
     for argv in (dead, missing):
         assert run_cli(cli, argv) == 2
         assert capsys.readouterr().err.count("\n") == 1
@@ -176,8 +222,19 @@ def test_an_unwritable_or_unloadable_out_is_refused_before_any_work(tiny, tmp_pa
 
 def test_a_launched_server_is_stopped_when_calibrate_fails(tiny, tmp_path, capsys, popen_log):
     started = popen_log
-    argv = calibrate_argv(tiny, tmp_path / "x.toml", "--launch", "llama-server", "--model-path", "t.gguf",
-                          "--program", " ".join(FAKE), "--log", str(tmp_path / "serve.log"), "--no-store")
+    argv = calibrate_argv(
+        tiny,
+        tmp_path / "x.toml",
+        "--launch",
+        "llama-server",
+        "--model-path",
+        "t.gguf",
+        "--program",
+        " ".join(FAKE),
+        "--log",
+        str(tmp_path / "serve.log"),
+        "--no-store",
+    )
     assert run_cli(cli, argv) == 2  # the fake engine answers /health and nothing else
     assert "lists no model" in capsys.readouterr().err
     assert started and started[0].poll() is not None and not (tmp_path / "x.toml").exists()

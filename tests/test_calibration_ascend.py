@@ -128,6 +128,8 @@ def test_dcpp_loses_to_cpp_at_512k(runs_512k):
 @pytest.mark.parametrize("length", ["64k", "128k", "256k"])
 def test_dcpp_beats_cpp_from_64k_to_256k(length):
     """Each scheme at its best chunk budget of the paper's sweep (8K, 16K, 24K, 32K)."""
-    best = {mode: min(ttft_run(mode, f"long-{length}", c * K).makespan_s for c in (8, 16, 24, 32))
-            for mode in ("cpp", "dcpp")}
+    best = {
+        mode: min(ttft_run(mode, f"long-{length}", c * K).makespan_s for c in (8, 16, 24, 32))
+        for mode in ("cpp", "dcpp")
+    }
     assert best["dcpp"] < best["cpp"]

@@ -26,9 +26,22 @@ SETTING = dict(model="qwen2.5-32b", hardware="a100-40g-pcie", **SGLANG_MIXED_CHU
 
 @pytest.fixture(scope="module")
 def goodputs():
-    evaluators = [Evaluator(TuneSpec(study="calibration-b", storage="unused", scenario="azure-conv",
-                                     model="qwen2.5-32b", hardware="a100-40g-pcie", devices=4,
-                                     slo="ttft=2s,tpot=200ms", precision=0.01, seed=seed)) for seed in SEEDS]
+    evaluators = [
+        Evaluator(
+            TuneSpec(
+                study="calibration-b",
+                storage="unused",
+                scenario="azure-conv",
+                model="qwen2.5-32b",
+                hardware="a100-40g-pcie",
+                devices=4,
+                slo="ttft=2s,tpot=200ms",
+                precision=0.01,
+                seed=seed,
+            )
+        )
+        for seed in SEEDS
+    ]
 
     def per_seed(**config) -> list[float]:
         resolved = ServingConfig(**SETTING, **config).resolve()
@@ -36,8 +49,11 @@ def goodputs():
 
     static = {chunk: per_seed(tp=1, pp=4, chunk=chunk) for chunk in STATIC_CHUNKS}
     best_chunk = max(static, key=lambda chunk: statistics.mean(static[chunk]))
-    seeds = {"tp4": per_seed(tp=4, pp=1, chunk=2048), "pp4_static": static[best_chunk],
-             "pp4_alp": per_seed(tp=1, pp=4, chunk=2048, mode="fastpp-alp")}
+    seeds = {
+        "tp4": per_seed(tp=4, pp=1, chunk=2048),
+        "pp4_static": static[best_chunk],
+        "pp4_alp": per_seed(tp=1, pp=4, chunk=2048, mode="fastpp-alp"),
+    }
     print(f"\ncalibration B goodput (req/s) on seeds {SEEDS}, best static chunk {best_chunk}:")
     for scheme, values in seeds.items():
         print(f"  {scheme:10s} mean {statistics.mean(values):.3f}  per seed {' '.join(f'{v:.3f}' for v in values)}")

@@ -47,6 +47,7 @@ def assert_one_line_error(status, out, err, start):
 
 # -- simulate stores its run ------------------------------------------------------------------------
 
+
 def test_simulate_stores_the_run_with_its_timeline(capsys, db):
     status, out, err = run(capsys, [*SHORT, "--db", db, "--label", "baseline"])
     assert status == 0, err
@@ -117,8 +118,19 @@ def test_simulate_into_a_missing_folder_is_one_line(capsys, tmp_path):
 
 
 def test_a_failed_run_creates_no_store_and_leaves_an_existing_one_untouched(capsys, db):
-    dead = ["run", "--backend", "live", "--endpoint", "http://127.0.0.1:9", "--scenario", "short-4k",
-            "--requests", "2", "--db", db]
+    dead = [
+        "run",
+        "--backend",
+        "live",
+        "--endpoint",
+        "http://127.0.0.1:9",
+        "--scenario",
+        "short-4k",
+        "--requests",
+        "2",
+        "--db",
+        db,
+    ]
     assert_one_line_error(*run(capsys, dead), "endpoint: http://127.0.0.1:9/v1/models lists no model")
     assert not db.exists(), "nothing to store: no store file"
     run(capsys, [*SHORT, "--db", db])
@@ -128,6 +140,7 @@ def test_a_failed_run_creates_no_store_and_leaves_an_existing_one_untouched(caps
 
 
 # -- runs --------------------------------------------------------------------------------------------------
+
 
 def test_runs_lists_stored_runs_newest_first(capsys, db):
     run(capsys, [*SHORT, "--db", db, "--label", "first"])
@@ -151,8 +164,12 @@ def test_runs_json_and_filters(capsys, db):
     assert [r["id"] for r in rows] == [3, 2, 1]
     assert rows[0]["rate"] == 2 and rows[0]["scenario"] == "azure-conv"
     assert set(rows[0]) >= {"created_at", "ttft_p90_s", "tpot_p90_s", "throughput_tok_s", "makespan_s", "bubble_ratio"}
-    for argv, ids in [(["--mode", "vpp"], [2]), (["--scenario", "short-4k"], [2, 1]), (["--limit", "1"], [3]),
-                      (["--study", "nope"], [])]:
+    for argv, ids in [
+        (["--mode", "vpp"], [2]),
+        (["--scenario", "short-4k"], [2, 1]),
+        (["--limit", "1"], [3]),
+        (["--study", "nope"], []),
+    ]:
         status, out, err = run(capsys, ["runs", "--db", db, "--json", *argv])
         assert status == 0, err
         assert [r["id"] for r in json.loads(out)] == ids, argv
@@ -175,10 +192,13 @@ def test_a_study_filter_that_matches_nothing_names_the_studies_there(capsys, db)
     assert status == 0 and out.strip() == f"no runs in {db} match --mode vpp"
 
 
-@pytest.mark.parametrize("argv, start", [
-    (["runs", "--mode", "nope"], "Invalid value for '--mode'"),
-    (["runs", "--limit", "0"], "Invalid value for '--limit'"),
-])
+@pytest.mark.parametrize(
+    "argv, start",
+    [
+        (["runs", "--mode", "nope"], "Invalid value for '--mode'"),
+        (["runs", "--limit", "0"], "Invalid value for '--limit'"),
+    ],
+)
 def test_runs_bad_options_are_one_line(capsys, argv, start):
     assert_one_line_error(*run(capsys, argv), start)
 
@@ -195,14 +215,24 @@ def test_runs_on_a_missing_or_garbage_store_is_one_line(capsys, tmp_path):
 
 # -- show ----------------------------------------------------------------------------------------------------
 
+
 def test_show_prints_the_stored_run(capsys, db):
     _, simulated, _ = run(capsys, [*SHORT, "--db", db, "--label", "baseline"])
     status, out, err = run(capsys, ["show", "1", "--db", db])
     assert status == 0, err
     assert out.startswith("run 1  ")
     assert "label baseline" in out.splitlines()[0]
-    for text in ("short-4k", "qwen2.5-14b on a100-40g-pcie", "tp=2 pp=2", "mode=cpp", "TTFT", "TPOT",
-                 "time per rank", "exposed comm", "bubble ratio"):
+    for text in (
+        "short-4k",
+        "qwen2.5-14b on a100-40g-pcie",
+        "tp=2 pp=2",
+        "mode=cpp",
+        "TTFT",
+        "TPOT",
+        "time per rank",
+        "exposed comm",
+        "bubble ratio",
+    ):
         assert text in out, text
     # the stored run renders exactly as the live one did
     assert out.split("\n", 1)[1] == simulated.rsplit("stored run", 1)[0]
@@ -257,11 +287,15 @@ def test_installed_console_script_show_error_exit_status(tmp_path):
     proc = subprocess.run([exe, "show", "1", "--db", str(path)], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2
     assert proc.stdout == ""
-    assert proc.stderr == f"pipedeck: error: db: {path} is not a pipedeck DuckDB store (corrupt or another format); nothing was changed\n"
+    assert (
+        proc.stderr
+        == f"pipedeck: error: db: {path} is not a pipedeck DuckDB store (corrupt or another format); nothing was changed\n"
+    )
     assert path.read_bytes() == b"garbage" * 50
 
 
 # -- what a run cannot have is n/a, never 0 ----------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("width", ["200", None])  # a terminal's width: rich's table; none, as in a pipe: plain columns
 def test_a_prefill_only_run_shows_tpot_as_na_everywhere(capsys, db, monkeypatch, width):
@@ -282,13 +316,16 @@ def test_a_prefill_only_run_shows_tpot_as_na_everywhere(capsys, db, monkeypatch,
 def test_a_tpot_of_zero_stored_by_an_older_version_lists_as_na(capsys, db):
     run(capsys, [*SHORT, "--db", db])
     with RunStore.open(db) as store:  # as a version that counted one-token outputs' TPOT as 0 stored it
-        store.con.execute("UPDATE runs SET summary = json_merge_patch(summary, "
-                          "'{\"tpot_s\": {\"mean\": 0, \"p50\": 0, \"p90\": 0, \"p99\": 0}}')")
+        store.con.execute(
+            "UPDATE runs SET summary = json_merge_patch(summary, "
+            '\'{"tpot_s": {"mean": 0, "p50": 0, "p90": 0, "p99": 0}}\')'
+        )
         [row] = store.list_runs()
     assert row.tpot_p90_s is None
 
 
 # -- every kind of stored run lists, shows and compares ------------------------------------------------------
+
 
 @pytest.fixture(scope="module")
 def awkward_store(tmp_path_factory) -> tuple[Path, dict[str, int]]:

@@ -43,6 +43,7 @@ def run_json(capsys, argv):
 
 # -- --json ---------------------------------------------------------------------
 
+
 def test_json_has_the_documented_keys(capsys):
     data, _ = run_json(capsys, SHORT)
     for key in ("ttft_s", "tpot_s"):
@@ -135,6 +136,7 @@ def test_run_on_the_simulator_is_simulate(capsys):
 
 # -- --timeline ----------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("extra", [[], ["--json"]])
 def test_timeline_writes_chrome_trace(capsys, tmp_path, extra):
     path = tmp_path / "trace.json"
@@ -174,6 +176,7 @@ def test_no_timeline_file_without_the_flag(capsys, tmp_path, monkeypatch):
 
 # -- tables -----------------------------------------------------------------------------
 
+
 def test_table_output_mentions_latency_and_per_rank_table(capsys):
     status, out, err = run(capsys, SHORT)
     assert status == 0 and err == ""
@@ -204,13 +207,36 @@ def test_a_pipe_gets_plain_columns_a_script_can_split(capsys, monkeypatch):
 
 # -- warnings: the run goes ahead ------------------------------------------------------------
 
-@pytest.mark.parametrize("argv, warning", [
-    (["simulate", "--scenario", "long-64k", "--requests", "1", "--chunk", "100", "--hardware", "h100-sxm",
-      "--model", "qwen2.5-14b", "--tp", "2", "--pp", "2"],
-     "chunk: 100 tokens is below the 128-token GEMM tile of h100-sxm: every step pays for a whole tile"),
-    ([*SHORT, "--chunk", "48k"],
-     "chunk: 48k tokens is above the 32k-token context of qwen2.5-14b (max_position_embeddings)"),
-])
+
+@pytest.mark.parametrize(
+    "argv, warning",
+    [
+        (
+            [
+                "simulate",
+                "--scenario",
+                "long-64k",
+                "--requests",
+                "1",
+                "--chunk",
+                "100",
+                "--hardware",
+                "h100-sxm",
+                "--model",
+                "qwen2.5-14b",
+                "--tp",
+                "2",
+                "--pp",
+                "2",
+            ],
+            "chunk: 100 tokens is below the 128-token GEMM tile of h100-sxm: every step pays for a whole tile",
+        ),
+        (
+            [*SHORT, "--chunk", "48k"],
+            "chunk: 48k tokens is above the 32k-token context of qwen2.5-14b (max_position_embeddings)",
+        ),
+    ],
+)
 def test_an_odd_chunk_is_warned_about_in_one_line_and_runs(capsys, argv, warning):
     status, out, err = run(capsys, [*argv, "--no-store", "--json"])
     data = json.loads(out)
@@ -225,26 +251,30 @@ def test_an_ordinary_chunk_warns_nothing(capsys):
 
 # -- input errors ----------------------------------------------------------------------
 
-@pytest.mark.parametrize("argv, field", [
-    (["simulate", "--mode", "nope"], "mode"),
-    (["simulate", "--chunk", "0"], "chunk"),
-    (["simulate", "--chunk", "12q"], "chunk"),
-    (["simulate", "--tp", "3"], "tp"),
-    (["simulate", "--layer-split", "30,30"], "layer_split"),
-    (["simulate", "--layer-split", "a,b"], "layer_split"),
-    (["simulate", "--scenario", "nope"], "scenario"),
-    (["simulate", "--scenario", "azure-conv", "--rate", "-1"], "rate"),
-    (["simulate", "--model", "nope"], "model"),
-    (["simulate", "--hardware", "nope"], "hardware"),
-    (["simulate", "--smooth-factor", "2"], "smooth_factor"),
-    (["simulate", "--requests", "0"], "num_requests"),
-    (["simulate", "--scenario", "short-4k", "--rate", "2"], "rate"),
-    (["simulate", "--scenario", "long-64k", "--kv-capacity", "1000"], "kv_capacity"),
-    (["simulate", "--tp", "x"], "--tp"),
-    (["simulate", "--model", "./missing.toml"], "model: no such file ./missing.toml"),
-    (["simulate", "--hardware", "./x.toml"], "hardware: no such file ./x.toml"),
-    (["simulate", "--scenario", "./x.csv"], "scenario: no such file ./x.csv"),
-])
+
+@pytest.mark.parametrize(
+    "argv, field",
+    [
+        (["simulate", "--mode", "nope"], "mode"),
+        (["simulate", "--chunk", "0"], "chunk"),
+        (["simulate", "--chunk", "12q"], "chunk"),
+        (["simulate", "--tp", "3"], "tp"),
+        (["simulate", "--layer-split", "30,30"], "layer_split"),
+        (["simulate", "--layer-split", "a,b"], "layer_split"),
+        (["simulate", "--scenario", "nope"], "scenario"),
+        (["simulate", "--scenario", "azure-conv", "--rate", "-1"], "rate"),
+        (["simulate", "--model", "nope"], "model"),
+        (["simulate", "--hardware", "nope"], "hardware"),
+        (["simulate", "--smooth-factor", "2"], "smooth_factor"),
+        (["simulate", "--requests", "0"], "num_requests"),
+        (["simulate", "--scenario", "short-4k", "--rate", "2"], "rate"),
+        (["simulate", "--scenario", "long-64k", "--kv-capacity", "1000"], "kv_capacity"),
+        (["simulate", "--tp", "x"], "--tp"),
+        (["simulate", "--model", "./missing.toml"], "model: no such file ./missing.toml"),
+        (["simulate", "--hardware", "./x.toml"], "hardware: no such file ./x.toml"),
+        (["simulate", "--scenario", "./x.csv"], "scenario: no such file ./x.csv"),
+    ],
+)
 def test_bad_input_is_one_line_exit_2(capsys, argv, field):
     status, out, err = run(capsys, argv)
     assert status == 2
@@ -261,8 +291,10 @@ def test_bad_input_messages_are_exact(capsys):
         ("--mode", "nope"): "pipedeck: error: mode: unknown mode 'nope'; allowed: " + ", ".join(MODES),
         ("--chunk", "12q"): "pipedeck: error: chunk: expected a token count such as 24k or 24576, got '12q'",
         ("--chunk", "0"): "pipedeck: error: chunk: must be a positive token count, got '0'",
-        ("--layer-split", "a,b"):
-            "pipedeck: error: layer_split: expected comma-separated layer counts such as 31,30, got 'a,b'",
+        (
+            "--layer-split",
+            "a,b",
+        ): "pipedeck: error: layer_split: expected comma-separated layer counts such as 31,30, got 'a,b'",
         ("--layer-split", "30,30"): "pipedeck: error: layer_split: must sum to deepseek-v3.1's 61 layers, got 60",
     }
     for args, line in cases.items():
@@ -296,6 +328,7 @@ def test_unwritable_timeline_is_one_line_exit_2(capsys, tmp_path):
 
 # -- help ----------------------------------------------------------------------------------
 
+
 def test_group_help(capsys):
     status, out, _ = run(capsys, ["--help"])
     assert status == 0
@@ -305,8 +338,23 @@ def test_group_help(capsys):
 def test_simulate_help_lists_every_flag(capsys):
     status, out, _ = run(capsys, ["simulate", "--help"])
     assert status == 0
-    for flag in ("--model", "--hardware", "--tp", "--pp", "--mode", "--chunk", "--layer-split", "--scenario",
-                 "--rate", "--requests", "--seed", "--smooth-factor", "--min-chunk", "--json", "--timeline"):
+    for flag in (
+        "--model",
+        "--hardware",
+        "--tp",
+        "--pp",
+        "--mode",
+        "--chunk",
+        "--layer-split",
+        "--scenario",
+        "--rate",
+        "--requests",
+        "--seed",
+        "--smooth-factor",
+        "--min-chunk",
+        "--json",
+        "--timeline",
+    ):
         assert flag in out, flag
     unwrapped = re.sub(r"-\s*\n\s*", "-", out)  # help text may wrap a mode name at its hyphen
     for mode in MODES:
@@ -315,11 +363,13 @@ def test_simulate_help_lists_every_flag(capsys):
 
 # -- the installed console script -------------------------------------------------------
 
+
 def test_installed_console_script_prints_json():
     exe = shutil.which("pipedeck") or str(Path(sys.executable).with_name("pipedeck"))
     assert Path(exe).exists(), "the pipedeck console script is not installed"
-    proc = subprocess.run([exe, "simulate", "--scenario", "long-64k", "--json"],
-                          capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(
+        [exe, "simulate", "--scenario", "long-64k", "--json"], capture_output=True, text=True, timeout=60
+    )
     assert proc.returncode == 0, proc.stderr
     data = json.loads(proc.stdout)
     assert data["scenario"] == "long-64k" and data["requests"] == 1
@@ -338,15 +388,18 @@ def test_installed_console_script_error_exit_status():
 
 # -- memory: estimated and checked before a run -------------------------------------------------------
 
+
 def test_too_many_requests_are_refused_before_any_work_with_the_estimate(capsys, monkeypatch):
     monkeypatch.setattr(memory, "available_bytes", lambda: 20e9)
     start = time.process_time()
     status, out, err = run(capsys, ["simulate", "--scenario", "azure-conv", "--requests", "99999999", "--no-store"])
     assert time.process_time() - start < 5  # refused before drawing a hundred million requests
     assert status == 2 and out == "" and len(err.splitlines()) == 1
-    assert err.startswith("pipedeck: error: requests: 99999999 requests need about 62.5 GB or more to simulate "
-                          f"({footprint.REQUEST_BYTES} B a request, measured by benchmarks/sim_memory.py), "
-                          "more than the 20.0 GB available; use fewer requests")
+    assert err.startswith(
+        "pipedeck: error: requests: 99999999 requests need about 62.5 GB or more to simulate "
+        f"({footprint.REQUEST_BYTES} B a request, measured by benchmarks/sim_memory.py), "
+        "more than the 20.0 GB available; use fewer requests"
+    )
 
 
 def test_the_estimate_counts_timeline_spans_from_the_chunk(monkeypatch):
@@ -367,6 +420,18 @@ def test_the_estimate_counts_timeline_spans_from_the_chunk(monkeypatch):
 
 def test_tune_checks_the_footprint_of_its_workload_first(capsys, monkeypatch, tmp_path):
     monkeypatch.setattr(memory, "available_bytes", lambda: 1e9)
-    status, _, err = run(capsys, ["tune", "--scenario", "azure-conv", "--requests", "2000000", "--slo", "ttft=2s",
-                                  "--db", str(tmp_path / "t.duckdb")])
+    status, _, err = run(
+        capsys,
+        [
+            "tune",
+            "--scenario",
+            "azure-conv",
+            "--requests",
+            "2000000",
+            "--slo",
+            "ttft=2s",
+            "--db",
+            str(tmp_path / "t.duckdb"),
+        ],
+    )
     assert status == 2 and err.startswith("pipedeck: error: requests: 2000000 requests need about 1.2 GB or more")

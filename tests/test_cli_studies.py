@@ -35,16 +35,39 @@ def metrics(goodput: float, ttft: float) -> dict[str, float]:
 def db(tmp_path):
     path = tmp_path / "runs.duckdb"
     with RunStore.open(path) as store:
-        store.save_study(NAME, scenario="azure-conv", objective="goodput", slo=SLO, settings={"backend": "sim"},
-                         storage=str(tmp_path / "runs.optuna.jsonl"))
-        for number, chunk, goodput, ttft, state in ((0, 2048, 2.1, 1.0, "COMPLETE"), (1, 8192, 3.0, 1.9, "COMPLETE"),
-                                                     (2, 4096, 2.99, 0.5, "COMPLETE"), (3, 512, None, None, "PRUNED"),
-                                                     (4, 256, None, None, "RUNNING")):
-            store.save_trial(NAME, number, state=state, params={"chunk": chunk}, config=config(chunk),
-                             metrics={} if goodput is None else metrics(goodput, ttft), objective=goodput,
-                             duration_s=1.0)
-        store.save_study("ttft-study", scenario="short-4k", objective="ttft", slo={}, settings={"backend": "sim"},
-                         storage="postgresql://tuner:secret@db.example:5432/studies")
+        store.save_study(
+            NAME,
+            scenario="azure-conv",
+            objective="goodput",
+            slo=SLO,
+            settings={"backend": "sim"},
+            storage=str(tmp_path / "runs.optuna.jsonl"),
+        )
+        for number, chunk, goodput, ttft, state in (
+            (0, 2048, 2.1, 1.0, "COMPLETE"),
+            (1, 8192, 3.0, 1.9, "COMPLETE"),
+            (2, 4096, 2.99, 0.5, "COMPLETE"),
+            (3, 512, None, None, "PRUNED"),
+            (4, 256, None, None, "RUNNING"),
+        ):
+            store.save_trial(
+                NAME,
+                number,
+                state=state,
+                params={"chunk": chunk},
+                config=config(chunk),
+                metrics={} if goodput is None else metrics(goodput, ttft),
+                objective=goodput,
+                duration_s=1.0,
+            )
+        store.save_study(
+            "ttft-study",
+            scenario="short-4k",
+            objective="ttft",
+            slo={},
+            settings={"backend": "sim"},
+            storage="postgresql://tuner:secret@db.example:5432/studies",
+        )
     return path
 
 
@@ -82,8 +105,13 @@ def test_lists_an_optuna_storage_that_no_local_store_knows(capsys, tmp_path):
     status, out, err = run(capsys, ["studies", "--storage", journal, "--json"])
     assert status == 0, err
     [line] = json.loads(out)
-    assert (line["name"], line["finished"], line["trials"], line["best_trial"], line["best_value"]) == \
-        (NAME, 2, 3, 1, 2.5)
+    assert (line["name"], line["finished"], line["trials"], line["best_trial"], line["best_value"]) == (
+        NAME,
+        2,
+        3,
+        1,
+        2.5,
+    )
     assert line["storage"] == str(journal)
 
 
@@ -102,11 +130,20 @@ def test_the_run_store_and_the_optuna_storage_name_the_same_best(capsys, tmp_pat
     precision, the one with most latency headroom: both listings name the tuner's recommendation."""
     journal, db = tmp_path / "shared.optuna.jsonl", tmp_path / "runs.duckdb"
     study = optuna.create_study(study_name=NAME, storage=open_storage(str(journal)), direction="maximize")
-    study.set_user_attr("pipedeck", {"backend": "sim", "scenario": "azure-conv", "objective": "goodput",
-                                     "slo": "ttft=2s,tpot=200ms"})
+    study.set_user_attr(
+        "pipedeck", {"backend": "sim", "scenario": "azure-conv", "objective": "goodput", "slo": "ttft=2s,tpot=200ms"}
+    )
     for number, chunk, goodput, ttft in ((0, 2048, 2.1, 1.0), (1, 8192, 3.0, 1.9), (2, 4096, 2.99, 0.5)):
-        study.add_trial(optuna.trial.create_trial(value=goodput, user_attrs={
-            "config": config(chunk), "metrics": metrics(goodput, ttft), **({"role": "default"} if number == 0 else {})}))
+        study.add_trial(
+            optuna.trial.create_trial(
+                value=goodput,
+                user_attrs={
+                    "config": config(chunk),
+                    "metrics": metrics(goodput, ttft),
+                    **({"role": "default"} if number == 0 else {}),
+                },
+            )
+        )
     pull_study(str(journal), NAME, db)
     listed = {}
     for source in (["--db", db], ["--storage", journal]):

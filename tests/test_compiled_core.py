@@ -23,33 +23,53 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def digests() -> dict[str, str]:
     """The digest of every mode on every scenario of test_sim_paths, and of its rare cases, in this process's core."""
-    cases = {f"{name} {mode}": (scenario, rate, requests, {**fields, "mode": mode})
-             for name, (scenario, rate, requests, fields) in SCENARIOS.items() for mode in sorted(MODES)
-             if TRACE.is_dir() or not scenario.startswith(str(TRACE))}
+    cases = {
+        f"{name} {mode}": (scenario, rate, requests, {**fields, "mode": mode})
+        for name, (scenario, rate, requests, fields) in SCENARIOS.items()
+        for mode in sorted(MODES)
+        if TRACE.is_dir() or not scenario.startswith(str(TRACE))
+    }
     cases.update(RARE)
-    return {name: run_digest(SimBackend().run(load_scenario(scenario), ServingConfig(**fields).resolve(), rate=rate,
-                                              num_requests=requests))
-            for name, (scenario, rate, requests, fields) in cases.items()}
+    return {
+        name: run_digest(
+            SimBackend().run(
+                load_scenario(scenario), ServingConfig(**fields).resolve(), rate=rate, num_requests=requests
+            )
+        )
+        for name, (scenario, rate, requests, fields) in cases.items()
+    }
 
 
 def pure_python(code: str) -> str:
     """What `code` prints in a fresh interpreter with PIPEDECK_PURE set."""
-    return subprocess.run([sys.executable, "-c", code], cwd=ROOT, env={**os.environ, "PIPEDECK_PURE": "1"},
-                          capture_output=True, text=True, check=True).stdout.strip()
+    return subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=ROOT,
+        env={**os.environ, "PIPEDECK_PURE": "1"},
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
 
 
 @pytest.mark.skipif(not compiled(), reason=core_status())
 def test_the_compiled_core_gives_the_pure_cores_results_on_every_mode():
-    pure = json.loads(pure_python("import json; from pipedeck.backends.sim import compiled; "
-                                  "from tests.test_compiled_core import digests; "
-                                  "print(json.dumps([compiled(), digests()]))"))
+    pure = json.loads(
+        pure_python(
+            "import json; from pipedeck.backends.sim import compiled; "
+            "from tests.test_compiled_core import digests; "
+            "print(json.dumps([compiled(), digests()]))"
+        )
+    )
     assert pure[0] is False
     assert digests() == pure[1]
 
 
 def test_pipedeck_pure_runs_the_core_from_its_sources():
-    printed = pure_python("from pipedeck.backends import sim; from pipedeck.backends.sim import engine, scheduler; "
-                          "print(sim.compiled(), engine.__file__, scheduler.__file__)")
+    printed = pure_python(
+        "from pipedeck.backends import sim; from pipedeck.backends.sim import engine, scheduler; "
+        "print(sim.compiled(), engine.__file__, scheduler.__file__)"
+    )
     sim = ROOT / "backends" / "sim"
     assert printed == f"False {sim / 'engine.py'} {sim / 'scheduler.py'}"
 

@@ -17,26 +17,39 @@ QWEN = dict(model="qwen2.5-14b", hardware="a100-40g-pcie")  # 48 layers, 40 head
 
 # -- parse_tokens -----------------------------------------------------------------
 
-@pytest.mark.parametrize("text, tokens", [
-    ("24k", 24576), ("24K", 24576), (24576, 24576), ("24576", 24576), ("1m", 1048576), ("1M", 1048576),
-    (" 8k ", 8192), ("4096", 4096),
-])
+
+@pytest.mark.parametrize(
+    "text, tokens",
+    [
+        ("24k", 24576),
+        ("24K", 24576),
+        (24576, 24576),
+        ("24576", 24576),
+        ("1m", 1048576),
+        ("1M", 1048576),
+        (" 8k ", 8192),
+        ("4096", 4096),
+    ],
+)
 def test_parse_tokens_accepts(text, tokens):
     assert parse_tokens(text, "chunk") == tokens
 
 
-@pytest.mark.parametrize("value, message", [
-    (0, "chunk: must be a positive token count, got 0"),
-    (-5, "chunk: must be a positive token count, got -5"),
-    ("0", "chunk: must be a positive token count, got '0'"),
-    ("-5", "chunk: must be a positive token count, got '-5'"),
-    ("abc", "chunk: expected a token count such as 24k or 24576, got 'abc'"),
-    ("12q", "chunk: expected a token count such as 24k or 24576, got '12q'"),
-    ("", "chunk: expected a token count such as 24k or 24576, got ''"),
-    (1.5, "chunk: expected a whole number of tokens, got 1.5"),
-    ("1.5", "chunk: expected a whole number of tokens, got '1.5'"),
-    (True, "chunk: expected a token count such as 24k or 24576, got True"),
-])
+@pytest.mark.parametrize(
+    "value, message",
+    [
+        (0, "chunk: must be a positive token count, got 0"),
+        (-5, "chunk: must be a positive token count, got -5"),
+        ("0", "chunk: must be a positive token count, got '0'"),
+        ("-5", "chunk: must be a positive token count, got '-5'"),
+        ("abc", "chunk: expected a token count such as 24k or 24576, got 'abc'"),
+        ("12q", "chunk: expected a token count such as 24k or 24576, got '12q'"),
+        ("", "chunk: expected a token count such as 24k or 24576, got ''"),
+        (1.5, "chunk: expected a whole number of tokens, got 1.5"),
+        ("1.5", "chunk: expected a whole number of tokens, got '1.5'"),
+        (True, "chunk: expected a token count such as 24k or 24576, got True"),
+    ],
+)
 def test_parse_tokens_rejects_with_one_line_naming_the_field(value, message):
     with pytest.raises(ConfigError) as err:
         parse_tokens(value, "chunk")
@@ -63,14 +76,18 @@ def test_format_tokens_round_trips(tokens, text):
 
 # -- default_layer_split ----------------------------------------------------------
 
-@pytest.mark.parametrize("layers, stages, split", [
-    (61, 2, (31, 30)),
-    (61, 4, (15, 15, 16, 15)),
-    (64, 4, (16, 16, 16, 16)),
-    (62, 4, (15, 16, 16, 15)),
-    (48, 1, (48,)),
-    (7, 3, (2, 3, 2)),
-])
+
+@pytest.mark.parametrize(
+    "layers, stages, split",
+    [
+        (61, 2, (31, 30)),
+        (61, 4, (15, 15, 16, 15)),
+        (64, 4, (16, 16, 16, 16)),
+        (62, 4, (15, 16, 16, 15)),
+        (48, 1, (48,)),
+        (7, 3, (2, 3, 2)),
+    ],
+)
 def test_default_layer_split_is_vllms(layers, stages, split):
     got = default_layer_split(layers, stages)
     assert got == split
@@ -78,6 +95,7 @@ def test_default_layer_split_is_vllms(layers, stages, split):
 
 
 # -- resolve: derived fields ---------------------------------------------------------
+
 
 @pytest.mark.parametrize("mode, virtual", [("cpp", 1), ("dcpp", 1), ("vpp-sync", 2), ("vpp-async", 2), ("vpp", 2)])
 def test_resolve_fills_virtual_stages_split_and_kv(mode, virtual):
@@ -118,34 +136,49 @@ def test_resolve_is_idempotent():
 HEADS_128 = "1, 2, 4, 8, 16, 32, 64, 128"
 
 
-@pytest.mark.parametrize("changes, message", [
-    (dict(mode="nope"), "mode: unknown mode 'nope'; allowed: " + ", ".join(MODES)),
-    (dict(tp=3), f"tp: must divide deepseek-v3.1's 128 attention heads; allowed: {HEADS_128}"),
-    (dict(tp=0), "tp: must be a positive integer, got 0"),
-    (dict(pp=0), "pp: must be a positive integer, got 0"),
-    (dict(**QWEN, tp=1, pp=1, mode="vpp"),
-     "pp: mode vpp folds the pipeline back over the ranks and needs pp >= 2, got 1"),
-    (dict(**QWEN, tp=1, pp=1, mode="vpp-sync"),
-     "pp: mode vpp-sync folds the pipeline back over the ranks and needs pp >= 2, got 1"),
-    (dict(virtual_stages=2), "virtual_stages: mode cpp runs 1 virtual stage(s) per rank, got 2"),
-    (dict(layer_split=(31, 30, 0)), "layer_split: needs 2 positive layer counts (pp x virtual stages), got 31,30,0"),
-    (dict(layer_split=(61,)), "layer_split: needs 2 positive layer counts (pp x virtual stages), got 61"),
-    (dict(mode="vpp", layer_split=(31, 30)),
-     "layer_split: needs 4 positive layer counts (pp x virtual stages), got 31,30"),
-    (dict(layer_split=(61, 0)), "layer_split: needs 2 positive layer counts (pp x virtual stages), got 61,0"),
-    (dict(layer_split=(30, 30)), "layer_split: must sum to deepseek-v3.1's 61 layers, got 60"),
-    (dict(layer_split=(31, 31)), "layer_split: must sum to deepseek-v3.1's 61 layers, got 62"),
-    (dict(smooth_factor=0), "smooth_factor: must be in (0, 1], got 0"),
-    (dict(smooth_factor=0.0), "smooth_factor: must be in (0, 1], got 0.0"),
-    (dict(smooth_factor=1.5), "smooth_factor: must be in (0, 1], got 1.5"),
-    (dict(smooth_factor=-0.1), "smooth_factor: must be in (0, 1], got -0.1"),
-    (dict(chunk=0), "chunk: must be a positive token count, got 0"),
-    (dict(min_chunk="x"), "min_chunk: expected a token count such as 24k or 24576, got 'x'"),
-    (dict(max_running=0), "max_running: must be a positive integer, got 0"),
-    (dict(kv_capacity=-1), "kv_capacity: must be a positive token count, got -1"),
-    (dict(tp=1, pp=1), "tp: deepseek-v3.1 needs 671 GB of weights per device at tp=1 pp=1, "
-                       "more than ascend-910c's 58 GB usable; use more devices"),
-])
+@pytest.mark.parametrize(
+    "changes, message",
+    [
+        (dict(mode="nope"), "mode: unknown mode 'nope'; allowed: " + ", ".join(MODES)),
+        (dict(tp=3), f"tp: must divide deepseek-v3.1's 128 attention heads; allowed: {HEADS_128}"),
+        (dict(tp=0), "tp: must be a positive integer, got 0"),
+        (dict(pp=0), "pp: must be a positive integer, got 0"),
+        (
+            dict(**QWEN, tp=1, pp=1, mode="vpp"),
+            "pp: mode vpp folds the pipeline back over the ranks and needs pp >= 2, got 1",
+        ),
+        (
+            dict(**QWEN, tp=1, pp=1, mode="vpp-sync"),
+            "pp: mode vpp-sync folds the pipeline back over the ranks and needs pp >= 2, got 1",
+        ),
+        (dict(virtual_stages=2), "virtual_stages: mode cpp runs 1 virtual stage(s) per rank, got 2"),
+        (
+            dict(layer_split=(31, 30, 0)),
+            "layer_split: needs 2 positive layer counts (pp x virtual stages), got 31,30,0",
+        ),
+        (dict(layer_split=(61,)), "layer_split: needs 2 positive layer counts (pp x virtual stages), got 61"),
+        (
+            dict(mode="vpp", layer_split=(31, 30)),
+            "layer_split: needs 4 positive layer counts (pp x virtual stages), got 31,30",
+        ),
+        (dict(layer_split=(61, 0)), "layer_split: needs 2 positive layer counts (pp x virtual stages), got 61,0"),
+        (dict(layer_split=(30, 30)), "layer_split: must sum to deepseek-v3.1's 61 layers, got 60"),
+        (dict(layer_split=(31, 31)), "layer_split: must sum to deepseek-v3.1's 61 layers, got 62"),
+        (dict(smooth_factor=0), "smooth_factor: must be in (0, 1], got 0"),
+        (dict(smooth_factor=0.0), "smooth_factor: must be in (0, 1], got 0.0"),
+        (dict(smooth_factor=1.5), "smooth_factor: must be in (0, 1], got 1.5"),
+        (dict(smooth_factor=-0.1), "smooth_factor: must be in (0, 1], got -0.1"),
+        (dict(chunk=0), "chunk: must be a positive token count, got 0"),
+        (dict(min_chunk="x"), "min_chunk: expected a token count such as 24k or 24576, got 'x'"),
+        (dict(max_running=0), "max_running: must be a positive integer, got 0"),
+        (dict(kv_capacity=-1), "kv_capacity: must be a positive token count, got -1"),
+        (
+            dict(tp=1, pp=1),
+            "tp: deepseek-v3.1 needs 671 GB of weights per device at tp=1 pp=1, "
+            "more than ascend-910c's 58 GB usable; use more devices",
+        ),
+    ],
+)
 def test_resolve_rejects_with_exact_message(changes, message):
     with pytest.raises(ConfigError) as err:
         ServingConfig(**changes).resolve()
@@ -158,10 +191,13 @@ def test_smooth_factor_bounds_are_open_closed():
     assert ServingConfig(smooth_factor=1).resolve().smooth_factor == 1.0
 
 
-@pytest.mark.parametrize("changes, field, name", [
-    (dict(model="nope"), "model", "nope"),
-    (dict(hardware="nope"), "hardware", "nope"),
-])
+@pytest.mark.parametrize(
+    "changes, field, name",
+    [
+        (dict(model="nope"), "model", "nope"),
+        (dict(hardware="nope"), "hardware", "nope"),
+    ],
+)
 def test_resolve_rejects_unknown_profiles(changes, field, name):
     with pytest.raises(ConfigError) as err:
         ServingConfig(**changes).resolve()
@@ -179,16 +215,29 @@ def test_weights_that_fit_on_more_devices_resolve():
 
 # -- dict round trip --------------------------------------------------------------------
 
-@pytest.mark.parametrize("config", [
-    ServingConfig(),
-    ServingConfig(**QWEN, tp=2, pp=2, mode="vpp", chunk=4096, smooth_factor=0.5),
-    ServingConfig(mode="dcpp", layer_split=(30, 31), kv_capacity=100000, min_chunk=2048),
-])
+
+@pytest.mark.parametrize(
+    "config",
+    [
+        ServingConfig(),
+        ServingConfig(**QWEN, tp=2, pp=2, mode="vpp", chunk=4096, smooth_factor=0.5),
+        ServingConfig(mode="dcpp", layer_split=(30, 31), kv_capacity=100000, min_chunk=2048),
+    ],
+)
 def test_to_dict_from_dict_round_trip(config):
     for c in (config, config.resolve()):
         data = c.to_dict()
-        assert set(data) == {"model", "hardware", "tp", "pp", "mode", "chunk", "virtual_stages", "layer_split",
-                             "kv_capacity"} | {k.field for k in KNOBS}
+        assert set(data) == {
+            "model",
+            "hardware",
+            "tp",
+            "pp",
+            "mode",
+            "chunk",
+            "virtual_stages",
+            "layer_split",
+            "kv_capacity",
+        } | {k.field for k in KNOBS}
         assert ServingConfig.from_dict(data).values() == c.values()  # a stored config comes back unresolved
         again = ServingConfig.from_dict(json.loads(json.dumps(data)))  # lists come back from JSON
         assert again.values() == c.values() and again.resolve() == c.resolve()
@@ -217,7 +266,9 @@ def test_from_dict_rejects_unknown_key():
     with pytest.raises(ConfigError) as err:
         ServingConfig.from_dict(data)
     message = str(err.value)
-    assert message.startswith("bogus: not a config field; allowed: ") and "chunk, " in message and "layer_split" in message
+    assert (
+        message.startswith("bogus: not a config field; allowed: ") and "chunk, " in message and "layer_split" in message
+    )
     assert "\n" not in str(err.value)
 
 

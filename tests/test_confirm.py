@@ -33,8 +33,19 @@ FAKE = f"{sys.executable} {DATA / 'fake_engine.py'}"
 TINY = str(DATA / "tiny-chat.toml")
 CPU = dict(model="qwen2.5-14b", hardware="a100-40g-pcie", tp=1, pp=1, chunk=512, max_running=4, kv_capacity=4096)
 PINS = ["--fix", "tp=1", "--fix", "pp=1", "--fix", "max-running=4", "--fix", "kv-capacity=4096"]
-UNPINNED = ["tune", "--model", "qwen2.5-14b", "--hardware", "a100-40g-pcie", "--scenario", TINY, "--requests", "12",
-            "--slo", "ttft=2s,tpot=200ms"]
+UNPINNED = [
+    "tune",
+    "--model",
+    "qwen2.5-14b",
+    "--hardware",
+    "a100-40g-pcie",
+    "--scenario",
+    TINY,
+    "--requests",
+    "12",
+    "--slo",
+    "ttft=2s,tpot=200ms",
+]
 TUNE = [*UNPINNED, *PINS]
 
 
@@ -51,26 +62,50 @@ def processes_serving(model: Path) -> list[int]:
     return pids
 
 
-
-
 def test_a_failed_live_request_misses_every_limit():
     served = [RequestRecord(i, 0.0, 10, 5, 0.1, 0.2) for i in range(9)]
     requests = [LiveRequest(r.id, 0.0, 0.0, 0.1, 0.2, 10, 5, 5, "usage", ()) for r in served]
     requests.append(LiveRequest(9, 0.0, 0.0, None, 0.1, 10, 5, 0, "events", (), error="connect: refused"))
-    result = RunResult(config={}, scenario="s", backend="live", seed=0, rate=1.0, records=served, ranks=[],
-                       makespan_s=1.0, steps=None, chunks=None, stage_executions=None,
-                       live=LiveRun(requests=requests, unsent=0, loadgen_cpu_s=0.0))
+    result = RunResult(
+        config={},
+        scenario="s",
+        backend="live",
+        seed=0,
+        rate=1.0,
+        records=served,
+        ranks=[],
+        makespan_s=1.0,
+        steps=None,
+        chunks=None,
+        stage_executions=None,
+        live=LiveRun(requests=requests, unsent=0, loadgen_cpu_s=0.0),
+    )
     assert not parse_slo("ttft=1s").met(result)  # its P90 falls on the failed request
     assert parse_slo("ttft@p50=1s").met(result)
     assert parse_slo("ttft=1s").attainment(result) == pytest.approx(0.9)
 
 
 def test_a_study_keeps_the_engine_and_weights_it_was_measured_with_not_the_endpoint_or_program():
-    base = dict(study="s", storage="unused", scenario="azure-conv", model="qwen2.5-14b", hardware="a100-40g-pcie",
-                devices=1, slo="ttft=2s,tpot=200ms")
-    live = TuneSpec(**base, backend="live", backend_options={"launch": "llama-server", "model_path": "/m.gguf",
-                                                              "program": "/bin/llama-server", "log_dir": "x",
-                                                              "health_timeout_s": 30.0})
+    base = dict(
+        study="s",
+        storage="unused",
+        scenario="azure-conv",
+        model="qwen2.5-14b",
+        hardware="a100-40g-pcie",
+        devices=1,
+        slo="ttft=2s,tpot=200ms",
+    )
+    live = TuneSpec(
+        **base,
+        backend="live",
+        backend_options={
+            "launch": "llama-server",
+            "model_path": "/m.gguf",
+            "program": "/bin/llama-server",
+            "log_dir": "x",
+            "health_timeout_s": 30.0,
+        },
+    )
     assert live.settings()["server"] == {"launch": "llama-server", "model_path": "/m.gguf"}
     assert TuneSpec(**base).settings()["server"] is None
 
@@ -81,12 +116,22 @@ def test_confirm_takes_the_top_distinct_configs_and_the_default():
         attrs = {"config": {**CPU, "chunk": chunk}, **({"role": "default"} if number == 0 else {})}
         study.add_trial(optuna.trial.create_trial(value=value, user_attrs=attrs))
     assert [(role, t.number) for role, t in candidates(study, "maximize", 2)] == [
-        ("top 1", 1), ("top 2", 3), ("default", 0)]
+        ("top 1", 1),
+        ("top 2", 3),
+        ("default", 0),
+    ]
     assert [(role, t.number) for role, t in candidates(study, "maximize", 4)] == [
-        ("top 1", 1), ("top 2", 3), ("top 3", 4), ("top 4, default", 0)]
+        ("top 1", 1),
+        ("top 2", 3),
+        ("top 3", 4),
+        ("top 4, default", 0),
+    ]
     # the trial the study recommends (a tie broken by headroom, say) leads, whatever its value
     assert [(role, t.number) for role, t in candidates(study, "maximize", 2, best=4)] == [
-        ("top 1", 4), ("top 2", 1), ("default", 0)]
+        ("top 1", 4),
+        ("top 2", 1),
+        ("default", 0),
+    ]
 
 
 def test_ranks_share_ties_and_leave_failed_rows_out():
@@ -106,8 +151,24 @@ def test_confirm_live_measures_the_top_configs_on_a_server_launched_for_each(mod
     monkeypatch.setenv("FAKE_ENGINE", "crash-once")
     monkeypatch.setenv("FAKE_ENGINE_ONCE", str(tmp_path / "launched"))
     db = tmp_path / "r.duckdb"
-    out = tune_json(capsys, [*TUNE, "--trials", "4", "--db", str(db), "--confirm", "live", "--launch", "llama-server",
-                             "--program", FAKE, "--model-path", str(model)])
+    out = tune_json(
+        capsys,
+        [
+            *TUNE,
+            "--trials",
+            "4",
+            "--db",
+            str(db),
+            "--confirm",
+            "live",
+            "--launch",
+            "llama-server",
+            "--program",
+            FAKE,
+            "--model-path",
+            str(model),
+        ],
+    )
     rows = out["confirm"]
     assert rows[0]["role"].startswith("top 1") and sum("default" in r["role"] for r in rows) == 1
     assert rows[0]["trial"] == out["best"]["trial"]  # the recommended config leads
@@ -124,21 +185,41 @@ def test_confirm_live_measures_the_top_configs_on_a_server_launched_for_each(mod
     assert len(list((tmp_path / "r-servers").iterdir())) == len(rows)  # a fresh server per config, each logged
 
 
-def test_confirm_live_with_an_endpoint_measures_the_server_once_beside_the_simulated_best(tmp_path, capsys,
-                                                                                        mock_server):
-    out = tune_json(capsys, [*TUNE, "--trials", "3", "--db", str(tmp_path / "r.duckdb"), "--confirm", "live",
-                             "--endpoint", mock_server])
+def test_confirm_live_with_an_endpoint_measures_the_server_once_beside_the_simulated_best(
+    tmp_path, capsys, mock_server
+):
+    out = tune_json(
+        capsys,
+        [*TUNE, "--trials", "3", "--db", str(tmp_path / "r.duckdb"), "--confirm", "live", "--endpoint", mock_server],
+    )
     (row,) = out["confirm"]
     assert row["role"].startswith("endpoint") and row["trial"] == out["best"]["trial"]
     assert row["simulated"] == out["best"]["value"] and row["measured"] > 0 and row["error"] is None
 
 
-def test_a_live_tune_runs_each_trial_on_a_fresh_server_and_a_failed_one_fails_that_trial_only(model, tmp_path,
-                                                                                             capsys, monkeypatch):
+def test_a_live_tune_runs_each_trial_on_a_fresh_server_and_a_failed_one_fails_that_trial_only(
+    model, tmp_path, capsys, monkeypatch
+):
     monkeypatch.setenv("FAKE_ENGINE", "crash-once")
     monkeypatch.setenv("FAKE_ENGINE_ONCE", str(tmp_path / "launched"))
-    out = tune_json(capsys, [*TUNE, "--trials", "3", "--db", str(tmp_path / "r.duckdb"), "--backend", "live",
-                             "--launch", "llama-server", "--program", FAKE, "--model-path", str(model)])
+    out = tune_json(
+        capsys,
+        [
+            *TUNE,
+            "--trials",
+            "3",
+            "--db",
+            str(tmp_path / "r.duckdb"),
+            "--backend",
+            "live",
+            "--launch",
+            "llama-server",
+            "--program",
+            FAKE,
+            "--model-path",
+            str(model),
+        ],
+    )
     assert out["trials"] == 3 and out["confirm"] is None
     (failed,) = out["server_errors"]
     assert failed["trial"] == 0 and failed["error"].startswith("engine: llama-server exited with status 3")
@@ -148,29 +229,90 @@ def test_a_live_tune_runs_each_trial_on_a_fresh_server_and_a_failed_one_fails_th
     assert len(list((tmp_path / "r-servers").iterdir())) == 4
 
 
-@pytest.mark.parametrize("extra, message", [
-    (["--confirm", "live"], "--confirm: give --launch ENGINE --model-path W (pipedeck starts a server per config) "
-                            "or --endpoint URL"),
-    (["--confirm", "live", "--launch", "nope"], "'--launch': 'nope' is not one of"),
-    (["--confirm", "live", "--launch", "llama-server", "--program", FAKE], "--model-path: give the weights"),
-    (["--confirm", "live", "--launch", "llama-server", "--program", FAKE, "--model-path", "/nope.gguf"],
-     "--model-path: llama-server loads a local GGUF file or a hub id org/name[:quant]; there is no file /nope.gguf"),
-    (["--confirm", "live", "--launch", "llama-server", "--model-path", "MODEL", "--endpoint", "http://127.0.0.1:1"],
-     "--endpoint: give either --endpoint"),
-    (["--confirm", "live", "--endpoint", "http://127.0.0.1:1", "--confirm-top", "0"],
-     "--confirm-top: must be a positive integer, got 0"),
-    (["--confirm-top", "2"], "--confirm-top: only with --confirm live"),
-    (["--launch", "llama-server"], "--launch: only with --confirm live or --backend live"),
-    (["--backend", "live"], "--launch: a live tune starts a server per trial"),
-    (["--backend", "live", "--endpoint", "http://127.0.0.1:1"], "--endpoint: a running server cannot apply"),
-    (["--backend", "live", "--launch", "llama-server", "--program", FAKE, "--model-path", "MODEL", "--jobs", "2"],
-     "--jobs: a live tune runs one server at a time"),
-    (["--backend", "live", "--confirm", "live"], "--confirm: confirms a simulated study"),
-    (["--confirm", "live", "--launch", "llama-server", "--program", FAKE, "--model-path", "MODEL", "--export", "o",
-      "--format", "vllm"], "--format: --export writes for vllm but --launch starts llama-server"),
-    (["--confirm", "live", "--launch", "llama-server", "--program", FAKE, "--model-path", "MODEL", "--devices", "2"],
-     "--fix: tp: llama-server runs one process without tensor or pipeline parallelism; got tp=2 pp=1"),
-])
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        (
+            ["--confirm", "live"],
+            "--confirm: give --launch ENGINE --model-path W (pipedeck starts a server per config) or --endpoint URL",
+        ),
+        (["--confirm", "live", "--launch", "nope"], "'--launch': 'nope' is not one of"),
+        (["--confirm", "live", "--launch", "llama-server", "--program", FAKE], "--model-path: give the weights"),
+        (
+            ["--confirm", "live", "--launch", "llama-server", "--program", FAKE, "--model-path", "/nope.gguf"],
+            "--model-path: llama-server loads a local GGUF file or a hub id org/name[:quant]; there is no file /nope.gguf",
+        ),
+        (
+            [
+                "--confirm",
+                "live",
+                "--launch",
+                "llama-server",
+                "--model-path",
+                "MODEL",
+                "--endpoint",
+                "http://127.0.0.1:1",
+            ],
+            "--endpoint: give either --endpoint",
+        ),
+        (
+            ["--confirm", "live", "--endpoint", "http://127.0.0.1:1", "--confirm-top", "0"],
+            "--confirm-top: must be a positive integer, got 0",
+        ),
+        (["--confirm-top", "2"], "--confirm-top: only with --confirm live"),
+        (["--launch", "llama-server"], "--launch: only with --confirm live or --backend live"),
+        (["--backend", "live"], "--launch: a live tune starts a server per trial"),
+        (["--backend", "live", "--endpoint", "http://127.0.0.1:1"], "--endpoint: a running server cannot apply"),
+        (
+            [
+                "--backend",
+                "live",
+                "--launch",
+                "llama-server",
+                "--program",
+                FAKE,
+                "--model-path",
+                "MODEL",
+                "--jobs",
+                "2",
+            ],
+            "--jobs: a live tune runs one server at a time",
+        ),
+        (["--backend", "live", "--confirm", "live"], "--confirm: confirms a simulated study"),
+        (
+            [
+                "--confirm",
+                "live",
+                "--launch",
+                "llama-server",
+                "--program",
+                FAKE,
+                "--model-path",
+                "MODEL",
+                "--export",
+                "o",
+                "--format",
+                "vllm",
+            ],
+            "--format: --export writes for vllm but --launch starts llama-server",
+        ),
+        (
+            [
+                "--confirm",
+                "live",
+                "--launch",
+                "llama-server",
+                "--program",
+                FAKE,
+                "--model-path",
+                "MODEL",
+                "--devices",
+                "2",
+            ],
+            "--fix: tp: llama-server runs one process without tensor or pipeline parallelism; got tp=2 pp=1",
+        ),
+    ],
+)
 def test_tune_refuses_bad_live_options_with_one_line_before_any_work(model, tmp_path, capsys, extra, message):
     argv = [a if a != "MODEL" else str(model) for a in extra]
     base = UNPINNED if "--devices" in argv else TUNE  # two devices: the engine default is tp=2
@@ -184,10 +326,31 @@ def test_tune_refuses_bad_live_options_with_one_line_before_any_work(model, tmp_
 def test_sigterm_stops_a_live_tune_and_its_server_as_ctrl_c_does(model, tmp_path):
     """`kill PID` (or a CI timeout) must not leave the launched server, which runs in a session of its own."""
     long_runs = ["400" if a == "12" else a for a in TUNE]  # --requests 400: a run lasts 50 s at 8 req/s
-    argv = [sys.executable, "-m", "pipedeck.console", *long_runs, "--trials", "2", "--db", str(tmp_path / "r.duckdb"),
-            "--backend", "live", "--launch", "llama-server", "--program", FAKE, "--model-path", str(model)]
-    tune = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))  # as `tune ... &` runs
+    argv = [
+        sys.executable,
+        "-m",
+        "pipedeck.console",
+        *long_runs,
+        "--trials",
+        "2",
+        "--db",
+        str(tmp_path / "r.duckdb"),
+        "--backend",
+        "live",
+        "--launch",
+        "llama-server",
+        "--program",
+        FAKE,
+        "--model-path",
+        str(model),
+    ]
+    tune = subprocess.Popen(
+        argv,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN),
+    )  # as `tune ... &` runs
     deadline = time.monotonic() + 60
     while not processes_serving(model) and time.monotonic() < deadline:
         time.sleep(0.1)

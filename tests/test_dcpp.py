@@ -52,7 +52,9 @@ def test_min_chunk_is_a_floor():
 def test_step_counts_on_128k_with_16k_chunks():
     """calibration.md A: CPP finishes a 128K prompt in 8 steps, DCPP in 17."""
     scenario = load_scenario("long-128k")
-    steps = {mode: SimBackend().run(scenario, ServingConfig(mode=mode, chunk=16 * K), timeline=False).steps
-             for mode in ("cpp", "dcpp")}
+    steps = {
+        mode: SimBackend().run(scenario, ServingConfig(mode=mode, chunk=16 * K), timeline=False).steps
+        for mode in ("cpp", "dcpp")
+    }
     assert steps["cpp"] == 8
     assert 14 <= steps["dcpp"] <= 20

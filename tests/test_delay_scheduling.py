@@ -18,8 +18,9 @@ def decode_heavy_run(delay: bool):
     Returns the engine, each decode micro-batch's size, the workload and the
     log of the tokens the engine emitted (tests/emissions.py).
     """
-    config = ServingConfig(model="qwen2.5-32b", hardware="a100-40g-pcie", tp=1, pp=4, chunk=2048,
-                           delay_scheduling=delay).resolve()
+    config = ServingConfig(
+        model="qwen2.5-32b", hardware="a100-40g-pcie", tp=1, pp=4, chunk=2048, delay_scheduling=delay
+    ).resolve()
     engine = build_engine(config)
     log = trace(engine)
     sizes: list[int] = []
@@ -55,8 +56,9 @@ class Ready:
 
 
 def test_a_group_just_past_a_tile_boundary_drops_the_excess_and_nobody_waits_twice():
-    policy = DelayScheduler(pp=2, slo_tpot_s=0.2, waiting_tok_threshold=1024, load_alpha=0.4, base_unit=128,
-                            mode="e2e_first")
+    policy = DelayScheduler(
+        pp=2, slo_tpot_s=0.2, waiting_tok_threshold=1024, load_alpha=0.4, base_unit=128, mode="e2e_first"
+    )
     ready = [Ready(i, 10, 0.0) for i in range(130)]
     go, later = policy.split(ready, decoding=260, backlog_tokens=0, now=1.0)
     assert len(go) == 128 and [q.seq for q in later] == [128, 129]  # the newest wait
@@ -65,29 +67,34 @@ def test_a_group_just_past_a_tile_boundary_drops_the_excess_and_nobody_waits_twi
 
 
 def test_tpot_first_delays_the_requests_with_the_most_slack():
-    policy = DelayScheduler(pp=2, slo_tpot_s=0.2, waiting_tok_threshold=1024, load_alpha=0.4, base_unit=128,
-                            mode="tpot_first")
+    policy = DelayScheduler(
+        pp=2, slo_tpot_s=0.2, waiting_tok_threshold=1024, load_alpha=0.4, base_unit=128, mode="tpot_first"
+    )
     ready = [Ready(i, 100, first) for i, first in enumerate([0.0] * 64 + [9.0] + [0.0] * 64)]  # seq 64: lowest TPOT
     _, later = policy.split(ready, decoding=258, backlog_tokens=0, now=10.0)
     assert [q.seq for q in later] == [64]
 
 
 def test_off_while_prompts_wait():
-    policy = DelayScheduler(pp=2, slo_tpot_s=0.2, waiting_tok_threshold=1024, load_alpha=0.4, base_unit=128,
-                            mode="auto")
+    policy = DelayScheduler(
+        pp=2, slo_tpot_s=0.2, waiting_tok_threshold=1024, load_alpha=0.4, base_unit=128, mode="auto"
+    )
     go, later = policy.split([Ready(i, 1, 0.0) for i in range(130)], decoding=260, backlog_tokens=5000, now=1.0)
     assert len(go) == 130 and later == []
 
 
-@pytest.mark.parametrize("changes, message", [
-    (dict(delay_mode="fastest"), "delay_mode: must be one of auto, tpot_first, e2e_first, got 'fastest'"),
-    (dict(load_alpha=-0.1), "load_alpha: must be a non-negative number, got -0.1"),
-    (dict(base_unit=0), "base_unit: must be a positive integer, got 0"),
-    (dict(delay_scheduling="maybe"), "delay_scheduling: must be on or off, got 'maybe'"),
-    (dict(rls_forgetting=1.5), "rls_forgetting: must be in (0, 1], got 1.5"),
-    (dict(kv_free_threshold=2), "kv_free_threshold: must be in [0, 1], got 2"),
-    (dict(controller_step=0), "controller_step: must be a positive token count, got 0"),
-])
+@pytest.mark.parametrize(
+    "changes, message",
+    [
+        (dict(delay_mode="fastest"), "delay_mode: must be one of auto, tpot_first, e2e_first, got 'fastest'"),
+        (dict(load_alpha=-0.1), "load_alpha: must be a non-negative number, got -0.1"),
+        (dict(base_unit=0), "base_unit: must be a positive integer, got 0"),
+        (dict(delay_scheduling="maybe"), "delay_scheduling: must be on or off, got 'maybe'"),
+        (dict(rls_forgetting=1.5), "rls_forgetting: must be in (0, 1], got 1.5"),
+        (dict(kv_free_threshold=2), "kv_free_threshold: must be in [0, 1], got 2"),
+        (dict(controller_step=0), "controller_step: must be a positive token count, got 0"),
+    ],
+)
 def test_new_knobs_are_validated_with_one_line(changes, message):
     with pytest.raises(ConfigError) as err:
         ServingConfig(**changes).resolve()

@@ -25,10 +25,17 @@ QWEN = dict(model="qwen2.5-14b", hardware="a100-40g-pcie")
 REQUEST = 4096 + 128  # KV tokens one short-4k request reserves
 
 
-def simulate(scenario: str, num_requests: int | None = None, observer=None, seed: int = 0,
-             rate: float | None = None, **config):
-    return SimBackend().run(load_scenario(scenario), ServingConfig(**config), seed=seed, rate=rate,
-                            num_requests=num_requests, observer=observer)
+def simulate(
+    scenario: str, num_requests: int | None = None, observer=None, seed: int = 0, rate: float | None = None, **config
+):
+    return SimBackend().run(
+        load_scenario(scenario),
+        ServingConfig(**config),
+        seed=seed,
+        rate=rate,
+        num_requests=num_requests,
+        observer=observer,
+    )
 
 
 class Run(NamedTuple):
@@ -54,8 +61,9 @@ def traced(run: Run, mode: str):
         return engine
 
     with patch.object(sim_backend, "build_engine", build_engine):
-        result = simulate(run.scenario, run.requests, mode=mode, tp=run.tp, pp=run.pp, rate=run.rate,
-                          **(QWEN if run.qwen else {}))
+        result = simulate(
+            run.scenario, run.requests, mode=mode, tp=run.tp, pp=run.pp, rate=run.rate, **(QWEN if run.qwen else {})
+        )
     (log,) = logs
     return result, log
 
@@ -91,6 +99,7 @@ def compute_spans(result):
 
 
 # -- per-request records ---------------------------------------------------------
+
 
 @pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("run", RUNS, ids=RUN_IDS)
@@ -156,6 +165,7 @@ def test_observer_that_never_stops_changes_nothing():
 
 # -- determinism and sensitivity ------------------------------------------------------
 
+
 def test_same_inputs_same_result_bit_for_bit():
     a = simulate("azure-conv", 40, seed=5, mode="dcpp", tp=2, pp=2, **QWEN)
     b = simulate("azure-conv", 40, seed=5, mode="dcpp", tp=2, pp=2, **QWEN)
@@ -174,11 +184,13 @@ def test_more_pipeline_stages_on_the_same_devices_change_results():
 
 # -- KV capacity ---------------------------------------------------------------------------
 
+
 def test_kv_capacity_smaller_than_one_request_is_a_config_error():
     with pytest.raises(ConfigError) as err:
         simulate("short-4k", 8, mode="cpp", tp=2, pp=2, kv_capacity=REQUEST - 1, **QWEN)
-    assert str(err.value).startswith(f"kv_capacity: request 0 needs {REQUEST} tokens of KV cache but the cluster "
-                                     f"holds {REQUEST - 1}")
+    assert str(err.value).startswith(
+        f"kv_capacity: request 0 needs {REQUEST} tokens of KV cache but the cluster holds {REQUEST - 1}"
+    )
 
 
 class Snapshots(RunObserver):
@@ -209,6 +221,7 @@ def test_tiny_kv_capacity_serialises_requests(mode, fits):
 
 # -- closed loop -----------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("mode", ["cpp", "vpp"])
 def test_closed_loop_keeps_at_most_16_in_flight(mode):
     result = cached("mixed-gsm8k", 40, mode, 4, 2)
@@ -224,6 +237,7 @@ def test_closed_loop_keeps_at_most_16_in_flight(mode):
 
 
 # -- time accounting and the timeline -----------------------------------------------------
+
 
 def idle_intervals(records) -> list[tuple[float, float]]:
     """The stretches of [0, makespan] with no request in the system (none between its arrival and finish).

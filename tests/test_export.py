@@ -52,7 +52,7 @@ def export(tmp_path: Path, engine: str, version: str | None = None, **config) ->
 def parse_script(path: Path) -> tuple[dict[str, str], list[str]]:
     """The `export K=V` environment and the launch argv (without `exec` and the trailing "$@")."""
     lines = path.read_text().splitlines()
-    env = dict(shlex.split(line[len("export "):])[0].split("=", 1) for line in lines if line.startswith("export "))
+    env = dict(shlex.split(line[len("export ") :])[0].split("=", 1) for line in lines if line.startswith("export "))
     start = next(i for i, line in enumerate(lines) if line.startswith("exec "))
     argv = shlex.split(" ".join(line.rstrip("\\") for line in lines[start:]))
     assert argv[0] == "exec" and argv[-1] == "$@"
@@ -82,13 +82,17 @@ def yaml_view(argv_options: dict[str, object]) -> dict[str, object]:
 
 # -- vLLM and vLLM-Ascend -------------------------------------------------------------
 
+
 @pytest.mark.parametrize("engine", ["vllm", "vllm-ascend"])
 def test_vllm_flags_carry_tp_pp_chunk_and_max_seqs(tmp_path, engine):
     env, argv = parse_script(export(tmp_path, engine, **QWEN, tp=2, pp=2, chunk=16384, max_running=64)["serve.sh"])
     assert argv[:3] == ["vllm", "serve", "${MODEL:-Qwen/Qwen2.5-14B-Instruct}"]
     assert options(argv) == {
-        "--tensor-parallel-size": "2", "--pipeline-parallel-size": "2", "--max-num-batched-tokens": "16384",
-        "--enable-chunked-prefill": True, "--max-num-seqs": "64",
+        "--tensor-parallel-size": "2",
+        "--pipeline-parallel-size": "2",
+        "--max-num-batched-tokens": "16384",
+        "--enable-chunked-prefill": True,
+        "--max-num-seqs": "64",
     }
     assert "VLLM_PP_LAYER_PARTITION" not in env  # 24,24 is vLLM's own split
 
@@ -103,10 +107,14 @@ def test_vllm_ascend_sets_the_ascend_environment_but_keeps_operator_values(tmp_p
     assert "HCCL_OP_EXPANSION_MODE" not in export(tmp_path, "vllm", **DSV3, pp=2)["serve.sh"].read_text()
 
 
-@pytest.mark.parametrize("engine, variable", [
-    ("vllm", "VLLM_PP_LAYER_PARTITION"), ("vllm-ascend", "VLLM_PP_LAYER_PARTITION"),
-    ("sglang", "SGLANG_PP_LAYER_PARTITION"),
-])
+@pytest.mark.parametrize(
+    "engine, variable",
+    [
+        ("vllm", "VLLM_PP_LAYER_PARTITION"),
+        ("vllm-ascend", "VLLM_PP_LAYER_PARTITION"),
+        ("sglang", "SGLANG_PP_LAYER_PARTITION"),
+    ],
+)
 def test_uneven_split_is_the_partition_env_per_pp_rank(tmp_path, engine, variable):
     env, _ = parse_script(export(tmp_path, engine, **DSV3, pp=2, layer_split=(32, 29))["serve.sh"])
     assert env[variable] == "32,29"
@@ -129,18 +137,26 @@ def test_sglang_leaves_only_an_exact_split_implicit(tmp_path):
     assert env["SGLANG_PP_LAYER_PARTITION"] == "31,30"
 
 
-DCPP_SETTINGS = {"profiling_chunk_config": {"enabled": True, "smooth_factor": 0.8, "min_chunk": 2048},
-                 "enable_balance_scheduling": False}
+DCPP_SETTINGS = {
+    "profiling_chunk_config": {"enabled": True, "smooth_factor": 0.8, "min_chunk": 2048},
+    "enable_balance_scheduling": False,
+}
 
 
-@pytest.mark.parametrize("version, expected", [
-    (None, DCPP_SETTINGS),  # 0.23.0, the newest release, reads only the top-level keys
-    ("0.23.0", DCPP_SETTINGS),
-    ("0.25.1rc1", {"scheduler_config": DCPP_SETTINGS}),  # reads scheduler_config first
-])
+@pytest.mark.parametrize(
+    "version, expected",
+    [
+        (None, DCPP_SETTINGS),  # 0.23.0, the newest release, reads only the top-level keys
+        ("0.23.0", DCPP_SETTINGS),
+        ("0.25.1rc1", {"scheduler_config": DCPP_SETTINGS}),  # reads scheduler_config first
+    ],
+)
 def test_dcpp_on_vllm_ascend_puts_profiling_chunk_config_where_the_release_reads_it(tmp_path, version, expected):
-    _env, argv = parse_script(export(tmp_path, "vllm-ascend", version, **DSV3, pp=2, mode="dcpp", chunk=32768,
-                                    smooth_factor=0.8, min_chunk=2048)["serve.sh"])
+    _env, argv = parse_script(
+        export(
+            tmp_path, "vllm-ascend", version, **DSV3, pp=2, mode="dcpp", chunk=32768, smooth_factor=0.8, min_chunk=2048
+        )["serve.sh"]
+    )
     flags = options(argv)
     assert json.loads(flags["--additional-config"]) == expected
     assert flags["--no-async-scheduling"] is True
@@ -151,10 +167,12 @@ def test_dcpp_whose_min_chunk_reaches_the_chunk_is_exported_as_the_cpp_it_is(tmp
     """Its floor is the whole chunk, so it never shrinks one: the launch is plain chunked prefill, and says why."""
     files = export(tmp_path, "vllm-ascend", **DSV3, pp=2, mode="dcpp", chunk=2048, min_chunk=4096)
     text = files["serve.sh"].read_text()
-    assert "profiling_chunk_config\":" not in text and "--no-async-scheduling" not in text
+    assert 'profiling_chunk_config":' not in text and "--no-async-scheduling" not in text
     notes = [line for line in text.splitlines() if "In force" in line]
-    assert notes == ["# In force: mode cpp. It sets dcpp with min_chunk 4096 >= chunk 2048, so it never shrinks "
-                     "a chunk and runs as cpp."], text
+    assert notes == [
+        "# In force: mode cpp. It sets dcpp with min_chunk 4096 >= chunk 2048, so it never shrinks "
+        "a chunk and runs as cpp."
+    ], text
     record = json.loads(files["pipedeck-best.json"].read_text())
     assert record["config"]["mode"] == "cpp" and record["config"]["min_chunk"] == ServingConfig().min_chunk
 
@@ -190,12 +208,17 @@ def test_vpp_export_warns_about_the_development_branch_and_names_the_variant(tmp
 
 # -- SGLang ---------------------------------------------------------------------------
 
+
 def test_sglang_flags(tmp_path):
     env, argv = parse_script(export(tmp_path, "sglang", **QWEN, tp=2, pp=2, chunk=4096, max_running=32)["serve.sh"])
     assert argv[:5] == ["python", "-m", "sglang.launch_server", "--model-path", "${MODEL:-Qwen/Qwen2.5-14B-Instruct}"]
     assert options(argv) == {
-        "--model-path": "${MODEL:-Qwen/Qwen2.5-14B-Instruct}", "--tp-size": "2", "--pp-size": "2",
-        "--chunked-prefill-size": "4096", "--max-running-requests": "32", "--enable-mixed-chunk": True,
+        "--model-path": "${MODEL:-Qwen/Qwen2.5-14B-Instruct}",
+        "--tp-size": "2",
+        "--pp-size": "2",
+        "--chunked-prefill-size": "4096",
+        "--max-running-requests": "32",
+        "--enable-mixed-chunk": True,
         "--enable-metrics": True,
     }
     assert env == {}
@@ -207,8 +230,10 @@ def test_sglang_mixes_decodes_in_exactly_when_the_config_did(tmp_path):
     assert "--enable-mixed-chunk" not in options(parse_script(unmixed["serve.sh"])[1])
     assert "cannot match" not in unmixed["serve.sh"].read_text()
     mismatched = export(tmp_path / "b", "sglang", **sglang, decode_in_budget=False)["serve.sh"].read_text()
-    assert ("simulated with decode_in_budget=off, mixed_batches=on and sticky_decodes=on, which SGLang cannot match"
-            in mismatched)
+    assert (
+        "simulated with decode_in_budget=off, mixed_batches=on and sticky_decodes=on, which SGLang cannot match"
+        in mismatched
+    )
     floating = export(tmp_path / "c", "sglang", **QWEN, tp=2, pp=2)["serve.sh"].read_text()
     assert "keeps each request in its micro-batch's running batch" in floating  # vLLM's decode semantics
 
@@ -219,7 +244,9 @@ def test_vllm_notes_semantics_it_cannot_run(tmp_path, engine):
     assert "cannot match" not in export(tmp_path / "a", engine, **model, pp=2)["serve.sh"].read_text()
     text = export(tmp_path / "b", engine, **model, pp=2, mixed_batches=False)["serve.sh"].read_text()
     assert "vLLM always mixes decodes into prefill steps" in text
-    assert "simulated with decode_in_budget=on, mixed_batches=off and sticky_decodes=off, which vLLM cannot match" in text
+    assert (
+        "simulated with decode_in_budget=on, mixed_batches=off and sticky_decodes=off, which vLLM cannot match" in text
+    )
     sticky = export(tmp_path / "c", engine, **model, pp=2, sticky_decodes=True)["serve.sh"].read_text()
     assert "lets any running request join any step" in sticky and "sticky_decodes=on" in sticky
 
@@ -231,34 +258,47 @@ def test_fastpp_is_the_forks_dynamic_chunk_launch_marked_as_the_fork(tmp_path, m
     _env, argv = parse_script(files["serve.sh"])
     flags = options(argv)
     assert flags["--dynamic-chunk-strategy"] == strategy and flags["--chunked-prefill-size"] == "2048"
-    for switch in ("--enable-dynamic-chunk", "--disable-radix-cache", "--enable-mixed-chunk",
-                   "--disable-overlap-schedule"):
+    for switch in (
+        "--enable-dynamic-chunk",
+        "--disable-radix-cache",
+        "--enable-mixed-chunk",
+        "--disable-overlap-schedule",
+    ):
         assert flags[switch] is True
     assert "--enable-batch-rebalancing" not in flags
     script = files["serve.sh"].read_text()
     assert "# Launch script generated by pipedeck" in script and "for fastpp 0.4.1-fastpp." in script
-    assert "# This launch is for the FastPP fork of SGLang 0.4.1, installed in place of upstream SGLang, which " \
-           "refuses --dynamic-chunk-strategy and reads --enable-dynamic-chunk as its own --enable-dynamic-chunking " \
-           "(argparse prefix matching)" in script
+    assert (
+        "# This launch is for the FastPP fork of SGLang 0.4.1, installed in place of upstream SGLang, which "
+        "refuses --dynamic-chunk-strategy and reads --enable-dynamic-chunk as its own --enable-dynamic-chunking "
+        "(argparse prefix matching)" in script
+    )
     assert ("tpot_violation=1.2" in script) == (mode == "fastpp-greedy")  # only the knobs the mode reads
     assert json.loads(files["pipedeck-best.json"].read_text())["engine"] == "fastpp"
 
 
 def test_a_fastpp_launch_with_no_fork_only_flag_says_it_runs_on_upstream_sglang(tmp_path):
     plain = export(tmp_path / "plain", "fastpp", **QWEN, tp=2, pp=2)["serve.sh"].read_text()
-    assert "# uses no FastPP-only flag: runs on upstream SGLang 0.5.23 as written (the --format sglang launch plus " \
-           "--disable-radix-cache --disable-overlap-schedule)." in plain
+    assert (
+        "# uses no FastPP-only flag: runs on upstream SGLang 0.5.23 as written (the --format sglang launch plus "
+        "--disable-radix-cache --disable-overlap-schedule)." in plain
+    )
     assert "installed in place of upstream SGLang" not in plain
     forked = export(tmp_path / "forked", "fastpp", **QWEN, tp=2, pp=2, delay_scheduling=True)["serve.sh"].read_text()
     assert "FastPP-only flag" not in forked
-    assert "# This launch is for the FastPP fork of SGLang 0.4.1, installed in place of upstream SGLang, which " \
-           "refuses --enable-batch-rebalancing." in forked
+    assert (
+        "# This launch is for the FastPP fork of SGLang 0.4.1, installed in place of upstream SGLang, which "
+        "refuses --enable-batch-rebalancing." in forked
+    )
 
 
 @pytest.mark.parametrize("mode", ["fastpp-greedy", "fastpp-alp"])
 def test_upstream_sglang_does_not_launch_the_forks_modes(tmp_path, mode):
-    with pytest.raises(ExportError, match=rf"^format: mode {mode} cannot run on sglang; "
-                                          r"engines that can: fastpp \(FastPP fork of SGLang 0.4.1\)$"):
+    with pytest.raises(
+        ExportError,
+        match=rf"^format: mode {mode} cannot run on sglang; "
+        r"engines that can: fastpp \(FastPP fork of SGLang 0.4.1\)$",
+    ):
         write_export(best(**QWEN, tp=1, pp=4, mode=mode), "sglang", tmp_path / "out")
 
 
@@ -268,8 +308,9 @@ def test_delay_scheduling_is_the_forks_batch_rebalancing_and_refused_elsewhere(t
     for engine in ("vllm", "sglang"):
         with pytest.raises(ExportError) as err:
             write_export(best(**QWEN, tp=2, pp=2, delay_scheduling=True), engine, tmp_path / "out")
-        assert str(err.value) == (f"format: delay scheduling cannot run on {engine}; "
-                                  "engines that can: fastpp (FastPP fork of SGLang 0.4.1)")
+        assert str(err.value) == (
+            f"format: delay scheduling cannot run on {engine}; engines that can: fastpp (FastPP fork of SGLang 0.4.1)"
+        )
 
 
 def test_sglang_dcpp_is_dynamic_chunking_with_the_smooth_factor_env(tmp_path):
@@ -280,9 +321,14 @@ def test_sglang_dcpp_is_dynamic_chunking_with_the_smooth_factor_env(tmp_path):
     assert "no minimum-chunk option" in path.read_text()
 
 
-@pytest.mark.parametrize("engine, flag", [
-    ("vllm", "--pipeline-parallel-size"), ("vllm-ascend", "--pipeline-parallel-size"), ("sglang", "--pp-size"),
-])
+@pytest.mark.parametrize(
+    "engine, flag",
+    [
+        ("vllm", "--pipeline-parallel-size"),
+        ("vllm-ascend", "--pipeline-parallel-size"),
+        ("sglang", "--pp-size"),
+    ],
+)
 def test_tp_baseline_runs_everywhere(tmp_path, engine, flag):
     env, argv = parse_script(export(tmp_path, engine, **QWEN, tp=4, pp=1)["serve.sh"])
     assert options(argv)[flag] == "1"
@@ -291,14 +337,20 @@ def test_tp_baseline_runs_everywhere(tmp_path, engine, flag):
 
 # -- the YAML and the JSON record ------------------------------------------------------
 
-@pytest.mark.parametrize("engine, mode, name, model_key, model", [
-    ("vllm", "cpp", "vllm-config.yaml", "model", "deepseek-ai/DeepSeek-V3.1"),
-    ("vllm-ascend", "dcpp", "vllm-config.yaml", "model", "vllm-ascend/DeepSeek-V3.1-W8A8"),
-    ("vllm-ascend", "vpp", "vllm-config.yaml", "model", "vllm-ascend/DeepSeek-V3.1-W8A8"),
-    ("sglang", "dcpp", "sglang-config.yaml", "model-path", "deepseek-ai/DeepSeek-V3.1"),
-])
+
+@pytest.mark.parametrize(
+    "engine, mode, name, model_key, model",
+    [
+        ("vllm", "cpp", "vllm-config.yaml", "model", "deepseek-ai/DeepSeek-V3.1"),
+        ("vllm-ascend", "dcpp", "vllm-config.yaml", "model", "vllm-ascend/DeepSeek-V3.1-W8A8"),
+        ("vllm-ascend", "vpp", "vllm-config.yaml", "model", "vllm-ascend/DeepSeek-V3.1-W8A8"),
+        ("sglang", "dcpp", "sglang-config.yaml", "model-path", "deepseek-ai/DeepSeek-V3.1"),
+    ],
+)
 def test_yaml_agrees_with_the_flags(tmp_path, engine, mode, name, model_key, model):
-    files = export(tmp_path, engine, **DSV3, pp=2, mode=mode, layer_split=(16, 15, 15, 15) if "vpp" in mode else (32, 29))
+    files = export(
+        tmp_path, engine, **DSV3, pp=2, mode=mode, layer_split=(16, 15, 15, 15) if "vpp" in mode else (32, 29)
+    )
     assert set(files) == {"serve.sh", name, "pipedeck-best.json"}
     _, argv = parse_script(files["serve.sh"])
     flags = options(argv)
@@ -323,10 +375,12 @@ def test_sglang_before_0_5_8_gets_no_yaml(tmp_path):
 def test_sglang_0_5_7_refuses_mixed_chunks_in_a_pipeline(tmp_path):
     with pytest.raises(ExportError) as err:
         write_export(best(**QWEN, tp=2, pp=2), "sglang", tmp_path / "out", "0.5.7")
-    assert str(err.value) == ("mixed_batches: SGLang 0.5.7 refuses --enable-mixed-chunk with --pp-size 2 "
-                              "(ServerArgs.check_server_args in sglang/srt/server_args.py: pipeline parallelism is "
-                              "not compatible with mixed chunked prefill); export a config with mixed_batches off, "
-                              "or for SGLang 0.5.23")
+    assert str(err.value) == (
+        "mixed_batches: SGLang 0.5.7 refuses --enable-mixed-chunk with --pp-size 2 "
+        "(ServerArgs.check_server_args in sglang/srt/server_args.py: pipeline parallelism is "
+        "not compatible with mixed chunked prefill); export a config with mixed_batches off, "
+        "or for SGLang 0.5.23"
+    )
     assert "--enable-mixed-chunk" in export(tmp_path, "sglang", "0.5.7", **QWEN, tp=4, pp=1)["serve.sh"].read_text()
 
 
@@ -360,6 +414,7 @@ def test_header_keeps_odd_names_inside_comments(tmp_path):
 
 # -- the script runs as written -------------------------------------------------------
 
+
 @pytest.mark.parametrize("engine", ["vllm", "vllm-ascend", "sglang"])
 def test_script_is_executable_and_parses(tmp_path, engine):
     path = export(tmp_path, engine, **DSV3, pp=2, mode="vpp" if engine == "vllm-ascend" else "cpp")["serve.sh"]
@@ -385,7 +440,11 @@ def test_script_launches_the_engine_with_its_environment(tmp_path, engine, progr
     path = export(tmp_path, engine, **DSV3, pp=2, mode="dcpp", layer_split=(32, 29))["serve.sh"]
     expected_env, argv = parse_script(path)
     out = tmp_path / "launched.json"
-    base = {"PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}", "STUB_OUT": str(out), "HCCL_OP_EXPANSION_MODE": "HOST"}
+    base = {
+        "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}",
+        "STUB_OUT": str(out),
+        "HCCL_OP_EXPANSION_MODE": "HOST",
+    }
     subprocess.run(["bash", str(path), "--port", "8123"], env=base, check=True)
     launched = json.loads(out.read_text())
     model = "vllm-ascend/DeepSeek-V3.1-W8A8" if engine == "vllm-ascend" else "deepseek-ai/DeepSeek-V3.1"
@@ -409,8 +468,10 @@ def test_a_llama_server_script_loads_a_gguf_file_with_model_and_a_hub_id_with_hf
     out, gguf = tmp_path / "launched.json", tmp_path / "tiny.gguf"
     gguf.write_bytes(b"GGUF")
     base = {"PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}", "STUB_OUT": str(out)}
-    for model, words in ((str(gguf), ["--model", str(gguf)]), ("ggml-org/Qwen2.5-0.5B-Instruct-GGUF:Q8_0",
-                                                                ["-hf", "ggml-org/Qwen2.5-0.5B-Instruct-GGUF:Q8_0"])):
+    for model, words in (
+        (str(gguf), ["--model", str(gguf)]),
+        ("ggml-org/Qwen2.5-0.5B-Instruct-GGUF:Q8_0", ["-hf", "ggml-org/Qwen2.5-0.5B-Instruct-GGUF:Q8_0"]),
+    ):
         subprocess.run(["bash", str(path)], env={**base, "MODEL": model}, check=True)
         assert json.loads(out.read_text())["argv"][:2] == words
     out.unlink()
@@ -421,15 +482,25 @@ def test_a_llama_server_script_loads_a_gguf_file_with_model_and_a_hub_id_with_hf
 
 # -- what cannot be exported ----------------------------------------------------------
 
-@pytest.mark.parametrize("engine, mode, message", [
-    ("vllm", "vpp", "format: mode vpp cannot run on vllm; engines that can: vllm-ascend (VPP development branch)"),
-    ("sglang", "vpp-async",
-     "format: mode vpp-async cannot run on sglang; engines that can: vllm-ascend (VPP development branch)"),
-    ("vllm", "dcpp", "format: mode dcpp cannot run on vllm; engines that can: vllm-ascend, sglang"),
-    ("vllm", "fastpp-alp",
-     "format: mode fastpp-alp cannot run on vllm; engines that can: fastpp (FastPP fork of SGLang 0.4.1)"),
-    ("vllm-ascend", "vpp-adaptive", "format: mode vpp-adaptive cannot run on vllm-ascend; engines that can: none"),
-])
+
+@pytest.mark.parametrize(
+    "engine, mode, message",
+    [
+        ("vllm", "vpp", "format: mode vpp cannot run on vllm; engines that can: vllm-ascend (VPP development branch)"),
+        (
+            "sglang",
+            "vpp-async",
+            "format: mode vpp-async cannot run on sglang; engines that can: vllm-ascend (VPP development branch)",
+        ),
+        ("vllm", "dcpp", "format: mode dcpp cannot run on vllm; engines that can: vllm-ascend, sglang"),
+        (
+            "vllm",
+            "fastpp-alp",
+            "format: mode fastpp-alp cannot run on vllm; engines that can: fastpp (FastPP fork of SGLang 0.4.1)",
+        ),
+        ("vllm-ascend", "vpp-adaptive", "format: mode vpp-adaptive cannot run on vllm-ascend; engines that can: none"),
+    ],
+)
 def test_mode_engine_mismatch_is_one_line_naming_the_engines_that_can(tmp_path, engine, mode, message):
     with pytest.raises(ExportError) as err:
         write_export(best(**DSV3, pp=2, mode=mode), engine, tmp_path / "out")
@@ -445,7 +516,7 @@ def test_dcpp_without_a_pipeline_is_refused(tmp_path):
 def test_a_model_id_a_shell_would_expand_is_refused(tmp_path):
     packaged = Path(profiles.__file__).parent / "models" / "qwen2.5-14b.toml"
     evil = tmp_path / "evil.toml"
-    evil.write_text(re.sub(r'(?m)^hf_id = .*$', 'hf_id = "org/$(touch pwned)"', packaged.read_text()))
+    evil.write_text(re.sub(r"(?m)^hf_id = .*$", 'hf_id = "org/$(touch pwned)"', packaged.read_text()))
     with pytest.raises(ExportError, match=r"^model: checkpoint 'org/\$\(touch pwned\)' has a character a shell"):
         write_export(best(model=str(evil), hardware="a100-40g-pcie", tp=2, pp=2), "vllm", tmp_path / "out")
     assert not (tmp_path / "out").exists()
@@ -458,17 +529,26 @@ def test_unknown_engine(tmp_path):
 
 
 def test_a_new_engine_or_mode_is_a_registration(tmp_path, monkeypatch):
-    fork = ServingEngine("sglang-fork", ("python", "-m", "sglang.launch_server"), "--model-path",
-                         lambda c, r: Launch(flags=(Flag("--tp-size", c.tp),)), (Release("1.0", "the only one"),))
+    fork = ServingEngine(
+        "sglang-fork",
+        ("python", "-m", "sglang.launch_server"),
+        "--model-path",
+        lambda c, r: Launch(flags=(Flag("--tp-size", c.tp),)),
+        (Release("1.0", "the only one"),),
+    )
     monkeypatch.setitem(ENGINES, fork.name, fork)
     register_support(fork.name, "cpp", ModeSupport(lambda c, r: Launch(flags=(Flag("--enable-dynamic-chunk"),))))
     files = {p.name: p for p in write_export(best(**QWEN, tp=2, pp=2), "sglang-fork", tmp_path)}
     assert set(files) == {"serve.sh", "pipedeck-best.json"}  # no --config YAML for this engine
     assert options(parse_script(files["serve.sh"])[1]) == {
-        "--model-path": "${MODEL:-Qwen/Qwen2.5-14B-Instruct}", "--tp-size": "2", "--enable-dynamic-chunk": True}
+        "--model-path": "${MODEL:-Qwen/Qwen2.5-14B-Instruct}",
+        "--tp-size": "2",
+        "--enable-dynamic-chunk": True,
+    }
 
 
 # -- files -----------------------------------------------------------------------------
+
 
 def test_existing_files_are_replaced_without_leftovers(tmp_path):
     (tmp_path / "serve.sh").write_text("old\n")
@@ -481,8 +561,11 @@ def test_no_file_holds_a_secret_from_the_environment(tmp_path, monkeypatch):
     monkeypatch.setenv("VLLM_API_KEY", "sk-pipedeck-test-key-0123456789")
     monkeypatch.setenv("HF_TOKEN", "hf_pipedecktesttoken0123456789")
     monkeypatch.setenv("OPENAI_API_KEY", "sk-another-test-key-abcdef")
-    secrets = [value for name, value in os.environ.items()
-               if re.search(r"KEY|TOKEN|SECRET|PASSW|CREDENTIAL", name, re.I) and len(value) >= 8]
+    secrets = [
+        value
+        for name, value in os.environ.items()
+        if re.search(r"KEY|TOKEN|SECRET|PASSW|CREDENTIAL", name, re.I) and len(value) >= 8
+    ]
     for engine, mode in (("vllm-ascend", "vpp"), ("vllm", "cpp"), ("sglang", "dcpp")):
         for path in write_export(best(**DSV3, pp=2, mode=mode), engine, tmp_path / engine):
             text = path.read_text()
@@ -492,15 +575,25 @@ def test_no_file_holds_a_secret_from_the_environment(tmp_path, monkeypatch):
 
 # -- from the run store and the CLI ----------------------------------------------------
 
+
 def make_store(path: Path, objective: str = "goodput") -> ServingConfig:
     """A run store with study s1: a worse, a best, a failed and a running trial; return the best config."""
     configs = [ServingConfig(**DSV3, pp=2, mode=mode).resolve() for mode in ("cpp", "dcpp", "vpp", "vpp-async")]
     with RunStore.open(path) as store:
         store.save_study("s1", scenario="long-128k", objective=objective, slo=SLO, settings={"seed": 3}, storage="j")
-        for number, (config, value, state) in enumerate(zip(configs, (1.0, 2.0, None, None),
-                                                            ("COMPLETE", "COMPLETE", "FAIL", "RUNNING"))):
-            store.save_trial("s1", number, state=state, params={}, config=config.to_dict(),
-                             metrics={**METRICS, "goodput_rps": value} if value else {}, objective=value, duration_s=1.0)
+        for number, (config, value, state) in enumerate(
+            zip(configs, (1.0, 2.0, None, None), ("COMPLETE", "COMPLETE", "FAIL", "RUNNING"))
+        ):
+            store.save_trial(
+                "s1",
+                number,
+                state=state,
+                params={},
+                config=config.to_dict(),
+                metrics={**METRICS, "goodput_rps": value} if value else {},
+                objective=value,
+                duration_s=1.0,
+            )
     return configs[1] if objective != "ttft" else configs[0]
 
 
@@ -529,48 +622,76 @@ def run(capsys, argv):
 
 def test_cli_exports_a_saved_record_or_a_plain_config(tmp_path, capsys):
     record = write_export(best(**DSV3, pp=2, mode="vpp"), "vllm-ascend", tmp_path / "first")[-1]
-    status, out, err = run(capsys, ["export", "--config", str(record), "--format", "vllm-ascend", "--out", str(tmp_path / "again")])
+    status, out, err = run(
+        capsys, ["export", "--config", str(record), "--format", "vllm-ascend", "--out", str(tmp_path / "again")]
+    )
     assert status == 0, err
     assert out.split() == [str(tmp_path / "again" / n) for n in ("serve.sh", "vllm-config.yaml", "pipedeck-best.json")]
     assert (tmp_path / "again" / "serve.sh").read_text() == (tmp_path / "first" / "serve.sh").read_text()
     plain = tmp_path / "plain.json"
     plain.write_text(json.dumps({**QWEN, "tp": 2, "pp": 2}))
-    status, out, err = run(capsys, ["export", "--config", str(plain), "--format", "sglang", "--out", str(tmp_path / "p")])
+    status, out, err = run(
+        capsys, ["export", "--config", str(plain), "--format", "sglang", "--out", str(tmp_path / "p")]
+    )
     assert status == 0, err
     assert "--tp-size 2" in (tmp_path / "p" / "serve.sh").read_text()
 
 
 def test_cli_exports_a_study_from_the_run_store(tmp_path, capsys):
     chosen = make_store(tmp_path / "runs.duckdb")
-    status, out, err = run(capsys, ["export", "--study", "s1", "--format", "sglang", "--out", str(tmp_path / "o"),
-                                    "--db", str(tmp_path / "runs.duckdb")])
+    status, out, err = run(
+        capsys,
+        [
+            "export",
+            "--study",
+            "s1",
+            "--format",
+            "sglang",
+            "--out",
+            str(tmp_path / "o"),
+            "--db",
+            str(tmp_path / "runs.duckdb"),
+        ],
+    )
     assert status == 0, err
     assert out.split() == [str(tmp_path / "o" / n) for n in ("serve.sh", "sglang-config.yaml", "pipedeck-best.json")]
     written = json.loads((tmp_path / "o" / "pipedeck-best.json").read_text())["config"]
     assert ServingConfig.from_dict(written).resolve() == chosen
 
 
-@pytest.mark.parametrize("argv, message", [
-    (["--format", "vllm", "--study", "nope", "--db", "{db}"], "study: no study 'nope' in"),
-    (["--format", "vllm", "--study", "s1", "--db", "{missing}"], "db: no run store at"),
-    (["--format", "vllm"], "give exactly one of --study NAME or --config FILE.json"),
-    (["--format", "vllm", "--study", "s", "--config", "{config}"], "give exactly one of --study NAME or --config FILE.json"),
-    (["--format", "vllm", "--config", "{config}"], "format: mode vpp cannot run on vllm; engines that can: vllm-ascend (VPP development branch)"),
-    (["--format", "vllm", "--config", "{bad}"], "config: cannot read"),
-    (["--format", "nope", "--config", "{config}"], "'nope' is not one of"),
-])
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--format", "vllm", "--study", "nope", "--db", "{db}"], "study: no study 'nope' in"),
+        (["--format", "vllm", "--study", "s1", "--db", "{missing}"], "db: no run store at"),
+        (["--format", "vllm"], "give exactly one of --study NAME or --config FILE.json"),
+        (
+            ["--format", "vllm", "--study", "s", "--config", "{config}"],
+            "give exactly one of --study NAME or --config FILE.json",
+        ),
+        (
+            ["--format", "vllm", "--config", "{config}"],
+            "format: mode vpp cannot run on vllm; engines that can: vllm-ascend (VPP development branch)",
+        ),
+        (["--format", "vllm", "--config", "{bad}"], "config: cannot read"),
+        (["--format", "nope", "--config", "{config}"], "'nope' is not one of"),
+    ],
+)
 def test_cli_errors_are_one_line_and_exit_2(tmp_path, capsys, argv, message):
     config = write_export(best(**DSV3, pp=2, mode="vpp"), "vllm-ascend", tmp_path / "first")[-1]
     bad = tmp_path / "bad.json"
     bad.write_text("{not json")
     make_store(tmp_path / "runs.duckdb")
-    argv = [a.format(config=config, bad=bad, db=tmp_path / "runs.duckdb", missing=tmp_path / "none.duckdb") for a in argv]
+    argv = [
+        a.format(config=config, bad=bad, db=tmp_path / "runs.duckdb", missing=tmp_path / "none.duckdb") for a in argv
+    ]
     status, out, err = run(capsys, ["export", *argv, "--out", str(tmp_path / "o")])
     assert status == 2 and out == ""
     assert err.count("\n") == 1 and err.startswith("pipedeck: error: ") and message in err
 
 
 # -- the weights, the engine release, the engine's own rules, and loud mismatches -------
+
 
 def test_vllm_ascend_launches_the_w8a8_checkpoint_the_ascend_profile_assumed(tmp_path):
     path = export(tmp_path, "vllm-ascend", **DSV3, pp=2)["serve.sh"]
@@ -579,7 +700,10 @@ def test_vllm_ascend_launches_the_w8a8_checkpoint_the_ascend_profile_assumed(tmp
     assert options(argv)["--quantization"] == "ascend"
     assert 'export VLLM_USE_MODELSCOPE="${VLLM_USE_MODELSCOPE:-True}"' in path.read_text()  # a ModelScope id
     text = path.read_text()
-    assert "# Weights: vllm-ascend/DeepSeek-V3.1-W8A8 (W8A8 int8 (ModelSlim), --quantization ascend, from modelscope)" in text
+    assert (
+        "# Weights: vllm-ascend/DeepSeek-V3.1-W8A8 (W8A8 int8 (ModelSlim), --quantization ascend, from modelscope)"
+        in text
+    )
     assert "multi_node.md" in text  # the published source of the id
     assert "WARNING" not in text  # an Ascend study exported for Ascend
 
@@ -587,21 +711,27 @@ def test_vllm_ascend_launches_the_w8a8_checkpoint_the_ascend_profile_assumed(tmp
 def test_a_gpu_export_of_an_ascend_study_says_loudly_that_its_predictions_do_not_hold(tmp_path, capsys):
     path = export(tmp_path, "vllm", **DSV3, pp=2)["serve.sh"]
     lines = path.read_text().splitlines()
-    assert lines[2] == ("# WARNING: predicted for ascend-910c (ascend), but vllm serves on cuda; the simulation "
-                        "assumed the weights vllm-ascend/DeepSeek-V3.1-W8A8 (W8A8 int8 (ModelSlim)), this launch "
-                        "loads deepseek-ai/DeepSeek-V3.1: the predictions do not hold for this launch")
+    assert lines[2] == (
+        "# WARNING: predicted for ascend-910c (ascend), but vllm serves on cuda; the simulation "
+        "assumed the weights vllm-ascend/DeepSeek-V3.1-W8A8 (W8A8 int8 (ModelSlim)), this launch "
+        "loads deepseek-ai/DeepSeek-V3.1: the predictions do not hold for this launch"
+    )
     _, argv = parse_script(path)
     assert argv[2] == "${MODEL:-deepseek-ai/DeepSeek-V3.1}" and "--quantization" not in argv  # the FP8 Hub release
     record = write_export(best(**DSV3, pp=2), "vllm", tmp_path / "rec")[-1]
-    status, _out, err = run(capsys, ["export", "--config", str(record), "--format", "sglang", "--out", str(tmp_path / "s")])
+    status, _out, err = run(
+        capsys, ["export", "--config", str(record), "--format", "sglang", "--out", str(tmp_path / "s")]
+    )
     assert status == 0 and err.startswith("WARNING: predicted for ascend-910c (ascend), but sglang serves on cuda")
 
 
 def test_an_export_for_another_engine_than_the_study_was_tuned_for_says_so(tmp_path):
     tuned = BestConfig(ServingConfig(**QWEN, tp=2, pp=2).resolve(), METRICS, "s1", 7, "azure-conv", SLO, 3, "vllm")
     text = write_export(tuned, "sglang", tmp_path)[0].read_text()
-    assert ("# WARNING: study s1 was tuned for vllm (its baseline and the modes it searched), but this launch is "
-            "sglang: its gain over the default is vllm's") in text
+    assert (
+        "# WARNING: study s1 was tuned for vllm (its baseline and the modes it searched), but this launch is "
+        "sglang: its gain over the default is vllm's"
+    ) in text
     assert "WARNING" not in write_export(tuned, "vllm", tmp_path / "same")[0].read_text()
 
 
@@ -622,28 +752,47 @@ def test_the_warnings_an_export_hands_back_are_the_ones_its_script_opens_with(tm
 def test_a_step_budget_vllm_refuses_is_not_exported(tmp_path, engine):
     with pytest.raises(ExportError) as err:
         write_export(best(**QWEN, tp=2, pp=2, chunk=10, max_running=256), engine, tmp_path / "out")
-    assert str(err.value) == ("chunk: vLLM refuses --max-num-batched-tokens 10 below --max-num-seqs 256 "
-                              "(SchedulerConfig in vllm/config/scheduler.py: max_num_batched_tokens must be >= "
-                              "max_num_seqs); export a config with chunk >= max_running (256)")
+    assert str(err.value) == (
+        "chunk: vLLM refuses --max-num-batched-tokens 10 below --max-num-seqs 256 "
+        "(SchedulerConfig in vllm/config/scheduler.py: max_num_batched_tokens must be >= "
+        "max_num_seqs); export a config with chunk >= max_running (256)"
+    )
     assert not (tmp_path / "out").exists()
-    assert options(parse_script(export(tmp_path, engine, **QWEN, tp=2, pp=2, chunk=256, max_running=256)["serve.sh"])[1])[
-        "--max-num-batched-tokens"] == "256"  # equal is allowed
+    assert (
+        options(parse_script(export(tmp_path, engine, **QWEN, tp=2, pp=2, chunk=256, max_running=256)["serve.sh"])[1])[
+            "--max-num-batched-tokens"
+        ]
+        == "256"
+    )  # equal is allowed
 
 
 def test_an_unknown_engine_release_is_one_line_naming_the_known_ones(tmp_path):
-    with pytest.raises(ExportError, match=r"^engine_version: vllm-ascend '0\.9' is not a release pipedeck knows; "
-                                          r"allowed: 0\.23\.0, 0\.25\.1rc1, or one newer than 0\.25\.1rc1$"):
+    with pytest.raises(
+        ExportError,
+        match=r"^engine_version: vllm-ascend '0\.9' is not a release pipedeck knows; "
+        r"allowed: 0\.23\.0, 0\.25\.1rc1, or one newer than 0\.25\.1rc1$",
+    ):
         write_export(best(**DSV3, pp=2), "vllm-ascend", tmp_path / "out", "0.9")
     assert not (tmp_path / "out").exists()
 
 
-@pytest.mark.parametrize("engine, version, message", [
-    ("vllm", "0.30.0", "engine_version: vllm '0.30.0' is not a release pipedeck knows; "
-                       "allowed: 0.23.0, 0.33.0, or one newer than 0.33.0"),
-    ("vllm", "latest", "engine_version: vllm 'latest' is not a version number; "
-                       "allowed: 0.23.0, 0.33.0, or one newer than 0.33.0"),
-    ("fastpp", "0.5.0", "engine_version: fastpp '0.5.0' is not a release pipedeck knows; allowed: 0.4.1-fastpp"),
-])
+@pytest.mark.parametrize(
+    "engine, version, message",
+    [
+        (
+            "vllm",
+            "0.30.0",
+            "engine_version: vllm '0.30.0' is not a release pipedeck knows; "
+            "allowed: 0.23.0, 0.33.0, or one newer than 0.33.0",
+        ),
+        (
+            "vllm",
+            "latest",
+            "engine_version: vllm 'latest' is not a version number; allowed: 0.23.0, 0.33.0, or one newer than 0.33.0",
+        ),
+        ("fastpp", "0.5.0", "engine_version: fastpp '0.5.0' is not a release pipedeck knows; allowed: 0.4.1-fastpp"),
+    ],
+)
 def test_an_unknown_old_or_malformed_release_is_refused_naming_the_range(engine, version, message):
     with pytest.raises(ExportError) as err:
         ENGINES[engine].release(version)
@@ -655,10 +804,23 @@ def test_a_release_newer_than_the_newest_known_is_exported_as_the_newest_with_a_
     assert (release.version, release.behaves_as) == ("0.34.0", "0.33.0")
     assert release.reads_config_file == ENGINES["vllm"].release("0.33.0").reads_config_file
     record = write_export(best(**QWEN, tp=2, pp=2), "vllm", tmp_path / "first")[-1]
-    status, _out, err = run(capsys, ["export", "--config", str(record), "--format", "vllm", "--engine-version", "0.34.0",
-                                    "--out", str(tmp_path / "o")])
-    assert status == 0 and err == ("NOTE: vllm 0.34.0 is newer than 0.33.0, the newest release pipedeck knows; "
-                                   "written as 0.33.0 runs\n")
+    status, _out, err = run(
+        capsys,
+        [
+            "export",
+            "--config",
+            str(record),
+            "--format",
+            "vllm",
+            "--engine-version",
+            "0.34.0",
+            "--out",
+            str(tmp_path / "o"),
+        ],
+    )
+    assert status == 0 and err == (
+        "NOTE: vllm 0.34.0 is newer than 0.33.0, the newest release pipedeck knows; written as 0.33.0 runs\n"
+    )
     script = (tmp_path / "o" / "serve.sh").read_text()
     assert "for vllm 0.34.0." in script and f"# {err.strip()}" in script
     assert json.loads((tmp_path / "o" / "pipedeck-best.json").read_text())["engine_version"] == "0.34.0"
@@ -681,15 +843,22 @@ def test_the_default_release_is_the_installed_engine_s(tmp_path, monkeypatch, ve
 
 def test_an_installed_release_pipedeck_does_not_know_is_refused_naming_it(tmp_path, monkeypatch):
     installed(tmp_path, monkeypatch, "vllm_ascend", "0.11.0")
-    with pytest.raises(ExportError, match=r"^engine_version: vllm-ascend '0\.11\.0' \(installed\) is not a release "
-                                          r"pipedeck knows; allowed: 0\.23\.0, 0\.25\.1rc1, or one newer"):
+    with pytest.raises(
+        ExportError,
+        match=r"^engine_version: vllm-ascend '0\.11\.0' \(installed\) is not a release "
+        r"pipedeck knows; allowed: 0\.23\.0, 0\.25\.1rc1, or one newer",
+    ):
         ENGINES["vllm-ascend"].release()
 
 
 def test_the_default_release_is_the_newest_that_is_not_a_candidate():
     assert {name: engine.release().version for name, engine in ENGINES.items()} == {
-        "vllm-ascend": "0.23.0", "vllm": "0.33.0", "sglang": "0.5.23", "llama-server": "0.3.36",
-        "fastpp": "0.4.1-fastpp"}
+        "vllm-ascend": "0.23.0",
+        "vllm": "0.33.0",
+        "sglang": "0.5.23",
+        "llama-server": "0.3.36",
+        "fastpp": "0.4.1-fastpp",
+    }
     assert ENGINES["vllm-ascend"].release("v0.25.1rc1").version == "0.25.1rc1"
 
 
@@ -697,26 +866,79 @@ def test_the_record_names_release_weights_and_the_studys_engine(tmp_path):
     tuned = BestConfig(ServingConfig(**DSV3, pp=2).resolve(), METRICS, "s1", 7, "long-128k", SLO, 3, "vllm-ascend")
     record = json.loads(write_export(tuned, "vllm-ascend", tmp_path, "0.25.1rc1")[-1].read_text())
     assert record["engine_version"] == "0.25.1rc1" and record["study_engine"] == "vllm-ascend"
-    assert record["checkpoint"] == {"id": "vllm-ascend/DeepSeek-V3.1-W8A8", "quantization": "ascend", "hub": "modelscope"}
+    assert record["checkpoint"] == {
+        "id": "vllm-ascend/DeepSeek-V3.1-W8A8",
+        "quantization": "ascend",
+        "hub": "modelscope",
+    }
     assert best_from_json(record).engine == "vllm-ascend"
 
 
 def test_cli_engine_version_is_checked_in_one_line(tmp_path, capsys):
     record = write_export(best(**DSV3, pp=2), "vllm-ascend", tmp_path / "first")[-1]
-    status, out, err = run(capsys, ["export", "--config", str(record), "--format", "sglang", "--engine-version",
-                                    "0.5.9", "--out", str(tmp_path / "o")])
-    assert status == 2 and out == "" and err == (
-        "pipedeck: error: engine_version: sglang '0.5.9' is not a release pipedeck knows; "
-        "allowed: 0.5.7, 0.5.23, or one newer than 0.5.23\n")
-    status, out, err = run(capsys, ["export", "--config", str(record), "--format", "vllm-ascend", "--engine-version",
-                                    "0.25.1rc1", "--out", str(tmp_path / "o")])
+    status, out, err = run(
+        capsys,
+        [
+            "export",
+            "--config",
+            str(record),
+            "--format",
+            "sglang",
+            "--engine-version",
+            "0.5.9",
+            "--out",
+            str(tmp_path / "o"),
+        ],
+    )
+    assert (
+        status == 2
+        and out == ""
+        and err
+        == (
+            "pipedeck: error: engine_version: sglang '0.5.9' is not a release pipedeck knows; "
+            "allowed: 0.5.7, 0.5.23, or one newer than 0.5.23\n"
+        )
+    )
+    status, out, err = run(
+        capsys,
+        [
+            "export",
+            "--config",
+            str(record),
+            "--format",
+            "vllm-ascend",
+            "--engine-version",
+            "0.25.1rc1",
+            "--out",
+            str(tmp_path / "o"),
+        ],
+    )
     assert status == 0, err
     assert "for vllm-ascend 0.25.1rc1." in (tmp_path / "o" / "serve.sh").read_text()
 
 
-TUNE = ["--model", "qwen2.5-14b", "--hardware", "a100-40g-pcie", "--devices", "4", "--scenario", "azure-conv",
-        "--requests", "40", "--slo", "ttft=2s,tpot=200ms", "--trials", "2", "--repeats", "1", "--fix", "mode=cpp",
-        "--fix", "delay-scheduling=off"]
+TUNE = [
+    "--model",
+    "qwen2.5-14b",
+    "--hardware",
+    "a100-40g-pcie",
+    "--devices",
+    "4",
+    "--scenario",
+    "azure-conv",
+    "--requests",
+    "40",
+    "--slo",
+    "ttft=2s,tpot=200ms",
+    "--trials",
+    "2",
+    "--repeats",
+    "1",
+    "--fix",
+    "mode=cpp",
+    "--fix",
+    "delay-scheduling=off",
+]
 
 
 def test_tune_export_on_a_finished_study_exports_its_winner(tmp_path, capsys):
@@ -727,8 +949,9 @@ def test_tune_export_on_a_finished_study_exports_its_winner(tmp_path, capsys):
     status = run_cli(cli, ["tune", *TUNE, "--db", db, "--json", "--export", str(out), "--format", "vllm"])
     captured = capsys.readouterr()
     assert status == 0, captured.err
-    assert json.loads(captured.out)["exported"] == [str(out / n) for n in ("serve.sh", "vllm-config.yaml",
-                                                                           "pipedeck-best.json")]
+    assert json.loads(captured.out)["exported"] == [
+        str(out / n) for n in ("serve.sh", "vllm-config.yaml", "pipedeck-best.json")
+    ]
     assert json.loads((out / "pipedeck-best.json").read_text())["study"] == study
 
 
@@ -738,7 +961,20 @@ def test_tune_export_on_another_host_of_a_shared_study_exports_its_winner(tmp_pa
     assert run_cli(cli, ["tune", *TUNE, "--db", str(tmp_path / "host1.duckdb"), "--storage", journal]) == 0
     capsys.readouterr()
     out = tmp_path / "deploy"
-    status = run_cli(cli, ["tune", *TUNE, "--db", str(tmp_path / "host2.duckdb"), "--storage", journal,
-                           "--export", str(out), "--format", "vllm"])
+    status = run_cli(
+        cli,
+        [
+            "tune",
+            *TUNE,
+            "--db",
+            str(tmp_path / "host2.duckdb"),
+            "--storage",
+            journal,
+            "--export",
+            str(out),
+            "--format",
+            "vllm",
+        ],
+    )
     assert status == 0, capsys.readouterr().err
     assert (out / "serve.sh").exists()

@@ -40,13 +40,24 @@ ASCEND_ON_VLLM = {"0.23.0": "0.23.0"}
 QWEN = dict(model="qwen2.5-14b", hardware="a100-40g-pcie")  # 48 layers
 DSV3 = dict(model="deepseek-v3.1", hardware="ascend-910c", tp=8)  # 61 layers
 CASES = {
-    "vllm": [dict(**QWEN, tp=2, pp=2, chunk=16384, max_running=64), dict(**QWEN, tp=1, pp=4, layer_split=(14, 12, 12, 10)),
-             dict(**QWEN, tp=4, pp=1, chunk=2048, max_running=256), dict(**DSV3, pp=2, layer_split=(32, 29))],
-    "vllm-ascend": [dict(**DSV3, pp=2), dict(**DSV3, pp=2, mode="dcpp", chunk=32768, min_chunk=4096, smooth_factor=0.8),
-                    dict(**DSV3, pp=2, mode="vpp", layer_split=(16, 15, 15, 15)), dict(**DSV3, pp=2, layer_split=(29, 32))],
-    "sglang": [dict(**QWEN, tp=2, pp=2, chunk=4096, max_running=32), dict(**QWEN, tp=2, pp=2, mode="dcpp"),
-               dict(**DSV3, pp=2, layer_split=(31, 30)), dict(**QWEN, tp=4, pp=1, mixed_batches=False,
-                                                             decode_in_budget=False)],
+    "vllm": [
+        dict(**QWEN, tp=2, pp=2, chunk=16384, max_running=64),
+        dict(**QWEN, tp=1, pp=4, layer_split=(14, 12, 12, 10)),
+        dict(**QWEN, tp=4, pp=1, chunk=2048, max_running=256),
+        dict(**DSV3, pp=2, layer_split=(32, 29)),
+    ],
+    "vllm-ascend": [
+        dict(**DSV3, pp=2),
+        dict(**DSV3, pp=2, mode="dcpp", chunk=32768, min_chunk=4096, smooth_factor=0.8),
+        dict(**DSV3, pp=2, mode="vpp", layer_split=(16, 15, 15, 15)),
+        dict(**DSV3, pp=2, layer_split=(29, 32)),
+    ],
+    "sglang": [
+        dict(**QWEN, tp=2, pp=2, chunk=4096, max_running=32),
+        dict(**QWEN, tp=2, pp=2, mode="dcpp"),
+        dict(**DSV3, pp=2, layer_split=(31, 30)),
+        dict(**QWEN, tp=4, pp=1, mixed_batches=False, decode_in_budget=False),
+    ],
 }
 
 
@@ -61,18 +72,18 @@ def launch_line(script: Path) -> tuple[dict[str, str], list[str]]:
     env = {}
     for line in lines:
         if line.startswith("export "):
-            name, value = shlex.split(line[len("export "):])[0].split("=", 1)
+            name, value = shlex.split(line[len("export ") :])[0].split("=", 1)
             env[name] = value.removeprefix("${" + name + ":-").removesuffix("}")
     start = next(i for i, line in enumerate(lines) if line.startswith("exec "))
     argv = shlex.split(" ".join(line.rstrip("\\") for line in lines[start:]))[1:-1]
-    return env, [word[len("${MODEL:-"):-1] if word.startswith("${MODEL:-") else word for word in argv]
+    return env, [word[len("${MODEL:-") : -1] if word.startswith("${MODEL:-") else word for word in argv]
 
 
 def run_line_flags(yaml_file: Path) -> list[str]:
     """The options the YAML's `# Run:` line keeps on the command line, after `--config FILE`."""
     run = next(line for line in yaml_file.read_text().splitlines() if line.startswith("# Run: "))
-    words = run[len("# Run: "):].split()
-    return words[words.index("--config") + 2:]
+    words = run[len("# Run: ") :].split()
+    return words[words.index("--config") + 2 :]
 
 
 def releases(engine: str, installed_version: str) -> list[str]:
@@ -83,6 +94,7 @@ def releases(engine: str, installed_version: str) -> list[str]:
 
 
 # -- vLLM ----------------------------------------------------------------------------
+
 
 @pytest.fixture(scope="module")
 def vllm_serve():
@@ -128,38 +140,51 @@ def test_vllm_parses_and_accepts_every_export(tmp_path, vllm_serve, monkeypatch,
             env, argv = launch_line(files["serve.sh"])
             assert argv[:2] == ["vllm", "serve"]
             args = vllm_serve.parse_args(argv[1:])
-            from_yaml = vllm_serve.parse_args(["serve", "--config", str(files["vllm-config.yaml"]),
-                                               *run_line_flags(files["vllm-config.yaml"])])
+            from_yaml = vllm_serve.parse_args(
+                ["serve", "--config", str(files["vllm-config.yaml"]), *run_line_flags(files["vllm-config.yaml"])]
+            )
             assert served(from_yaml) == served(args), f"{engine} {release} {config}: the YAML says something else"
             EngineArgs.from_cli_args(args)  # every option maps onto an engine argument
             # SchedulerConfig.verify_max_model_len; the launch leaves max_model_len to the model's config, and with
             # chunked prefill only the budget >= max_num_seqs rule reads it
-            SchedulerConfig(max_model_len=131072, is_encoder_decoder=False,
-                            max_num_batched_tokens=args.max_num_batched_tokens, max_num_seqs=args.max_num_seqs,
-                            enable_chunked_prefill=args.enable_chunked_prefill)
+            SchedulerConfig(
+                max_model_len=131072,
+                is_encoder_decoder=False,
+                max_num_batched_tokens=args.max_num_batched_tokens,
+                max_num_seqs=args.max_num_seqs,
+                enable_chunked_prefill=args.enable_chunked_prefill,
+            )
             resolved = ServingConfig(**config).resolve()
             if "VLLM_PP_LAYER_PARTITION" in env:
                 monkeypatch.setenv("VLLM_PP_LAYER_PARTITION", env["VLLM_PP_LAYER_PARTITION"])
             else:
                 monkeypatch.delenv("VLLM_PP_LAYER_PARTITION", raising=False)
             if resolved.mode_spec.layout == "linear":
-                spans = [get_pp_indices(resolved.model_profile.num_layers, rank, resolved.pp)
-                         for rank in range(resolved.pp)]
+                spans = [
+                    get_pp_indices(resolved.model_profile.num_layers, rank, resolved.pp) for rank in range(resolved.pp)
+                ]
                 assert [end - start for start, end in spans] == resolved.layers_per_rank()
             if engine == "vllm-ascend":
                 assert args.quantization == "ascend" and args.model_tag == "vllm-ascend/DeepSeek-V3.1-W8A8"
                 if resolved.mode == "dcpp":  # where vLLM-Ascend 0.23 reads it: the top level
                     assert args.additional_config["profiling_chunk_config"]["enabled"] is True
-            print(f"vLLM {VLLM}: {engine} {release} {resolved.mode} tp{resolved.tp} pp{resolved.pp} "
-                  f"chunk {resolved.chunk}: parsed, YAML equal, SchedulerConfig accepted")
+            print(
+                f"vLLM {VLLM}: {engine} {release} {resolved.mode} tp{resolved.tp} pp{resolved.pp} "
+                f"chunk {resolved.chunk}: parsed, YAML equal, SchedulerConfig accepted"
+            )
 
 
 def test_vllm_refuses_the_budget_pipedeck_refuses(vllm_serve):
     from vllm.config.scheduler import SchedulerConfig
 
     with pytest.raises(ValueError, match=r"must be greater than or equal to max_num_seqs"):
-        SchedulerConfig(max_model_len=131072, is_encoder_decoder=False, max_num_batched_tokens=10, max_num_seqs=256,
-                        enable_chunked_prefill=True)
+        SchedulerConfig(
+            max_model_len=131072,
+            is_encoder_decoder=False,
+            max_num_batched_tokens=10,
+            max_num_seqs=256,
+            enable_chunked_prefill=True,
+        )
 
 
 def test_vllm_serve_config_drops_a_false_switch(tmp_path, vllm_serve):
@@ -171,6 +196,7 @@ def test_vllm_serve_config_drops_a_false_switch(tmp_path, vllm_serve):
 
 
 # -- SGLang --------------------------------------------------------------------------
+
 
 @pytest.fixture(scope="module")
 def sglang_args():
@@ -202,13 +228,17 @@ def test_sglang_parses_and_accepts_every_export(tmp_path, sglang_args, monkeypat
                 monkeypatch.setenv("SGLANG_PP_LAYER_PARTITION", env["SGLANG_PP_LAYER_PARTITION"])
             else:
                 monkeypatch.delenv("SGLANG_PP_LAYER_PARTITION", raising=False)
-            spans = [get_pp_indices(resolved.model_profile.num_layers, rank, resolved.pp) for rank in range(resolved.pp)]
+            spans = [
+                get_pp_indices(resolved.model_profile.num_layers, rank, resolved.pp) for rank in range(resolved.pp)
+            ]
             assert [end - start for start, end in spans] == resolved.layers_per_rank()
             # the model-independent part of SGLang's resolution (the rest needs the model's config and a GPU)
             dummy = sglang_args([*argv[3:5], "--model-path", "dummy", *argv[5:]])
             dummy.resolve_once()
-            print(f"SGLang {SGLANG}: sglang {release} {resolved.mode} tp{resolved.tp} pp{resolved.pp} "
-                  f"chunk {resolved.chunk}: parsed, YAML equal, model-independent resolution passed")
+            print(
+                f"SGLang {SGLANG}: sglang {release} {resolved.mode} tp{resolved.tp} pp{resolved.pp} "
+                f"chunk {resolved.chunk}: parsed, YAML equal, model-independent resolution passed"
+            )
 
 
 @pytest.mark.parametrize("mode", ["fastpp-alp", "fastpp-greedy"])
@@ -223,8 +253,11 @@ def test_upstream_sglang_refuses_the_fastpp_forks_launch(tmp_path, sglang_args, 
     refused = capsys.readouterr().err
     assert "unrecognized arguments" in refused
     assert all(flag in refused for flag in FASTPP_REFUSED_UPSTREAM) and "--enable-dynamic-chunk " not in refused
-    without = [word for i, word in enumerate(argv[3:]) if word not in FASTPP_REFUSED_UPSTREAM
-               and not (i and argv[3:][i - 1] == "--dynamic-chunk-strategy")]
+    without = [
+        word
+        for i, word in enumerate(argv[3:])
+        if word not in FASTPP_REFUSED_UPSTREAM and not (i and argv[3:][i - 1] == "--dynamic-chunk-strategy")
+    ]
     assert sglang_args(without).enable_dynamic_chunking  # the rest of the launch is SGLang's
 
 

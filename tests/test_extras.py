@@ -52,20 +52,25 @@ def names_of(requirement: Requirement) -> set[str]:
     wanted = canonicalize_name(requirement.name)
     if wanted in USED_AS:
         return {USED_AS[wanted]}
-    modules = {module for module, dists in importlib.metadata.packages_distributions().items()
-               if wanted in {canonicalize_name(d) for d in dists}}
+    modules = {
+        module
+        for module, dists in importlib.metadata.packages_distributions().items()
+        if wanted in {canonicalize_name(d) for d in dists}
+    }
     return modules or {wanted.replace("-", "_")}
 
 
-EXTRA_PACKAGES = [(extra, req) for extra, reqs in extras().items() for req in reqs
-                  if canonicalize_name(req.name) != "pipedeck"]  # pipedeck[postgres]: another extra, checked there
+EXTRA_PACKAGES = [
+    (extra, req) for extra, reqs in extras().items() for req in reqs if canonicalize_name(req.name) != "pipedeck"
+]  # pipedeck[postgres]: another extra, checked there
 
 
 @pytest.mark.parametrize("extra, requirement", EXTRA_PACKAGES, ids=[f"{e}:{r.name}" for e, r in EXTRA_PACKAGES])
 def test_every_package_an_extra_installs_is_used(extra, requirement):
     """An extra nobody imports only makes pipedeck's environment heavier (and may pull in an engine)."""
-    assert names_of(requirement) & names_in_code(), \
+    assert names_of(requirement) & names_in_code(), (
         f"[{extra}] installs {requirement.name}, which no code or test under {', '.join(SOURCES)} nor .ci/run uses"
+    )
 
 
 def test_the_png_extra_installs_a_plotly_that_kaleido_1_can_drive():

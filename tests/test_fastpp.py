@@ -20,9 +20,23 @@ from pipedeck.scenarios import load_scenario
 
 def report(**fields: object) -> StepReport:
     """A completed step with nothing in it but what the test sets."""
-    base = dict(finished_at=0.0, latency_s=0.05, stage_s=0.01, prefill_tokens=0, decode_tokens=0, chunk_prefix=0.0,
-                chunk_sq=0.0, decode_context=0.0, ttfts=(), token_gaps=(), kv_free=0.5, running=10, waiting=0,
-                backlog_tokens=0, arrived=0)
+    base = dict(
+        finished_at=0.0,
+        latency_s=0.05,
+        stage_s=0.01,
+        prefill_tokens=0,
+        decode_tokens=0,
+        chunk_prefix=0.0,
+        chunk_sq=0.0,
+        decode_context=0.0,
+        ttfts=(),
+        token_gaps=(),
+        kv_free=0.5,
+        running=10,
+        waiting=0,
+        backlog_tokens=0,
+        arrived=0,
+    )
     base.update(fields)
     base.setdefault("admissible_tokens", base["backlog_tokens"])  # admission blocks nothing unless a test says so
     base.setdefault("finished_prompt_tokens", 0)
@@ -76,13 +90,16 @@ def test_greedy_grows_when_ttft_is_late_and_tpot_is_safe():
     assert g.history == [512, 640, 768, 896]
 
 
-@pytest.mark.parametrize("fields", [
-    dict(ttfts=(0.5,), token_gaps=(0.1,)),  # TTFT between low and high
-    dict(ttfts=(1.0,), token_gaps=(0.18,)),  # TTFT late but TPOT above the safe line (and not violating)
-    dict(ttfts=(1.0,)),  # no decode observed: the TPOT conditions are false
-    dict(token_gaps=(0.1,)),  # no first token observed: the TTFT conditions are false
-    dict(),
-])
+@pytest.mark.parametrize(
+    "fields",
+    [
+        dict(ttfts=(0.5,), token_gaps=(0.1,)),  # TTFT between low and high
+        dict(ttfts=(1.0,), token_gaps=(0.18,)),  # TTFT late but TPOT above the safe line (and not violating)
+        dict(ttfts=(1.0,)),  # no decode observed: the TPOT conditions are false
+        dict(token_gaps=(0.1,)),  # no first token observed: the TTFT conditions are false
+        dict(),
+    ],
+)
 def test_greedy_keeps_the_chunk_otherwise(fields):
     assert decide(greedy(), **fields) == 512
 
@@ -218,8 +235,14 @@ def test_alp_learns_the_attention_terms_online():
     def step(prefill: int, prefix: int, decodes: int, context: float) -> StepReport:
         attention = np.array([prefill * prefix, prefill * prefill, decodes * context])
         stage = max(A0 + A1 * (prefill + decodes), FLOOR) + attention @ truth + (0.001 if prefill else 0.0)
-        return report(prefill_tokens=prefill, decode_tokens=decodes, chunk_prefix=attention[0], chunk_sq=attention[1],
-                      decode_context=attention[2], stage_s=stage)
+        return report(
+            prefill_tokens=prefill,
+            decode_tokens=decodes,
+            chunk_prefix=attention[0],
+            chunk_sq=attention[1],
+            decode_context=attention[2],
+            stage_s=stage,
+        )
 
     for _ in range(400):
         prefill = int(rng.choice([0, 128, 512, 1024, 2048]))
@@ -257,8 +280,7 @@ def test_alp_counts_arrivals_over_its_window_as_demand():
         c.observe(report(finished_at=float(t), stage_s=A0 + A1 * 2000, prefill_tokens=2000, arrived=2 * t))
     assert c.demand() == pytest.approx(2000.0)
     assert c.chunk == 128
-    c.observe(report(finished_at=10.5, stage_s=A0 + A1 * 2000, prefill_tokens=2000, arrived=22,
-                     backlog_tokens=90_000))
+    c.observe(report(finished_at=10.5, stage_s=A0 + A1 * 2000, prefill_tokens=2000, arrived=22, backlog_tokens=90_000))
     # the window now starts at t = 1: 20 arrivals, 20K of their tokens prefilled, 90K queued
     assert c.demand() == pytest.approx((20_000 + 90_000) / 9.5 + 90_000 / 10)
     assert c.chunk == 512  # 20.6K tokens/s wanted
@@ -270,8 +292,17 @@ def test_alp_asks_only_for_what_admission_lets_in_while_it_is_blocked():
     def window(admissible: int) -> PredictiveChunkController:
         c = alp()
         for t in range(12):  # 2 arrivals a second, 150K tokens queued, 1500 prompt tokens a second finishing
-            c.observe(report(finished_at=float(t), stage_s=A0 + A1 * 2000, prefill_tokens=2000, arrived=2 * t,
-                             backlog_tokens=150_000, admissible_tokens=admissible, finished_prompt_tokens=1500 * t))
+            c.observe(
+                report(
+                    finished_at=float(t),
+                    stage_s=A0 + A1 * 2000,
+                    prefill_tokens=2000,
+                    arrived=2 * t,
+                    backlog_tokens=150_000,
+                    admissible_tokens=admissible,
+                    finished_prompt_tokens=1500 * t,
+                )
+            )
         return c
 
     blocked, free = window(admissible=6_000), window(admissible=150_000)
@@ -282,8 +313,12 @@ def test_alp_asks_only_for_what_admission_lets_in_while_it_is_blocked():
 
 def test_alp_leaves_the_decodes_their_share_of_the_budget():
     c = alp()
-    round_of(c, report(stage_s=A0 + A1 * 228, prefill_tokens=128, decode_tokens=100, decode_context=1e5,
-                       backlog_tokens=190_000))
+    round_of(
+        c,
+        report(
+            stage_s=A0 + A1 * 228, prefill_tokens=128, decode_tokens=100, decode_context=1e5, backlog_tokens=190_000
+        ),
+    )
     assert c.chunk == 768  # 668 prefill tokens / 34.7 ms = 19.2K tokens/s; 640 gives 18.2K
 
 
@@ -333,6 +368,8 @@ def test_fastpp_end_to_end_on_azure_conv(mode, controllers):
     assert all(128 <= chunk <= 2048 and chunk % 128 == 0 for chunk in history)
     if mode == "fastpp-alp":
         mape = controllers[mode].mape
-        print(f"\nALP stage-latency MAPE on azure-conv, qwen2.5-32b, 4 x A100 PCIe, rate 8: {mape:.3f}% "
-              f"over {len(history) - 1} steps")
+        print(
+            f"\nALP stage-latency MAPE on azure-conv, qwen2.5-32b, 4 x A100 PCIe, rate 8: {mape:.3f}% "
+            f"over {len(history) - 1} steps"
+        )
         assert math.isfinite(mape) and mape < 5

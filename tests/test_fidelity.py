@@ -94,7 +94,9 @@ def test_an_override_reaches_the_simulator_and_leaves_the_packaged_profile_alone
     x = [0.0] * len(space.names)
     x[space.names.index("collective_latency_us")] = math.log(1.5)
     path = space.path(x, str(tmp_path))
-    assert load_hardware(path).collective_latency_us == pytest.approx(1.5 * space.current[space.names.index("collective_latency_us")])
+    assert load_hardware(path).collective_latency_us == pytest.approx(
+        1.5 * space.current[space.names.index("collective_latency_us")]
+    )
     keys = ["A.cpp.exposed_comm", "A.dcpp.total"]
     changed = fidelity.collect_a(path, keys)
     assert all(changed[k].value > measured_a[k].value for k in keys)
@@ -103,10 +105,19 @@ def test_an_override_reaches_the_simulator_and_leaves_the_packaged_profile_alone
 
 
 def test_alp_predictor_errors_are_read_from_outside_the_controller():
-    spec = TuneSpec(study="t", storage="unused", scenario="azure-conv", model="qwen2.5-32b", hardware="a100-40g-pcie",
-                    devices=4, slo=fidelity.SLO, requests=200)
-    config = ServingConfig(model="qwen2.5-32b", hardware="a100-40g-pcie", **SGLANG_MIXED_CHUNK,
-                           **fidelity.ALP).resolve()
+    spec = TuneSpec(
+        study="t",
+        storage="unused",
+        scenario="azure-conv",
+        model="qwen2.5-32b",
+        hardware="a100-40g-pcie",
+        devices=4,
+        slo=fidelity.SLO,
+        requests=200,
+    )
+    config = ServingConfig(
+        model="qwen2.5-32b", hardware="a100-40g-pcie", **SGLANG_MIXED_CHUNK, **fidelity.ALP
+    ).resolve()
     errors = fidelity.alp_errors(Evaluator(spec), config, 8.0)
     assert errors["steps"] > 100
     assert 0 <= errors["mape_attention"] < errors["mape_no_attention"]

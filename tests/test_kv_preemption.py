@@ -23,8 +23,16 @@ KV = 40_000  # tokens: about 30 azure-conv requests' prompts, so decodes fill it
 
 def traced_run(output_reserve: float, mode: str = "cpp", requests: int = 120):
     """A KV-tight run; returns the engine, per-request prefill tokens and (id, tokens emitted) per preemption."""
-    config = ServingConfig(model="qwen2.5-14b", hardware="a100-40g-pcie", tp=2, pp=2, chunk=1024, mode=mode,
-                           kv_capacity=KV, output_reserve=output_reserve).resolve()
+    config = ServingConfig(
+        model="qwen2.5-14b",
+        hardware="a100-40g-pcie",
+        tp=2,
+        pp=2,
+        chunk=1024,
+        mode=mode,
+        kv_capacity=KV,
+        output_reserve=output_reserve,
+    ).resolve()
     engine = build_engine(config)
     sched = engine.sched
     prefilled: dict[int, int] = defaultdict(int)  # prompt tokens issued in chunks, recomputes included
@@ -94,13 +102,24 @@ def test_a_smaller_reserve_admits_more_at_once(reserve_all):
 
 @pytest.mark.parametrize("max_running, admitted", [(256, 2), (1, 1)])
 def test_admissible_tokens_are_the_prompts_admission_takes_next(max_running, admitted):
-    config = ServingConfig(model="qwen2.5-14b", hardware="a100-40g-pcie", pp=2, chunk=16_384, kv_capacity=10_000,
-                           output_reserve=0.5, max_running=max_running).resolve()
+    config = ServingConfig(
+        model="qwen2.5-14b",
+        hardware="a100-40g-pcie",
+        pp=2,
+        chunk=16_384,
+        kv_capacity=10_000,
+        output_reserve=0.5,
+        max_running=max_running,
+    ).resolve()
     sched = build_engine(config).sched
     # claims (prompt + half the output): 3500 and 5000 fit in 10K; 2050 more does not, and the last,
     # small enough to fit, waits behind it
-    queue = [SimRequest(0, 0.0, 3000, 1000), SimRequest(1, 0.0, 4000, 2000), SimRequest(2, 0.0, 2000, 100),
-             SimRequest(3, 0.0, 10, 1)]
+    queue = [
+        SimRequest(0, 0.0, 3000, 1000),
+        SimRequest(1, 0.0, 4000, 2000),
+        SimRequest(2, 0.0, 2000, 100),
+        SimRequest(3, 0.0, 10, 1),
+    ]
     sched.waiting.extend(queue)
     expected = sum(q.prompt for q in queue[:admitted])
     assert sched.backlog_tokens() == 9010 and sched.admissible_tokens() == expected
@@ -110,8 +129,9 @@ def test_admissible_tokens_are_the_prompts_admission_takes_next(max_running, adm
 
 
 def test_preemptions_are_reported_and_stored(tmp_path):
-    config = ServingConfig(model="qwen2.5-14b", hardware="a100-40g-pcie", tp=2, pp=2, chunk=1024,
-                           kv_capacity=KV, output_reserve=0.0)
+    config = ServingConfig(
+        model="qwen2.5-14b", hardware="a100-40g-pcie", tp=2, pp=2, chunk=1024, kv_capacity=KV, output_reserve=0.0
+    )
     result = SimBackend().run(load_scenario("azure-conv"), config, rate=20.0, num_requests=120, timeline=False)
     assert result.preemptions > 0 and result.summary()["preemptions"] == result.preemptions
     with RunStore.open(tmp_path / "runs.duckdb") as store:

@@ -28,11 +28,15 @@ TINY = str(DATA / "tiny-chat.toml")
 CPU = dict(model="qwen2.5-14b", hardware="a100-40g-pcie", tp=1, pp=1, chunk=512, max_running=4, kv_capacity=4096)
 
 
-
-
 def launching(model: Path, tmp_path: Path) -> LaunchingBackend:
-    backend = make_backend("live", launch="llama-server", model_path=str(model), program=FAKE,
-                           log_dir=str(tmp_path / "logs"), health_timeout_s=20)
+    backend = make_backend(
+        "live",
+        launch="llama-server",
+        model_path=str(model),
+        program=FAKE,
+        log_dir=str(tmp_path / "logs"),
+        health_timeout_s=20,
+    )
     assert isinstance(backend, LaunchingBackend)
     return backend
 
@@ -82,16 +86,37 @@ def test_a_config_the_engine_cannot_run_is_a_launch_error(model, tmp_path):
         launching(model, tmp_path).run(load_scenario(TINY), ServingConfig(**{**CPU, "tp": 2}), rate=50, num_requests=2)
 
 
-@pytest.mark.parametrize("engine, weights, program, message", [
-    ("nope", "model", FAKE, "launch: unknown engine 'nope'; allowed: vllm-ascend, vllm, sglang, llama-server, fastpp"),
-    ("llama-server", None, FAKE, "model_path: give the weights llama-server loads (a path or hub id)"),
-    ("llama-server", "/nope.gguf", FAKE,
-     "model_path: llama-server loads a local GGUF file or a hub id org/name[:quant]; there is no file /nope.gguf"),
-    ("llama-server", "a/b/c", FAKE,
-     "model_path: llama-server loads a local GGUF file or a hub id org/name[:quant]; there is no file a/b/c"),
-    ("llama-server", "model", "/nope/x", "program: '/nope/x' not found (not an executable file, nor on PATH)"),
-    ("llama-server", "model", None, "launch: 'llama-server' not found on PATH; install llama-server or give its program"),
-])
+@pytest.mark.parametrize(
+    "engine, weights, program, message",
+    [
+        (
+            "nope",
+            "model",
+            FAKE,
+            "launch: unknown engine 'nope'; allowed: vllm-ascend, vllm, sglang, llama-server, fastpp",
+        ),
+        ("llama-server", None, FAKE, "model_path: give the weights llama-server loads (a path or hub id)"),
+        (
+            "llama-server",
+            "/nope.gguf",
+            FAKE,
+            "model_path: llama-server loads a local GGUF file or a hub id org/name[:quant]; there is no file /nope.gguf",
+        ),
+        (
+            "llama-server",
+            "a/b/c",
+            FAKE,
+            "model_path: llama-server loads a local GGUF file or a hub id org/name[:quant]; there is no file a/b/c",
+        ),
+        ("llama-server", "model", "/nope/x", "program: '/nope/x' not found (not an executable file, nor on PATH)"),
+        (
+            "llama-server",
+            "model",
+            None,
+            "launch: 'llama-server' not found on PATH; install llama-server or give its program",
+        ),
+    ],
+)
 def test_a_launch_is_checked_before_any_work(model, monkeypatch, engine, weights, program, message):
     monkeypatch.setenv("PATH", "")
     with pytest.raises(ConfigError) as err:

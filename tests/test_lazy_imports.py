@@ -41,8 +41,18 @@ def test_help_imports_no_heavy_library_and_no_numpy():
 
 
 def test_a_simulation_that_stores_nothing_imports_no_store_tuner_or_plots():
-    modules, printed = run_probe("simulate", "--scenario", "azure-conv", "--requests", "4", "--model", "qwen2.5-14b",
-                                 "--hardware", "a100-40g-pcie", "--no-store")
+    modules, printed = run_probe(
+        "simulate",
+        "--scenario",
+        "azure-conv",
+        "--requests",
+        "4",
+        "--model",
+        "qwen2.5-14b",
+        "--hardware",
+        "a100-40g-pcie",
+        "--no-store",
+    )
     assert "TTFT" in printed and "numpy" in modules  # it ran, and drew its lengths and arrivals with numpy
     assert not modules & set(HEAVY), sorted(modules & set(HEAVY))
 
@@ -52,15 +62,38 @@ def test_replaying_a_trace_with_fixed_chunks_into_a_pipe_needs_no_numpy_or_rich(
     a pipe gets plain columns, so rich stays out too."""
     trace = tmp_path / "t.csv"
     trace.write_text("arrival_s,prompt_tokens,output_tokens\n0,900,3\n0.5,2000,1\n1.25,64,40\n")
-    modules, printed = run_probe("simulate", "--scenario", str(trace), "--model", "qwen2.5-14b",
-                                 "--hardware", "a100-40g-pcie", "--mode", "cpp", "--chunk", "512", "--no-store")
+    modules, printed = run_probe(
+        "simulate",
+        "--scenario",
+        str(trace),
+        "--model",
+        "qwen2.5-14b",
+        "--hardware",
+        "a100-40g-pcie",
+        "--mode",
+        "cpp",
+        "--chunk",
+        "512",
+        "--no-store",
+    )
     assert "requests 3" in printed
     assert not modules & {*HEAVY, "numpy", "rich"}, sorted(modules & {*HEAVY, "numpy", "rich"})
 
 
 def test_a_stored_simulation_loads_duckdb_only(tmp_path):
-    modules = loaded("simulate", "--scenario", "short-4k", "--requests", "4", "--model", "qwen2.5-14b",
-                     "--hardware", "a100-40g-pcie", "--db", str(tmp_path / "r.duckdb"))
+    modules = loaded(
+        "simulate",
+        "--scenario",
+        "short-4k",
+        "--requests",
+        "4",
+        "--model",
+        "qwen2.5-14b",
+        "--hardware",
+        "a100-40g-pcie",
+        "--db",
+        str(tmp_path / "r.duckdb"),
+    )
     assert "duckdb" in modules and not modules & {"optuna", "plotly", "textual"}
 
 

@@ -12,6 +12,21 @@ NO_TESTS_COLLECTED = 5  # pytest's exit status when every test was deselected
 
 def test_not_live_deselects_every_test_under_tests_live():
     collected = subprocess.run(
-        [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", "-m", "not live",
-         "tests/live"], cwd=ROOT, capture_output=True, text=True, timeout=120)
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "--collect-only",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "-m",
+            "not live",
+            "tests/live",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert collected.returncode == NO_TESTS_COLLECTED, collected.stdout[-2000:]

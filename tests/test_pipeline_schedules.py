@@ -108,8 +108,13 @@ def test_every_fold_back_mode_serves_every_catalog_scenario(scenario):
     """The fold-back modes are continuous-batching schedulers: any traffic, several requests per micro-batch."""
     workload = catalog()[scenario].workload(seed=0, num_requests=12 if scenario.startswith("long") else 40)
     for mode in FOLDBACK:
-        result = SimBackend().run(catalog()[scenario], ServingConfig(mode=mode, chunk=16384), seed=0,
-                                  num_requests=len(workload.requests), timeline=False)
+        result = SimBackend().run(
+            catalog()[scenario],
+            ServingConfig(mode=mode, chunk=16384),
+            seed=0,
+            num_requests=len(workload.requests),
+            timeline=False,
+        )
         assert sorted(r.id for r in result.records) == [r.id for r in workload.requests]
         if len(workload.requests) > 1 and not scenario.startswith("long"):  # micro-batches hold several requests
             assert result.steps < sum(-(-r.prompt_tokens // 16384) + r.output_tokens for r in workload.requests)

@@ -63,7 +63,9 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> Runs:
     }
     db = tmp_path_factory.mktemp("plots") / "runs.duckdb"
     with RunStore.open(db) as store:
-        ids = {name: store.save_run(result, label=name if name == "short" else None) for name, result in results.items()}
+        ids = {
+            name: store.save_run(result, label=name if name == "short" else None) for name, result in results.items()
+        }
         ids["bare"] = store.save_run(results["short"], label="bare", keep_timeline=False)
         store.save_study("tuned", scenario="long-64k", objective="goodput", slo=SLO, settings={}, storage="")
         ids["studied"] = store.save_run(results["vpp"], study="tuned", trial=0, label="best")
@@ -111,12 +113,12 @@ LABELS = {"short": "short", "bare": "bare", "studied": "best"}
 
 def name(runs: Runs, key: str, among: tuple[str, ...]) -> str:
     """The legend name of run `key` in a comparison of the runs `among` (they name what differs among them)."""
-    names = legend_names([runs.ids[k] for k in among], [runs.results[k] for k in among],
-                         [LABELS.get(k) for k in among])
+    names = legend_names([runs.ids[k] for k in among], [runs.results[k] for k in among], [LABELS.get(k) for k in among])
     return names[among.index(key)]
 
 
 # -- the page ---------------------------------------------------------------------------
+
 
 def test_compare_page_is_self_contained_and_holds_every_figure(capsys, runs, tmp_path):
     found = compare(capsys, runs, tmp_path, "cpp", "vpp", "short", extra=("--slo", "ttft=2s,tpot=200ms"))
@@ -130,15 +132,15 @@ def test_compare_page_is_self_contained_and_holds_every_figure(capsys, runs, tmp
 def test_cdfs_draw_each_run_in_both_panels_with_slo_lines(capsys, runs, tmp_path):
     cdf = compare(capsys, runs, tmp_path, "vpp", "short", extra=("--slo", "ttft=2s,tpot=200ms"))["cdf"]
     for key in ("vpp", "short"):
-        lines = [t for t in cdf["data"] if t["name"] == name(runs, key, ('vpp', 'short'))]
+        lines = [t for t in cdf["data"] if t["name"] == name(runs, key, ("vpp", "short"))]
         ttft = lines[0]
         assert np.allclose(values(ttft["x"]), np.sort(runs.results[key].ttfts()))
         assert values(ttft["y"])[-1] == 1.0
-    [tpot] = [t for t in cdf["data"] if t["name"] == name(runs, "short", ('vpp', 'short'))][1:]
+    [tpot] = [t for t in cdf["data"] if t["name"] == name(runs, "short", ("vpp", "short"))][1:]
     assert np.allclose(values(tpot["x"]), np.sort(runs.results["short"].tpots()) * 1e3)  # TPOT in ms
     labels = [a["text"] for a in cdf["layout"]["annotations"]]
     # long-64k has one output token a request: no TPOT line, a note instead (not a line at 0)
-    assert len([t for t in cdf["data"] if t["name"] == name(runs, "vpp", ('vpp', 'short'))]) == 1
+    assert len([t for t in cdf["data"] if t["name"] == name(runs, "vpp", ("vpp", "short"))]) == 1
     assert f"no TPOT (one output token each): {name(runs, 'vpp', ('vpp', 'short'))}" in labels
     assert "SLO P90 ≤ 2 s" in labels and "SLO P90 ≤ 200 ms" in labels
     limits = sorted(s["x0"] for s in cdf["layout"]["shapes"] if s["type"] == "line" and s["x0"] == s["x1"])
@@ -203,9 +205,11 @@ def test_every_delta_says_better_or_worse_in_words_and_colour_by_its_metrics_dir
     colours = dict(zip(labels, table["cells"]["font"]["color"][2]))
     rows = dict(zip((re.sub("<.*?>", "", label) for label in labels), zip(second, colours.values())))
     summaries = [runs.results[k].summary() for k in ("cpp", "vpp")]
-    for label, read, lower_is_better in (("TTFT P90 (s)", lambda s: s["ttft_s"]["p90"], True),
-                                         ("makespan (s)", lambda s: s["makespan_s"], True),
-                                         ("throughput (tok/s)", lambda s: s["throughput_tok_s"], False)):
+    for label, read, lower_is_better in (
+        ("TTFT P90 (s)", lambda s: s["ttft_s"]["p90"], True),
+        ("makespan (s)", lambda s: s["makespan_s"], True),
+        ("throughput (tok/s)", lambda s: s["throughput_tok_s"], False),
+    ):
         base, value = (read(s) for s in summaries)
         better = (value < base) == lower_is_better
         text, colour = rows[label]
@@ -220,8 +224,9 @@ def study_page(capsys, study: tuple[Path, TuneSpec], tmp_path: Path) -> dict[str
     """The figures of `compare --study` on a copy of the study's store: best and default, each at both rates."""
     db, spec = study
     out = tmp_path / "c.html"
-    status, _, err = cli_run(capsys, ["compare", "--study", spec.study, "--db", str(copy_of(db, tmp_path)),
-                                      "--out", str(out)])
+    status, _, err = cli_run(
+        capsys, ["compare", "--study", spec.study, "--db", str(copy_of(db, tmp_path)), "--out", str(out)]
+    )
     assert status == 0, err
     return figures(out)
 
@@ -233,11 +238,16 @@ def test_the_metrics_table_is_as_tall_as_its_rows_wrapped_on_a_narrow_page(capsy
     labels, *columns = table["cells"]["values"]
     assert re.sub("<.*?>", "", labels[-1]) == "SLO attainment"
     shares = table["columnwidth"]
-    chars = [int(((PLANNED_PX - layout["margin"]["l"] - layout["margin"]["r"]) * share / sum(shares) - PAD_PX)
-                 / CHAR_PX) for share in shares]
+    chars = [
+        int(((PLANNED_PX - layout["margin"]["l"] - layout["margin"]["r"]) * share / sum(shares) - PAD_PX) / CHAR_PX)
+        for share in shares
+    ]
     rows = [table["header"]["values"], *zip(labels, *columns)]
-    needed = sum(CELL_PX + LINE_PX * (max(len(textwrap.wrap(re.sub("<.*?>", "", text), width)) for text, width
-                                          in zip(row, chars)) - 1) for row in rows)
+    needed = sum(
+        CELL_PX
+        + LINE_PX * (max(len(textwrap.wrap(re.sub("<.*?>", "", text), width)) for text, width in zip(row, chars)) - 1)
+        for row in rows
+    )
     assert any(len(textwrap.wrap(re.sub("<.*?>", "", h), chars[1])) > 1 for h in rows[0][1:])  # the names wrap
     assert layout["height"] - layout["margin"]["t"] - layout["margin"]["b"] >= needed
 
@@ -257,6 +267,7 @@ def test_one_config_keeps_one_hue_its_other_rates_a_darker_dashed_shade(capsys, 
 
 # -- timelines ----------------------------------------------------------------------------
 
+
 def gantt_bars(timeline: dict, run_name: str) -> dict[int, list[dict]]:
     """The run's bar traces by rank (one trace per rank and span kind, decode-only batches apart)."""
     by_rank: dict[int, list[dict]] = {}
@@ -271,7 +282,7 @@ def test_gantt_draws_every_span_on_its_rank_row(capsys, runs, tmp_path):
     timeline = compare(capsys, runs, tmp_path, "cpp", "vpp", "short")["timeline"]
     for key in ("cpp", "vpp", "short"):
         result = runs.results[key]
-        by_rank = gantt_bars(timeline, name(runs, key, ('cpp', 'vpp', 'short')))
+        by_rank = gantt_bars(timeline, name(runs, key, ("cpp", "vpp", "short")))
         assert sorted(by_rank) == [r.rank for r in result.ranks]
         for rank, traces in by_rank.items():
             spans = sorted((s for s in result.spans if s.rank == rank), key=lambda s: (s.start, s.end))
@@ -315,14 +326,16 @@ def test_gantt_caps_long_runs_to_one_window_of_their_first_spans_and_says_so(cap
     timeline = compare(capsys, runs, tmp_path, "cpp", "short", extra=("--max-spans", "100"))["timeline"]
     starts = np.sort(np.concatenate([[s.start for s in runs.results[k].spans] for k in ("cpp", "short")]))
     window = starts[100]  # the 101st span of both runs together, in time, is the first left out
-    drawn = {k: drawn_starts(timeline, name(runs, k, ('cpp', 'short'))) for k in ("cpp", "short")}
+    drawn = {k: drawn_starts(timeline, name(runs, k, ("cpp", "short"))) for k in ("cpp", "short")}
     assert sum(map(len, drawn.values())) == 100 and all((d < window + 1e-4).all() for d in drawn.values())
     for k in ("cpp", "short"):
         assert len(drawn[k]) == sum(s.start < window for s in runs.results[k].spans)
     titles = [a["text"] for a in timeline["layout"]["annotations"]]
     short = runs.results["short"]
-    assert f"{name(runs, 'short', ('cpp', 'short'))}: first {len(drawn['short'])} of {len(short.spans)} spans " \
-           f"(0–{window:.4g} s of {short.makespan_s:.4g} s)" in titles
+    assert (
+        f"{name(runs, 'short', ('cpp', 'short'))}: first {len(drawn['short'])} of {len(short.spans)} spans "
+        f"(0–{window:.4g} s of {short.makespan_s:.4g} s)" in titles
+    )
     ranges = [v["range"] for k, v in timeline["layout"].items() if k.startswith("xaxis")]
     assert all(r == pytest.approx([0, window]) for r in ranges)
     longest = max(runs.results[k].makespan_s for k in ("cpp", "short"))
@@ -334,6 +347,7 @@ def test_gantt_caps_long_runs_to_one_window_of_their_first_spans_and_says_so(cap
 def test_common_window_fits_the_budget_across_runs():
     def spans(*starts):
         return [Span(0, 0, 0, 0, 0, t, t + 0.5, "prefill") for t in starts]
+
     assert common_window([spans(0, 1, 2), spans(0.5, 1.5)], [3.0, 2.0], 10) == 3.0  # all fit: the longest makespan
     assert common_window([spans(0, 1, 2), spans(0.5, 1.5)], [3.0, 2.0], 3) == 1.5  # 0, 0.5, 1 drawn; 1.5 is not
     assert common_window([[], []], [0.0, 0.0], 10) == 0.0
@@ -341,7 +355,7 @@ def test_common_window_fits_the_budget_across_runs():
 
 def test_a_run_stored_without_timeline_says_so(capsys, runs, tmp_path):
     timeline = compare(capsys, runs, tmp_path, "cpp", "bare")["timeline"]
-    assert not gantt_bars(timeline, name(runs, "bare", ('cpp', 'bare')))
+    assert not gantt_bars(timeline, name(runs, "bare", ("cpp", "bare")))
     texts = [a["text"] for a in timeline["layout"]["annotations"]]
     assert f"{name(runs, 'bare', ('cpp', 'bare'))}: stored without a timeline" in texts
     assert any("no timeline was stored" in t for t in texts)
@@ -349,14 +363,17 @@ def test_a_run_stored_without_timeline_says_so(capsys, runs, tmp_path):
 
 # -- like with like ------------------------------------------------------------------------
 
+
 def header_names(found: dict[str, dict]) -> list[str]:
     return [re.sub("<.*?>", "", h) for h in found["metrics"]["data"][0]["header"]["values"][1:]]
 
 
 def test_legends_name_the_settings_that_differ_and_nothing_else(capsys, runs, tmp_path):
     found = compare(capsys, runs, tmp_path, "cpp", "vpp")
-    assert header_names(found) == [f"run {runs.ids['cpp']} · cpp · split 31,30",
-                                   f"run {runs.ids['vpp']} · vpp · split 16,15,15,15"]
+    assert header_names(found) == [
+        f"run {runs.ids['cpp']} · cpp · split 31,30",
+        f"run {runs.ids['vpp']} · vpp · split 16,15,15,15",
+    ]
     assert {t["name"] for t in found["cdf"]["data"]} == set(header_names(found))
     same = compare(capsys, runs, tmp_path, "short", "bare")  # one result stored twice: only the labels differ
     assert header_names(same) == [f"run {runs.ids['short']} short", f"run {runs.ids['bare']} bare"]
@@ -373,7 +390,8 @@ def test_runs_of_different_scenarios_warn_on_stderr_and_on_the_page_and_get_no_d
         f"pipedeck: warning: the runs differ in model (run {cpp}: deepseek-v3.1; run {short}: qwen2.5-14b): "
         "their latencies are not comparable",
         f"pipedeck: warning: the runs differ in hardware (run {cpp}: ascend-910c; run {short}: a100-40g-pcie): "
-        "their latencies are not comparable"]
+        "their latencies are not comparable",
+    ]
     text = out.read_text(encoding="utf-8")
     assert f'<p class="warn">warning: the runs differ in scenario (run {cpp}: long-64k; run {short}: short-4k)' in text
     _, first, second = figures(out)["metrics"]["data"][0]["cells"]["values"]
@@ -399,24 +417,41 @@ def test_a_studys_best_and_default_are_compared_at_both_rates(capsys, study, tmp
     best, default = before["best"], before["default"]
     assert best.result.rate != default.result.rate
     out = tmp_path / "c.html"
-    status, stdout, err = cli_run(capsys, ["compare", str(best.id), str(default.id), "--db", str(db), "--out", str(out)])
+    status, stdout, err = cli_run(
+        capsys, ["compare", str(best.id), str(default.id), "--db", str(db), "--out", str(out)]
+    )
     assert status == 0, err
     after = labelled(db, spec.study)
     cross_best, cross_default = after["best@default-rate"], after["default@best-rate"]
-    assert stdout.splitlines()[1].startswith(f"Like with like: study {spec.study}'s best (trial {best.trial}) and "
-                                             f"default (trial {default.trial}) are each shown at both")
+    assert stdout.splitlines()[1].startswith(
+        f"Like with like: study {spec.study}'s best (trial {best.trial}) and "
+        f"default (trial {default.trial}) are each shown at both"
+    )
     assert f"simulated now and stored as runs {cross_best.id} and {cross_default.id}" in stdout
     assert err == ""  # runs paired at each rate: no warning about rates
     for cross, same, other in ((cross_best, best, default), (cross_default, default, best)):
-        assert (cross.result.config, cross.trial, cross.result.seed) == (same.result.config, same.trial, same.result.seed)
+        assert (cross.result.config, cross.trial, cross.result.seed) == (
+            same.result.config,
+            same.trial,
+            same.result.seed,
+        )
         assert cross.result.rate == other.result.rate and cross.result.spans
-        again = SimBackend().run(load_scenario(spec.scenario), ServingConfig.from_dict(same.result.config),
-                                 rate=other.result.rate, seed=same.result.seed, num_requests=spec.requests)
+        again = SimBackend().run(
+            load_scenario(spec.scenario),
+            ServingConfig.from_dict(same.result.config),
+            rate=other.result.rate,
+            seed=same.result.seed,
+            num_requests=spec.requests,
+        )
         assert np.array_equal(cross.result.ttfts(), again.ttfts())  # exactly that config at that rate
     table = figures(out)["metrics"]["data"][0]
     names = header_names(figures(out))
-    assert [n.split(" · ")[0] for n in names] == [f"run {best.id} best", f"run {cross_default.id} default@best-rate",
-                                                   f"run {cross_best.id} best@default-rate", f"run {default.id} default"]
+    assert [n.split(" · ")[0] for n in names] == [
+        f"run {best.id} best",
+        f"run {cross_default.id} default@best-rate",
+        f"run {cross_best.id} best@default-rate",
+        f"run {default.id} default",
+    ]
     labels, *columns = table["cells"]["values"]
     rates = dict(zip(labels, zip(*columns)))["<b>rate (req/s)</b>"]
     assert rates[0] == rates[1] != rates[2] == rates[3]
@@ -433,8 +468,12 @@ def test_a_live_best_and_default_are_not_measured_again_and_the_page_says_so(cap
     db = copy_of(db, tmp_path)
     runs = labelled(db, spec.study)
     with RunStore.open(db) as store:
-        ids = [store.save_run(dataclasses.replace(runs[label].result, backend="live"), study=spec.study, trial=0,
-                              label=label) for label in ("best", "default")]
+        ids = [
+            store.save_run(
+                dataclasses.replace(runs[label].result, backend="live"), study=spec.study, trial=0, label=label
+            )
+            for label in ("best", "default")
+        ]
     out = tmp_path / "c.html"
     status, stdout, err = cli_run(capsys, ["compare", *map(str, ids), "--db", str(db), "--out", str(out)])
     assert status == 0, err
@@ -444,23 +483,30 @@ def test_a_live_best_and_default_are_not_measured_again_and_the_page_says_so(cap
 
 # -- PNG and errors -------------------------------------------------------------------------
 
+
 def test_png_without_kaleido_prints_one_hint_and_still_writes_html(capsys, runs, tmp_path, monkeypatch):
     monkeypatch.setattr(compare_module, "kaleido_installed", lambda: False)
     out = tmp_path / "c.html"
     status, stdout, _err = cli_run(capsys, ["compare", *runs.argv("cpp", "vpp"), "--out", str(out), "--png"])
     assert status == 0 and out.is_file() and not list(tmp_path.glob("*.png"))
-    assert stdout.splitlines() == [f"wrote {out}", "png: skipped: PNG export needs kaleido: pip install 'pipedeck[png]'"]
+    assert stdout.splitlines() == [
+        f"wrote {out}",
+        "png: skipped: PNG export needs kaleido: pip install 'pipedeck[png]'",
+    ]
 
 
-@pytest.mark.parametrize("argv, message", [
-    (["cpp"], "at least two run ids"),
-    (["cpp", "cpp"], "given twice"),
-    (["cpp", 999], "no run 999"),
-    (["cpp", "vpp", "--slo", "ttft=fast"], "slo:"),
-    (["cpp", "x"], "'x' is not a valid integer"),
-    (["cpp", "vpp", "--study", "tuned"], "give run ids or --study, not both"),
-    (["--study", "nope"], "study: nope has no stored best or default run"),
-])
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["cpp"], "at least two run ids"),
+        (["cpp", "cpp"], "given twice"),
+        (["cpp", 999], "no run 999"),
+        (["cpp", "vpp", "--slo", "ttft=fast"], "slo:"),
+        (["cpp", "x"], "'x' is not a valid integer"),
+        (["cpp", "vpp", "--study", "tuned"], "give run ids or --study, not both"),
+        (["--study", "nope"], "study: nope has no stored best or default run"),
+    ],
+)
 def test_compare_errors_are_one_line_with_status_2(capsys, runs, tmp_path, argv, message):
     ids = [str(runs.ids.get(a, a)) for a in argv]
     out = tmp_path / "c.html"
@@ -477,12 +523,22 @@ def test_unwritable_out_is_refused_before_reading_any_run(capsys, runs, tmp_path
 
 # -- report -----------------------------------------------------------------------------------
 
+
 @pytest.fixture(scope="module")
 def study(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, TuneSpec]:
     folder = tmp_path_factory.mktemp("study")
-    spec = TuneSpec(study="small", storage=str(folder / "small.optuna.jsonl"), scenario="azure-conv", requests=60,
-                    model="qwen2.5-14b", hardware="a100-40g-pcie", devices=4, objective="goodput",
-                    slo="ttft=2s,tpot=200ms", trials=4)
+    spec = TuneSpec(
+        study="small",
+        storage=str(folder / "small.optuna.jsonl"),
+        scenario="azure-conv",
+        requests=60,
+        model="qwen2.5-14b",
+        hardware="a100-40g-pcie",
+        devices=4,
+        objective="goodput",
+        slo="ttft=2s,tpot=200ms",
+        trials=4,
+    )
     run_study(spec, folder / "runs.duckdb")
     return folder / "runs.duckdb", spec
 
@@ -538,10 +594,13 @@ def test_report_of_a_study_without_completed_trials_says_so(capsys, tmp_path):
     assert not found and "has no completed trial" in text
 
 
-@pytest.mark.parametrize("argv, message", [
-    (["--study", "nope"], "no study 'nope'"),
-    ([], "--study"),
-])
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--study", "nope"], "no study 'nope'"),
+        ([], "--study"),
+    ],
+)
 def test_report_errors_are_one_line_with_status_2(capsys, study, tmp_path, argv, message):
     db, _ = study
     status, _, err = cli_run(capsys, ["report", *argv, "--db", str(db), "--out", str(tmp_path / "r.html")])
@@ -556,8 +615,10 @@ def test_importances_are_hidden_below_ten_completed_trials_and_say_what_they_res
 
     study.optimize(objective, n_trials=9)
     note = optuna_importances(study)
-    assert note == ("Parameter importances need at least 10 completed trials (Optuna's fANOVA ranks noise on fewer); "
-                    "this study has 9.")
+    assert note == (
+        "Parameter importances need at least 10 completed trials (Optuna's fANOVA ranks noise on fewer); "
+        "this study has 9."
+    )
     assert param_importances(study) is None
     study.optimize(objective, n_trials=3)
     figure = optuna_importances(study)

@@ -43,8 +43,20 @@ def postgres() -> Iterator[PostgresServer]:
         server.stop()
 
 
-SMALL = ["--model", "qwen2.5-14b", "--hardware", "a100-40g-pcie", "--devices", "4",
-         "--scenario", "azure-conv", "--requests", "60", "--slo", "ttft=2s,tpot=200ms"]
+SMALL = [
+    "--model",
+    "qwen2.5-14b",
+    "--hardware",
+    "a100-40g-pcie",
+    "--devices",
+    "4",
+    "--scenario",
+    "azure-conv",
+    "--requests",
+    "60",
+    "--slo",
+    "ttft=2s,tpot=200ms",
+]
 TRIALS, WORKERS, VICTIM = 9, 4, 1  # three survive the victim
 HEARTBEAT_S = 2  # a killed worker's trial is failed 3 heartbeats (6 s) after its last one
 
@@ -88,16 +100,25 @@ def study_created(url: str, name: str = "S") -> bool:
     """Whether study `name` and its settings are in the database, looked up without creating Optuna's tables."""
     with psycopg.connect(url) as con:
         try:
-            return con.execute("SELECT 1 FROM study_user_attributes a JOIN studies s USING (study_id) "
-                               "WHERE s.study_name = %s AND a.key = 'pipedeck'", (name,)).fetchone() is not None
+            return (
+                con.execute(
+                    "SELECT 1 FROM study_user_attributes a JOIN studies s USING (study_id) "
+                    "WHERE s.study_name = %s AND a.key = 'pipedeck'",
+                    (name,),
+                ).fetchone()
+                is not None
+            )
         except psycopg.errors.UndefinedTable:
             return False
 
 
 def measuring(study: optuna.Study, pid: int) -> list[FrozenTrial]:
     """The trials worker `pid` is measuring (their config sampled and claimed)."""
-    return [t for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
-            if t.user_attrs.get("worker", {}).get("pid") == pid and "config" in t.user_attrs]
+    return [
+        t
+        for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
+        if t.user_attrs.get("worker", {}).get("pid") == pid and "config" in t.user_attrs
+    ]
 
 
 def counted(study: optuna.Study) -> list[FrozenTrial]:
@@ -110,10 +131,30 @@ def shared(postgres, tmp_path_factory) -> Shared:
     url = postgres.create_database("shared")
     folder = tmp_path_factory.mktemp("hosts")
     stores = {i: folder / f"host{i}.duckdb" for i in range(WORKERS)}
-    argv = ["tune", *SMALL, "--trials", str(TRIALS), "--repeats", "2", "--study", "S", "--storage", url,
-            "--heartbeat", str(HEARTBEAT_S), "--json"]
-    workers = {i: subprocess.Popen([sys.executable, "-c", LAUNCH, str(folder), str(i), *argv, "--db", str(stores[i])],
-                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for i in range(WORKERS)}
+    argv = [
+        "tune",
+        *SMALL,
+        "--trials",
+        str(TRIALS),
+        "--repeats",
+        "2",
+        "--study",
+        "S",
+        "--storage",
+        url,
+        "--heartbeat",
+        str(HEARTBEAT_S),
+        "--json",
+    ]
+    workers = {
+        i: subprocess.Popen(
+            [sys.executable, "-c", LAUNCH, str(folder), str(i), *argv, "--db", str(stores[i])],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for i in range(WORKERS)
+    }
     try:
         wait_until(lambda: all((folder / f"ready-{i}").exists() for i in workers), 120, "the workers to start")
         (folder / "go").touch()
@@ -121,12 +162,18 @@ def shared(postgres, tmp_path_factory) -> Shared:
         wait_until(lambda: study_created(url), 60, "the workers to create the study")  # they alone make the tables
         optuna.logging.set_verbosity(optuna.logging.WARNING)
         study = optuna.load_study(study_name="S", storage=open_storage(url))
-        wait_until(lambda: counted(study) and measuring(study, victim.pid), 120,
-                   "the victim to measure a trial after the first one finished")
+        wait_until(
+            lambda: counted(study) and measuring(study, victim.pid),
+            120,
+            "the victim to measure a trial after the first one finished",
+        )
         os.kill(victim.pid, signal.SIGKILL)
         victim.wait(30)
-        killed = [t for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
-                  if t.user_attrs.get("worker", {}).get("pid") == victim.pid]
+        killed = [
+            t
+            for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
+            if t.user_attrs.get("worker", {}).get("pid") == victim.pid
+        ]
         outputs, exits, errors = {}, {}, {}
         for i, worker in workers.items():
             out, errors[i] = worker.communicate(timeout=300)
@@ -138,8 +185,9 @@ def shared(postgres, tmp_path_factory) -> Shared:
             if worker.poll() is None:
                 worker.kill()
                 worker.wait()
-    return Shared(url, optuna.load_study(study_name="S", storage=open_storage(url)), exits, errors, outputs, stores,
-                  killed)
+    return Shared(
+        url, optuna.load_study(study_name="S", storage=open_storage(url)), exits, errors, outputs, stores, killed
+    )
 
 
 def test_workers_started_together_share_one_study_of_exactly_the_trials_asked_for(shared):
@@ -198,16 +246,21 @@ def test_report_from_a_host_that_ran_no_worker(shared, tmp_path, capsys):
     text = page.read_text()
     assert "Optuna storage: postgresql://pipedeck:***@127.0.0.1" in text and "tuning-secret" not in text
     with RunStore.open(db, read_only=True) as store:
-        assert {t.number for t in store.trials("S")} == {t.number for t in shared.study.trials
-                                                         if t.state in (*FINISHED, TrialState.FAIL)}
+        assert {t.number for t in store.trials("S")} == {
+            t.number for t in shared.study.trials if t.state in (*FINISHED, TrialState.FAIL)
+        }
 
 
-@pytest.mark.parametrize("database, password, message", [
-    ("shared", "wrong", 'password authentication failed for user "pipedeck"'),
-    ("nope", None, 'database "nope" does not exist'),
-])
-def test_a_database_that_refuses_is_one_line_and_leaves_no_file(postgres, tmp_path, capsys, database, password,
-                                                                 message):
+@pytest.mark.parametrize(
+    "database, password, message",
+    [
+        ("shared", "wrong", 'password authentication failed for user "pipedeck"'),
+        ("nope", None, 'database "nope" does not exist'),
+    ],
+)
+def test_a_database_that_refuses_is_one_line_and_leaves_no_file(
+    postgres, tmp_path, capsys, database, password, message
+):
     url = postgres.url(database, password) if password else postgres.url(database)
     status = run_cli(cli, ["tune", *SMALL, "--trials", "2", "--storage", url, "--db", str(tmp_path / "r.duckdb")])
     err = capsys.readouterr().err
@@ -221,8 +274,25 @@ def test_a_lost_database_connection_is_one_line_and_its_trial_is_retried(postgre
     """The server ends every connection of a tune mid-trial (a restart, a failover): the worker says so in one line
     and exits 2; its trial in flight is failed by the heartbeat and retried when the study resumes."""
     url = postgres.create_database("lost")
-    argv = [sys.executable, "-m", "pipedeck.console", "tune", *SMALL, "--repeats", "1", "--study", "L",
-            "--storage", url, "--heartbeat", str(HEARTBEAT_S), "--db", str(tmp_path / "r.duckdb"), "--progress", "off"]
+    argv = [
+        sys.executable,
+        "-m",
+        "pipedeck.console",
+        "tune",
+        *SMALL,
+        "--repeats",
+        "1",
+        "--study",
+        "L",
+        "--storage",
+        url,
+        "--heartbeat",
+        str(HEARTBEAT_S),
+        "--db",
+        str(tmp_path / "r.duckdb"),
+        "--progress",
+        "off",
+    ]
     tune = subprocess.Popen([*argv, "--trials", "40"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         wait_until(lambda: study_created(url, "L"), 120, "the tune to create the study")
@@ -231,8 +301,10 @@ def test_a_lost_database_connection_is_one_line_and_its_trial_is_retried(postgre
         wait_until(lambda: counted(study) and measuring(study, tune.pid), 120, "a trial in flight")
         in_flight = [t.number for t in measuring(study, tune.pid)]
         with psycopg.connect(postgres.url("postgres"), autocommit=True) as con:
-            ended = con.execute("SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
-                                "WHERE datname = 'lost' AND pid <> pg_backend_pid()").fetchone()[0]
+            ended = con.execute(
+                "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+                "WHERE datname = 'lost' AND pid <> pg_backend_pid()"
+            ).fetchone()[0]
         _out, err = tune.communicate(timeout=120)
     finally:
         if tune.poll() is None:
@@ -247,8 +319,9 @@ def test_a_lost_database_connection_is_one_line_and_its_trial_is_retried(postgre
     # what the worker was measuring when the server ended its connections either finished on a fresh connection
     # before the worker hit a dead one, or was left running: those are failed and retried, once each
     left = {t.number for t in study.get_trials(deepcopy=False) if t.state == TrialState.RUNNING}
-    resumed = subprocess.run([*argv, "--trials", str(len(counted(study)) + 1)], capture_output=True, text=True,
-                             timeout=300)
+    resumed = subprocess.run(
+        [*argv, "--trials", str(len(counted(study)) + 1)], capture_output=True, text=True, timeout=300
+    )
     assert resumed.returncode == 0, resumed.stderr
     trials = study.get_trials(deepcopy=False)
     assert all(t.state != TrialState.RUNNING for t in trials)

@@ -32,7 +32,8 @@ MODELS = ["deepseek-v3.1", "glm-5.2", "qwen2.5-14b", "qwen2.5-32b", "qwen3-coder
 HARDWARE = ["a100-40g-pcie", "ascend-910c", "h100-sxm", "h200-sxm"]
 # Fields read from config.json; the published sizes and deployment precision are not.
 ARCHITECTURE = tuple(
-    f for f in numeric_fields(ModelProfile)
+    f
+    for f in numeric_fields(ModelProfile)
     if f not in ("total_params_b", "active_params_b", "weight_bytes", "kv_bytes")
 )
 TINY = {
@@ -119,9 +120,7 @@ def test_hf_import_matches_the_packaged_architecture(folder: str, packaged: str)
     expected = load_model(packaged)
     assert imported.name == folder
     assert imported.attention == expected.attention
-    assert {f: getattr(imported, f) for f in ARCHITECTURE} == {
-        f: getattr(expected, f) for f in ARCHITECTURE
-    }
+    assert {f: getattr(imported, f) for f in ARCHITECTURE} == {f: getattr(expected, f) for f in ARCHITECTURE}
     assert [f for f in ARCHITECTURE if f in imported.sources and not imported.sources[f]] == []
 
 
@@ -147,8 +146,7 @@ def test_hf_import_of_a_glm_like_config_with_index_topk_gives_a_sparse_model() -
 
 
 def test_hf_import_of_dsa_without_indexer_types_gives_every_layer_an_indexer() -> None:
-    config = {**hf_config("deepseek-v3"), "index_topk": 2048, "index_n_heads": 64,
-              "index_head_dim": 128}
+    config = {**hf_config("deepseek-v3"), "index_topk": 2048, "index_n_heads": 64, "index_head_dim": 128}
     model = model_from_hf_config(config, "deepseek-v3.2")
     assert (model.index_topk, model.indexer_layers) == (2048, 61)
 
@@ -157,7 +155,9 @@ def test_hf_import_of_qwen3_moe_reads_experts_and_all_moe_layers() -> None:
     model = model_from_hf_config(hf_config("qwen3-coder-30b-a3b-instruct"), "coder")
     assert (model.attention, model.num_kv_heads, model.head_dim) == ("gqa", 4, 128)
     assert (model.num_experts, model.experts_per_token, model.moe_intermediate_size) == (
-        128, 8, 768,
+        128,
+        8,
+        768,
     )
     assert (model.num_shared_experts, model.first_dense_layers, model.moe_layers) == (0, 0, 48)
     assert model.active_params_b == pytest.approx(3.353, abs=0.001)
@@ -172,9 +172,7 @@ def test_hf_import_of_qwen3_moe_with_leading_mlp_only_layers_counts_them_dense()
 def test_hf_import_of_a_llama_config_defaults_head_dim_and_kv_heads() -> None:
     model = model_from_hf_config(TINY, "tiny")
     assert (model.head_dim, model.num_kv_heads, model.attention) == (16, 4, "gqa")
-    assert model.sources["head_dim"] == (
-        "computed: hidden_size / num_attention_heads (no head_dim)"
-    )
+    assert model.sources["head_dim"] == ("computed: hidden_size / num_attention_heads (no head_dim)")
     assert model.weight_bytes == 2.0
     assert model.sources["weight_bytes"] == "default: no torch_dtype, bfloat16"
 
@@ -198,8 +196,15 @@ def test_loader_reads_a_config_json_file_and_a_toml_path(tmp_path: Path) -> None
 
 
 def test_a_user_toml_needs_only_the_fields_it_sets(tmp_path: Path) -> None:
-    arch = {"num_layers": 2, "hidden_size": 64, "vocab_size": 100, "num_heads": 4,
-            "num_kv_heads": 4, "head_dim": 16, "intermediate_size": 128}
+    arch = {
+        "num_layers": 2,
+        "hidden_size": 64,
+        "vocab_size": 100,
+        "num_heads": 4,
+        "num_kv_heads": 4,
+        "head_dim": 16,
+        "intermediate_size": 128,
+    }
     toml = tmp_path / "tiny.toml"
     toml.write_text(
         'name = "tiny"\nhf_id = "me/tiny"\n'
@@ -235,13 +240,9 @@ def test_paths_that_do_not_exist_are_named_missing_not_unknown(tmp_path: Path) -
 
 def test_config_json_missing_key_names_it() -> None:
     config = {k: v for k, v in TINY.items() if k != "num_hidden_layers"}
-    assert error_of(model_from_hf_config, config, "tiny") == (
-        "config.json of 'tiny': missing key 'num_hidden_layers'"
-    )
+    assert error_of(model_from_hf_config, config, "tiny") == ("config.json of 'tiny': missing key 'num_hidden_layers'")
     moe = {k: v for k, v in hf_config("deepseek-v3").items() if k != "num_experts_per_tok"}
-    assert error_of(model_from_hf_config, moe, "ds") == (
-        "config.json of 'ds': missing key 'num_experts_per_tok'"
-    )
+    assert error_of(model_from_hf_config, moe, "ds") == ("config.json of 'ds': missing key 'num_experts_per_tok'")
 
 
 def test_config_json_non_numeric_value_names_the_key() -> None:
@@ -262,25 +263,22 @@ def test_config_json_unsupported_values_name_the_key() -> None:
     )
     short = {**hf_config("glm-5.2"), "indexer_types": ["full"] * 3}
     assert error_of(model_from_hf_config, short, "glm") == (
-        "config.json of 'glm': key 'indexer_types' must list 'full' or 'shared' for each of "
-        "78 layers"
+        "config.json of 'glm': key 'indexer_types' must list 'full' or 'shared' for each of 78 layers"
     )
 
 
 def test_toml_non_numeric_value_names_the_field(tmp_path: Path) -> None:
     path = _edited_copy(tmp_path, "num_layers = 61", 'num_layers = "sixty"')
-    assert error_of(load_model, path) == (
-        f"model {path}: field 'num_layers' must be an integer, got 'sixty'"
-    )
+    assert error_of(load_model, path) == (f"model {path}: field 'num_layers' must be an integer, got 'sixty'")
 
 
 def test_toml_field_without_a_source_is_refused(tmp_path: Path) -> None:
-    path = _edited_copy(tmp_path, "\nkv_bytes = \"deployment", "\nkv_note = \"deployment")
+    path = _edited_copy(tmp_path, '\nkv_bytes = "deployment', '\nkv_note = "deployment')
     assert error_of(load_model, path) == (
         f"model {path}: [sources] names 'kv_note', which is not a numeric field; allowed: "
         + ", ".join(numeric_fields(ModelProfile))
     )
-    path = _edited_copy(tmp_path, "\nkv_bytes = \"deployment", "\n# kv_bytes = \"deployment")
+    path = _edited_copy(tmp_path, '\nkv_bytes = "deployment', '\n# kv_bytes = "deployment')
     assert error_of(load_model, path) == (
         f"model {path}: field 'kv_bytes' has no entry in [sources]; every numeric field needs one"
     )
@@ -292,16 +290,12 @@ def test_toml_unknown_field_and_bad_attention_are_refused(tmp_path: Path) -> Non
         f"model {path}: unknown field 'layers'; allowed: name, hf_id, num_layers,"
     )
     path = _edited_copy(tmp_path, 'attention = "mla"', 'attention = "linear"')
-    assert error_of(load_model, path) == (
-        f"model {path}: field 'attention' must be one of gqa, mla, got 'linear'"
-    )
+    assert error_of(load_model, path) == (f"model {path}: field 'attention' must be one of gqa, mla, got 'linear'")
 
 
 def test_hardware_toml_efficiency_above_one_is_refused(tmp_path: Path) -> None:
     path = _edited_copy(tmp_path, "matmul_efficiency = 0.8", "matmul_efficiency = 70.0", *GPU)
-    assert error_of(load_hardware, path) == (
-        f"hardware {path}: field 'matmul_efficiency' must be in (0, 1], got 70.0"
-    )
+    assert error_of(load_hardware, path) == (f"hardware {path}: field 'matmul_efficiency' must be in (0, 1], got 70.0")
 
 
 def test_a_hardware_toml_may_carry_a_calibration_table_as_a_record(tmp_path: Path) -> None:
@@ -309,7 +303,9 @@ def test_a_hardware_toml_may_carry_a_calibration_table_as_a_record(tmp_path: Pat
     path = tmp_path / "calibrated.toml"
     path.write_text(text)
     assert load_hardware(path) == load_hardware("h100-sxm")
-    path.write_text(_packaged_text("hardware", "h100-sxm").replace('name = "h100-sxm"', 'name = "h100-sxm"\ncalibration = 3'))
+    path.write_text(
+        _packaged_text("hardware", "h100-sxm").replace('name = "h100-sxm"', 'name = "h100-sxm"\ncalibration = 3')
+    )
     assert error_of(load_hardware, path) == f"hardware {path}: [calibration] must be a table, got 3"
     path = tmp_path / "model.toml"
     path.write_text(_packaged_text("models", "qwen2.5-14b") + '\n[calibration]\nengine = "x"\n')
@@ -319,16 +315,14 @@ def test_a_hardware_toml_may_carry_a_calibration_table_as_a_record(tmp_path: Pat
 def test_a_given_graph_collective_latency_needs_a_source(tmp_path: Path) -> None:
     path = _edited_copy(tmp_path, '\ngraph_collective_latency_us = "', '\n# graph_collective_latency_us = "', *GPU)
     assert error_of(load_hardware, path) == (
-        f"hardware {path}: field 'graph_collective_latency_us' has no entry in [sources]; "
-        "every numeric field needs one"
+        f"hardware {path}: field 'graph_collective_latency_us' has no entry in [sources]; every numeric field needs one"
     )
 
 
 def test_graph_collective_latency_above_the_eager_one_is_refused(tmp_path: Path) -> None:
     path = _edited_copy(tmp_path, "graph_collective_latency_us = 15.0", "graph_collective_latency_us = 16.0", *GPU)
     assert error_of(load_hardware, path) == (
-        f"hardware {path}: field 'graph_collective_latency_us' must be <= collective_latency_us "
-        "(15.0), got 16.0"
+        f"hardware {path}: field 'graph_collective_latency_us' must be <= collective_latency_us (15.0), got 16.0"
     )
 
 
@@ -420,8 +414,17 @@ def test_attention_with_few_query_rows_per_sequence_runs_less_efficiently() -> N
 
     def attention(hw: HardwareProfile, shape: BatchShape) -> float:
         costs = CostModel(model, hw, 1, (48,))
-        no_pairs = BatchShape(shape.tokens, shape.prefill_tokens, 0.0, 0.0, 0.0, 0.0, shape.prefix_tokens,
-                              shape.sampled, shape.prefill_chunks)  # the same step without its attention
+        no_pairs = BatchShape(
+            shape.tokens,
+            shape.prefill_tokens,
+            0.0,
+            0.0,
+            0.0,
+            0.0,
+            shape.prefix_tokens,
+            shape.sampled,
+            shape.prefill_chunks,
+        )  # the same step without its attention
         return costs.stage_costs(shape)[0][0] - costs.stage_costs(no_pairs)[0][0]
 
     assert attention(half, decode) == pytest.approx(16 * attention(fast, decode))
@@ -444,9 +447,14 @@ def test_a_written_profile_loads_back_equal_with_its_sources_and_records(name: s
 
 # -- platforms and checkpoints ---------------------------------------------------------
 
+
 def test_every_packaged_hardware_names_its_platform() -> None:
     assert {name: load_hardware(name).platform for name in HARDWARE} == {
-        "a100-40g-pcie": "cuda", "ascend-910c": "ascend", "h100-sxm": "cuda", "h200-sxm": "cuda"}
+        "a100-40g-pcie": "cuda",
+        "ascend-910c": "ascend",
+        "h100-sxm": "cuda",
+        "h200-sxm": "cuda",
+    }
 
 
 def test_a_platform_pipedeck_does_not_know_is_refused(tmp_path) -> None:
@@ -472,13 +480,25 @@ def test_checkpoints_survive_the_writer(tmp_path) -> None:
     assert load_model(path).checkpoints == model.checkpoints and set(model.checkpoints) == {"ascend", "cuda"}
 
 
-@pytest.mark.parametrize("entry, message", [
-    ('[checkpoints.tpu]\nid = "x"\nsource = "s"', r"\[checkpoints.tpu\]: unknown platform; allowed: cuda, ascend, cpu$"),
-    ('[checkpoints.ascend]\nsource = "s"', r"\[checkpoints.ascend\]: field 'id' must be a non-empty string$"),
-    ('[checkpoints.ascend]\nid = "x"', r"\[checkpoints.ascend\]: field 'source' must be a non-empty string$"),
-    ('[checkpoints.ascend]\nid = "x"\nsource = "s"\nhub = "s3"', r"field 'hub' must be one of huggingface, modelscope"),
-    ('[checkpoints.ascend]\nid = "x"\nsource = "s"\nbits = 8', r"unknown field 'bits'; allowed: id, precision, quanti"),
-])
+@pytest.mark.parametrize(
+    "entry, message",
+    [
+        (
+            '[checkpoints.tpu]\nid = "x"\nsource = "s"',
+            r"\[checkpoints.tpu\]: unknown platform; allowed: cuda, ascend, cpu$",
+        ),
+        ('[checkpoints.ascend]\nsource = "s"', r"\[checkpoints.ascend\]: field 'id' must be a non-empty string$"),
+        ('[checkpoints.ascend]\nid = "x"', r"\[checkpoints.ascend\]: field 'source' must be a non-empty string$"),
+        (
+            '[checkpoints.ascend]\nid = "x"\nsource = "s"\nhub = "s3"',
+            r"field 'hub' must be one of huggingface, modelscope",
+        ),
+        (
+            '[checkpoints.ascend]\nid = "x"\nsource = "s"\nbits = 8',
+            r"unknown field 'bits'; allowed: id, precision, quanti",
+        ),
+    ],
+)
 def test_a_bad_checkpoint_entry_is_one_line_naming_it(tmp_path, entry, message) -> None:
     path = tmp_path / "model.toml"
     path.write_text(profile_toml(load_model("qwen2.5-14b")) + "\n" + entry + "\n")
@@ -490,8 +510,7 @@ def test_a_profile_without_the_later_fields_loads_as_the_shared_trace_s_does(tmp
     """A hardware profile written before graph replay and platforms (the Vidur trace's A100) still loads: decode
     steps pay the eager collective latency, with that recorded as the source, and the platform is unknown."""
     text = (Path(__file__).parent.parent / "backends/profiles/hardware/a100-40g-pcie.toml").read_text()
-    kept = [line for line in text.splitlines()
-            if not line.startswith(("graph_collective_latency_us", "platform"))]
+    kept = [line for line in text.splitlines() if not line.startswith(("graph_collective_latency_us", "platform"))]
     old = tmp_path / "old-a100.toml"
     old.write_text("\n".join(kept) + "\n")
     profile = load_hardware(old)

@@ -20,8 +20,10 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
-SETUP = ["pip install -e . && pipedeck tune --slo ttft=2s,tpot=200ms",
-         "pip install -e '.[test]' && python -m pytest -q"]
+SETUP = [
+    "pip install -e . && pipedeck tune --slo ttft=2s,tpot=200ms",
+    "pip install -e '.[test]' && python -m pytest -q",
+]
 NEEDS_VLLM = "needs vLLM and four NVIDIA GPUs"
 SKIPPED = {
     "pipedeck tune --slo ttft=2s,tpot=200ms --confirm live --launch vllm --model-path Qwen/Qwen2.5-32B-Instruct "
@@ -36,8 +38,7 @@ SERVE_TIMEOUT_S = 120
 def examples() -> list[str]:
     """Each command of the README's fenced shell blocks (untagged or sh/bash), in order, continuation lines joined."""
     blocks = re.findall(r"^```(?:sh|bash)?\n(.*?)^```", README.read_text(encoding="utf-8"), flags=re.M | re.S)
-    return [line.strip() for block in blocks for line in block.replace("\\\n", " ").splitlines()
-            if line.strip()]
+    return [line.strip() for block in blocks for line in block.replace("\\\n", " ").splitlines() if line.strip()]
 
 
 def normalised(command: str) -> str:
@@ -66,16 +67,28 @@ def environment() -> dict[str, str]:
 
 
 def run_example(command: str, folder: Path) -> None:
-    done = subprocess.run(["bash", "-c", f"set -o pipefail; {command}"], cwd=folder, env=environment(),
-                          capture_output=True, text=True, timeout=COMMAND_TIMEOUT_S)
+    done = subprocess.run(
+        ["bash", "-c", f"set -o pipefail; {command}"],
+        cwd=folder,
+        env=environment(),
+        capture_output=True,
+        text=True,
+        timeout=COMMAND_TIMEOUT_S,
+    )
     assert done.returncode == 0, f"{command}\nexit {done.returncode}\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
 
 
 @contextmanager
 def serving(command: str, folder: Path) -> Iterator[None]:
     """Run a `pipedeck serve` example until it prints its URL; stop it with Ctrl-C's signal afterwards."""
-    server = subprocess.Popen(["bash", "-c", f"exec {command}"], cwd=folder, env=environment(), text=True,
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    server = subprocess.Popen(
+        ["bash", "-c", f"exec {command}"],
+        cwd=folder,
+        env=environment(),
+        text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
     printed: list[str] = []
     answered = threading.Event()  # the URL was printed, or the output ended
 
@@ -90,8 +103,9 @@ def serving(command: str, folder: Path) -> Iterator[None]:
     reader.start()
     try:
         answered.wait(SERVE_TIMEOUT_S)
-        assert any("http://" in line for line in printed) and server.poll() is None, \
+        assert any("http://" in line for line in printed) and server.poll() is None, (
             f"{command}\nprinted no URL:\n{''.join(printed)[-3000:]}"
+        )
         yield
     finally:
         server.send_signal(signal.SIGINT)
@@ -113,8 +127,9 @@ def run_in_order(commands: list[str], folder: Path) -> None:
                 run_example(command, folder)
     unnamed = [p.name for p in folder.iterdir() if p.name != "tests" and not any(p.name in c for c in commands)]
     assert unnamed, "the examples left no file of their own: the check below would check nothing"
-    ignored = subprocess.run(["git", "check-ignore", "--no-index", *unnamed], cwd=ROOT, capture_output=True,
-                             text=True).stdout.split()
+    ignored = subprocess.run(
+        ["git", "check-ignore", "--no-index", *unnamed], cwd=ROOT, capture_output=True, text=True
+    ).stdout.split()
     assert sorted(unnamed) == sorted(ignored), f"left behind and not in .gitignore: {set(unnamed) - set(ignored)}"
 
 

@@ -40,8 +40,12 @@ def test_a_fractional_percentile_interpolates_as_numpy_does():
 
 def test_the_slo_verdict_reads_the_summary_s_percentile_to_the_last_bit():
     """A TTFT p90 limit equal to the p90 the run reports holds; the float just below it does not."""
-    result = SimBackend().run(load_scenario("azure-conv"), ServingConfig(model="qwen2.5-14b", hardware="a100-40g-pcie",
-                                                                          tp=2, pp=2), num_requests=300, timeline=False)
+    result = SimBackend().run(
+        load_scenario("azure-conv"),
+        ServingConfig(model="qwen2.5-14b", hardware="a100-40g-pcie", tp=2, pp=2),
+        num_requests=300,
+        timeline=False,
+    )
     p90 = result.summary()["ttft_s"]["p90"]
     assert SLO((Limit("ttft", p90),)).met(result)
     assert not SLO((Limit("ttft", math.nextafter(p90, 0.0)),)).met(result)

@@ -79,15 +79,11 @@ def test_cnn_reversed_swaps_cnn_input_and_output():
     assert (reversed_.prompt, reversed_.output) == (cnn.output, cnn.prompt)
 
 
-@pytest.mark.parametrize(
-    "name, tokens", [("short-4k", 4096), ("short-8k", 8192), ("short-16k", 16384)]
-)
+@pytest.mark.parametrize("name, tokens", [("short-4k", 4096), ("short-8k", 8192), ("short-16k", 16384)])
 def test_short_scenarios_are_100_requests_at_t0(name, tokens):
     workload = catalog()[name].workload()
     assert workload.concurrency is None
-    assert [(r.arrival_s, r.prompt_tokens, r.output_tokens) for r in workload.requests] == [
-        (0.0, tokens, 128)
-    ] * 100
+    assert [(r.arrival_s, r.prompt_tokens, r.output_tokens) for r in workload.requests] == [(0.0, tokens, 128)] * 100
 
 
 @pytest.mark.parametrize("name, k", [("long-64k", 64), ("long-128k", 128), ("long-256k", 256),
@@ -178,7 +174,10 @@ def test_user_toml_scenario(tmp_path):
     path.write_text(USER_TOML)
     scenario = load_scenario(str(path))
     assert (scenario.name, scenario.description, scenario.num_requests, scenario.rate) == (
-        "mine", "my traffic", 50, 2.5
+        "mine",
+        "my traffic",
+        50,
+        2.5,
     )
     assert scenario.arrivals == Poisson(0.5)
     _, prompts, outputs = columns(scenario.workload())
@@ -189,9 +188,7 @@ def test_user_toml_scenario(tmp_path):
 
 
 def test_user_toml_closed_loop_with_empirical_lengths_from_a_trace(tmp_path):
-    (tmp_path / "lengths.csv").write_text(
-        "arrival_s,prompt_tokens,output_tokens\n0,100,7\n1,200,8\n2,300,9\n"
-    )
+    (tmp_path / "lengths.csv").write_text("arrival_s,prompt_tokens,output_tokens\n0,100,7\n1,200,8\n2,300,9\n")
     path = tmp_path / "closed.toml"
     path.write_text(
         "num_requests = 30\n"
@@ -209,10 +206,7 @@ def test_user_toml_closed_loop_with_empirical_lengths_from_a_trace(tmp_path):
 
 def test_csv_trace_replays_and_rescales(tmp_path):
     path = tmp_path / "trace.csv"
-    path.write_text(
-        "arrival_s,prompt_tokens,output_tokens,user\n"
-        "1.0,30,3,a\n0.0,10,1,b\n4.0,40,4,c\n2.0,20,2,d\n"
-    )
+    path.write_text("arrival_s,prompt_tokens,output_tokens,user\n1.0,30,3,a\n0.0,10,1,b\n4.0,40,4,c\n2.0,20,2,d\n")
     scenario = load_scenario(str(path))
     assert scenario.name == "trace" and scenario.num_requests == 4
     assert not scenario.requires_rate and scenario.accepts_rate and scenario.is_open_loop
@@ -290,8 +284,7 @@ def test_rate_for_scenarios_that_take_none():
 
 def test_unknown_scenario_lists_the_catalog():
     assert error_of(load_scenario, "azure") == (
-        f"scenario: must be one of {', '.join(CATALOG_NAMES)} or a .toml, .csv or .jsonl file,"
-        " got 'azure'"
+        f"scenario: must be one of {', '.join(CATALOG_NAMES)} or a .toml, .csv or .jsonl file, got 'azure'"
     )
 
 
@@ -308,16 +301,11 @@ def test_invalid_scenario_construction():
     assert error_of(dataclasses.replace, base, rate=None) == (
         "rate: must be a positive number of requests per second, got no value"
     )
-    assert error_of(dataclasses.replace, base, num_requests=0) == (
-        "num_requests: must be an integer >= 1, got 0"
-    )
+    assert error_of(dataclasses.replace, base, num_requests=0) == ("num_requests: must be an integer >= 1, got 0")
     assert error_of(Poisson, 0) == "burstiness: must be a positive number, got 0"
 
 
-NEEDS_COLUMNS = (
-    "a trace needs columns arrival_s,prompt_tokens,output_tokens"
-    " or TIMESTAMP,ContextTokens,GeneratedTokens"
-)
+NEEDS_COLUMNS = "a trace needs columns arrival_s,prompt_tokens,output_tokens or TIMESTAMP,ContextTokens,GeneratedTokens"
 
 
 @pytest.mark.parametrize(
@@ -356,18 +344,21 @@ def test_bad_azure_timestamp_and_jsonl_line(tmp_path):
     azure = tmp_path / "a.csv"
     azure.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\nyesterday,1,1\n")
     assert error_of(load_scenario, str(azure)) == (
-        f"{azure}:2: TIMESTAMP: must be a datetime like 2023-11-16 18:15:46.6805900,"
-        " got 'yesterday'"
+        f"{azure}:2: TIMESTAMP: must be a datetime like 2023-11-16 18:15:46.6805900, got 'yesterday'"
     )
     jsonl = tmp_path / "t.jsonl"
     jsonl.write_text('{"arrival_s": 0, "prompt_tokens": 1, "output_tokens": 1}\n[1, 2]\n')
     assert error_of(load_scenario, str(jsonl)) == f"{jsonl}:2: must be a JSON object, got '[1, 2]'"
 
 
-@pytest.mark.parametrize("name, head", [
-    ("t.csv", b"arrival_s,prompt_tokens,output_tokens\n0,1,1\n"),
-    ("t.jsonl", b'{"arrival_s": 0, "prompt_tokens": 1, "output_tokens": 1}\n\n'),
-], ids=["csv", "jsonl"])
+@pytest.mark.parametrize(
+    "name, head",
+    [
+        ("t.csv", b"arrival_s,prompt_tokens,output_tokens\n0,1,1\n"),
+        ("t.jsonl", b'{"arrival_s": 0, "prompt_tokens": 1, "output_tokens": 1}\n\n'),
+    ],
+    ids=["csv", "jsonl"],
+)
 def test_a_trace_with_binary_bytes_names_the_line(tmp_path, name, head):
     path = tmp_path / name
     path.write_bytes(head + b"1,\x89PNG\xff,2\n" + b"2,3,4\n" * 5000)  # past the reader's first buffer
@@ -378,9 +369,7 @@ def test_trace_limits(tmp_path):
     path = tmp_path / "t.csv"
     path.write_text("arrival_s,prompt_tokens,output_tokens\n0,1,1\n0,2,2\n0,3,3\n")
     scenario = load_scenario(str(path))
-    assert error_of(scenario.workload, num_requests=4) == (
-        "num_requests: must be at most 3 (the trace's rows), got 4"
-    )
+    assert error_of(scenario.workload, num_requests=4) == ("num_requests: must be at most 3 (the trace's rows), got 4")
     assert error_of(scenario.workload, rate=2.0) == (
         "rate: must be left unset for a trace whose arrivals are all simultaneous, got 2.0"
     )

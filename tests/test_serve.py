@@ -33,20 +33,40 @@ def alive(pid: int) -> bool:
 
 def test_llama_server_gets_the_flags_its_config_maps_to():
     argv, env = server_command(ServingConfig(**CPU).resolve(), "llama-server", "tiny.gguf", "127.0.0.1", 8123)
-    assert argv == ["llama-server", "--model", "tiny.gguf", "--parallel", "4", "--kv-unified", "--ctx-size", "4096",
-                    "--batch-size", "512", "--ubatch-size", "512", "--metrics", "--host", "127.0.0.1", "--port", "8123"]
+    assert argv == [
+        "llama-server",
+        "--model",
+        "tiny.gguf",
+        "--parallel",
+        "4",
+        "--kv-unified",
+        "--ctx-size",
+        "4096",
+        "--batch-size",
+        "512",
+        "--ubatch-size",
+        "512",
+        "--metrics",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        "8123",
+    ]
     assert env == {}
     with pytest.raises(ExportError, match=r"^tp: llama-server runs one process"):
         server_command(ServingConfig(**{**CPU, "pp": 2}).resolve(), "llama-server", "tiny.gguf", "127.0.0.1", 1)
 
 
-@pytest.mark.parametrize("weights, words", [
-    ("ggml-org/Qwen2.5-0.5B-Instruct-GGUF", ["-hf", "ggml-org/Qwen2.5-0.5B-Instruct-GGUF"]),
-    ("ggml-org/Qwen2.5-0.5B-Instruct-GGUF:Q8_0", ["-hf", "ggml-org/Qwen2.5-0.5B-Instruct-GGUF:Q8_0"]),
-    ("tiny.gguf", ["--model", "tiny.gguf"]),
-    ("models/tiny.gguf", ["--model", "models/tiny.gguf"]),
-    ("/models/tiny", ["--model", "/models/tiny"]),
-])
+@pytest.mark.parametrize(
+    "weights, words",
+    [
+        ("ggml-org/Qwen2.5-0.5B-Instruct-GGUF", ["-hf", "ggml-org/Qwen2.5-0.5B-Instruct-GGUF"]),
+        ("ggml-org/Qwen2.5-0.5B-Instruct-GGUF:Q8_0", ["-hf", "ggml-org/Qwen2.5-0.5B-Instruct-GGUF:Q8_0"]),
+        ("tiny.gguf", ["--model", "tiny.gguf"]),
+        ("models/tiny.gguf", ["--model", "models/tiny.gguf"]),
+        ("/models/tiny", ["--model", "/models/tiny"]),
+    ],
+)
 def test_llama_server_loads_a_local_file_with_model_and_a_hub_id_with_hf(weights, words):
     argv, _ = server_command(ServingConfig(**CPU).resolve(), "llama-server", weights, "127.0.0.1", 8123)
     assert argv[1:3] == words
@@ -64,7 +84,12 @@ def test_vllm_gets_the_same_flags_and_environment_as_its_export():
     config = ServingConfig(model="qwen2.5-14b", hardware="a100-40g-pcie", tp=2, pp=2, layer_split=(25, 23)).resolve()
     argv, env = server_command(config, "vllm", "Qwen/Qwen2.5-14B-Instruct", "127.0.0.1", 8000)
     assert argv[:3] == ["vllm", "serve", "Qwen/Qwen2.5-14B-Instruct"]
-    assert argv[argv.index("--pipeline-parallel-size") + 1] == "2" and argv[-4:] == ["--host", "127.0.0.1", "--port", "8000"]
+    assert argv[argv.index("--pipeline-parallel-size") + 1] == "2" and argv[-4:] == [
+        "--host",
+        "127.0.0.1",
+        "--port",
+        "8000",
+    ]
     assert env["VLLM_PP_LAYER_PARTITION"] == "25,23"
 
 
@@ -86,17 +111,30 @@ def test_a_server_starts_answers_health_and_stops_by_its_pid(tmp_path, monkeypat
     assert not alive(pid) and "--parallel 4" in log.read_text()
 
 
-@pytest.mark.parametrize("behaviour, message", [
-    ("crash", r"^engine: llama-server exited with status 3 before it was healthy; log: .*\(last line: fake engine: giving up\)$"),
-    ("never", r"^health: llama-server at http://127.0.0.1:\d+ was not healthy within 1 s; log: "),
-])
-def test_a_server_that_never_gets_healthy_is_one_line_and_leaves_nothing_running(tmp_path, monkeypatch, behaviour,
-                                                                                 message, popen_log):
+@pytest.mark.parametrize(
+    "behaviour, message",
+    [
+        (
+            "crash",
+            r"^engine: llama-server exited with status 3 before it was healthy; log: .*\(last line: fake engine: giving up\)$",
+        ),
+        ("never", r"^health: llama-server at http://127.0.0.1:\d+ was not healthy within 1 s; log: "),
+    ],
+)
+def test_a_server_that_never_gets_healthy_is_one_line_and_leaves_nothing_running(
+    tmp_path, monkeypatch, behaviour, message, popen_log
+):
     monkeypatch.setenv("FAKE_ENGINE", behaviour)
     started = popen_log
     with pytest.raises(LaunchError, match=message):
-        start_server(ServingConfig(**CPU).resolve(), "llama-server", "tiny.gguf", tmp_path / "log", program=FAKE,
-                     health_timeout_s=1.0)
+        start_server(
+            ServingConfig(**CPU).resolve(),
+            "llama-server",
+            "tiny.gguf",
+            tmp_path / "log",
+            program=FAKE,
+            health_timeout_s=1.0,
+        )
     assert started and not alive(started[0].pid)
 
 
@@ -105,13 +143,35 @@ def test_a_missing_engine_program_is_one_line_and_leaves_the_log_as_it_was(tmp_p
     log = tmp_path / "log"
     if earlier_log is not None:
         log.write_text(earlier_log)
-    status = run_cli(cli, ["serve", "--engine", "llama-server", "--model-path", "tiny.gguf", "--model", "qwen2.5-14b",
-                           "--hardware", "a100-40g-pcie", "--tp", "1", "--pp", "1", "--kv-capacity", "4096",
-                           "--program", str(tmp_path / "no-such-llama-server"), "--log", str(log)])
+    status = run_cli(
+        cli,
+        [
+            "serve",
+            "--engine",
+            "llama-server",
+            "--model-path",
+            "tiny.gguf",
+            "--model",
+            "qwen2.5-14b",
+            "--hardware",
+            "a100-40g-pcie",
+            "--tp",
+            "1",
+            "--pp",
+            "1",
+            "--kv-capacity",
+            "4096",
+            "--program",
+            str(tmp_path / "no-such-llama-server"),
+            "--log",
+            str(log),
+        ],
+    )
     assert status == 2
     missing = str(tmp_path / "no-such-llama-server")
-    assert capsys.readouterr().err.strip() == (f"pipedeck: error: engine: {missing!r} not found; "
-                                               "install llama-server or give its program")
+    assert capsys.readouterr().err.strip() == (
+        f"pipedeck: error: engine: {missing!r} not found; install llama-server or give its program"
+    )
     assert (log.read_text() if log.exists() else None) == earlier_log, "no empty log; an earlier one kept"
 
 
@@ -131,9 +191,28 @@ def _ignore_sigint() -> None:
 
 def serve_argv(log: Path) -> list[str]:
     """`pipedeck serve` of the fake engine, logging to `log`."""
-    return [str(Path(sys.executable).parent / "pipedeck"), "serve", "--engine", "llama-server", "--model-path", "t.gguf",
-            "--model", "qwen2.5-14b", "--hardware", "a100-40g-pcie", "--tp", "1", "--pp", "1", "--kv-capacity", "4096",
-            "--program", " ".join(FAKE), "--log", str(log)]
+    return [
+        str(Path(sys.executable).parent / "pipedeck"),
+        "serve",
+        "--engine",
+        "llama-server",
+        "--model-path",
+        "t.gguf",
+        "--model",
+        "qwen2.5-14b",
+        "--hardware",
+        "a100-40g-pcie",
+        "--tp",
+        "1",
+        "--pp",
+        "1",
+        "--kv-capacity",
+        "4096",
+        "--program",
+        " ".join(FAKE),
+        "--log",
+        str(log),
+    ]
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["sigterm", "sigint-in-background"])
@@ -184,8 +263,10 @@ def test_a_server_left_by_a_killed_pipedeck_is_stopped_by_the_next_launch(tmp_pa
             httpx.get(f"{url}/health", timeout=1.0)
         second.terminate()
         assert second.wait(10) == 0 and not running(server)
-        assert second.stderr.read() == (f"pipedeck: stopped llama-server (pid {orphan}) left running by pipedeck "
-                                        f"(pid {first.pid}), which is gone; its log: {log}\n")
+        assert second.stderr.read() == (
+            f"pipedeck: stopped llama-server (pid {orphan}) left running by pipedeck "
+            f"(pid {first.pid}), which is gone; its log: {log}\n"
+        )
         assert not list(tmp_path.glob("*.pid"))  # a server stopped by its pipedeck leaves no pid file
     finally:
         for process in (first, second):
@@ -212,16 +293,28 @@ def test_a_server_whose_pipedeck_still_runs_is_left_alone(tmp_path):
 def test_serving_a_weights_file_without_a_config_takes_the_engine_s_own_defaults(tmp_path):
     """No catalog model, hardware or parallelism: llama-server picks its slots, context and batch itself."""
     log = tmp_path / "serve.log"
-    argv = [str(Path(sys.executable).parent / "pipedeck"), "serve", "--engine", "llama-server", "--model-path",
-            "tiny.gguf", "--program", " ".join(FAKE), "--log", str(log)]
+    argv = [
+        str(Path(sys.executable).parent / "pipedeck"),
+        "serve",
+        "--engine",
+        "llama-server",
+        "--model-path",
+        "tiny.gguf",
+        "--program",
+        " ".join(FAKE),
+        "--log",
+        str(log),
+    ]
     serve = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         line = serve.stdout.readline()
         assert line.startswith("serving llama-server at http://127.0.0.1:"), line + serve.stderr.read()
         serve.terminate()
         assert serve.wait(10) == 0
-        assert serve.stderr.read() == ("pipedeck: no config option given: llama-server runs with its own defaults; "
-                                       "pipedeck passes only the weights, --metrics, --host and --port\n")
+        assert serve.stderr.read() == (
+            "pipedeck: no config option given: llama-server runs with its own defaults; "
+            "pipedeck passes only the weights, --metrics, --host and --port\n"
+        )
         launched = log.read_text().splitlines()[0].split()[1:]
         assert launched[:3] == ["--model", "tiny.gguf", "--metrics"] and launched[3] == "--host"
     finally:

@@ -17,16 +17,24 @@ PP = 4
 
 
 @cache
-def decode_heavy(delay: bool, sticky: bool = True, mixed: bool = True, chunk: int = CHUNK, pp: int = PP,
-                 rate: float = 3.0):
+def decode_heavy(
+    delay: bool, sticky: bool = True, mixed: bool = True, chunk: int = CHUNK, pp: int = PP, rate: float = 3.0
+):
     """cnn-reversed on qwen2.5-14b, PP4; every step's slot and decode ids, and the log of emitted tokens.
 
     `mixed` off is SGLang's launch without --enable-mixed-chunk: prefill and
     decode steps apart, decodes outside the chunk budget.
     """
     semantics = {**SGLANG_MIXED_CHUNK, "sticky_decodes": sticky, "mixed_batches": mixed, "decode_in_budget": mixed}
-    config = ServingConfig(model="qwen2.5-14b", hardware="a100-40g-pcie", tp=4 // pp, pp=pp, chunk=chunk,
-                           delay_scheduling=delay, **semantics).resolve()
+    config = ServingConfig(
+        model="qwen2.5-14b",
+        hardware="a100-40g-pcie",
+        tp=4 // pp,
+        pp=pp,
+        chunk=chunk,
+        delay_scheduling=delay,
+        **semantics,
+    ).resolve()
     engine = build_engine(config)
     steps: list[tuple[int, list[int]]] = []
     emitted = trace(engine)
@@ -47,7 +55,7 @@ def slots_of_each_request(steps):
 def size_spread(steps) -> float:
     """Mean (largest - smallest) decode count over each round of PP consecutive steps, mid-run."""
     sizes = np.array([len(ids) for _, ids in steps])
-    mid = sizes[len(sizes) // 4: 3 * len(sizes) // 4]
+    mid = sizes[len(sizes) // 4 : 3 * len(sizes) // 4]
     rounds = mid[: len(mid) // PP * PP].reshape(-1, PP)
     return float(np.mean(rounds.max(1) - rounds.min(1)))
 

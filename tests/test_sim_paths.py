@@ -25,21 +25,51 @@ SCENARIOS = {  # name: (scenario, rate, requests, config fields)
     "mixed-gsm8k": ("mixed-gsm8k", None, 30, {"chunk": 16 * 1024}),
     "azure-conv": ("azure-conv", 3.0, 50, {"chunk": 16 * 1024}),
     # the shared trace's lengths and model; an 80 GB card of the catalogue (the path, not the timing, is under test)
-    "vidur-trace": (str(TRACE / "requests-1000.csv"), None, 40,
-                    {"model": str(TRACE / "llama-2-70b-config.json"), "hardware": "h100-sxm", "tp": 2, "pp": 2,
-                     "chunk": 512, "max_running": 512}),
+    "vidur-trace": (
+        str(TRACE / "requests-1000.csv"),
+        None,
+        40,
+        {
+            "model": str(TRACE / "llama-2-70b-config.json"),
+            "hardware": "h100-sxm",
+            "tp": 2,
+            "pp": 2,
+            "chunk": 512,
+            "max_running": 512,
+        },
+    ),
 }
 KV_TIGHT = {"model": "qwen2.5-14b", "hardware": "a100-40g-pcie", "tp": 2, "pp": 2, "kv_capacity": 40_000}
 RARE = {  # name: (scenario, rate, requests, config fields)
     # prefill-only steps queue small groups until a decode step's budget ends inside one
-    "budget ends inside a group": ("sharegpt", 200.0, 150, {**KV_TIGHT, "kv_capacity": None, "chunk": 64,
-                                                            "mixed_batches": False}),
+    "budget ends inside a group": (
+        "sharegpt",
+        200.0,
+        150,
+        {**KV_TIGHT, "kv_capacity": None, "chunk": 64, "mixed_batches": False},
+    ),
     "preemption": ("azure-conv", 20.0, 120, {**KV_TIGHT, "chunk": 1024, "output_reserve": 0.0}),
-    "sglang slots": ("cnn-reversed", 3.0, 60, {**KV_TIGHT, **SGLANG_MIXED_CHUNK, "sticky_decodes": True,
-                                                "chunk": 256, "pp": 4, "tp": 1}),
-    "sglang prefill apart": ("cnn-reversed", 3.0, 60, {**KV_TIGHT, **SGLANG_MIXED_CHUNK, "sticky_decodes": True,
-                                                        "mixed_batches": False, "decode_in_budget": False,
-                                                        "chunk": 256, "pp": 4, "tp": 1}),
+    "sglang slots": (
+        "cnn-reversed",
+        3.0,
+        60,
+        {**KV_TIGHT, **SGLANG_MIXED_CHUNK, "sticky_decodes": True, "chunk": 256, "pp": 4, "tp": 1},
+    ),
+    "sglang prefill apart": (
+        "cnn-reversed",
+        3.0,
+        60,
+        {
+            **KV_TIGHT,
+            **SGLANG_MIXED_CHUNK,
+            "sticky_decodes": True,
+            "mixed_batches": False,
+            "decode_in_budget": False,
+            "chunk": 256,
+            "pp": 4,
+            "tp": 1,
+        },
+    ),
     "dsa caps": ("azure-conv", 20.0, 60, {"model": "glm-5.2", "chunk": 4096}),
 }
 
@@ -49,8 +79,10 @@ def both_paths(scenario: str, rate: float | None, requests: int, fields: dict) -
     if scenario.startswith(str(TRACE)) and not TRACE.is_dir():
         pytest.skip(f"the shared trace is not at {TRACE}")
     config = ServingConfig(**fields).resolve()
-    runs = [SimBackend(exact_decode=exact).run(load_scenario(scenario), config, rate=rate, num_requests=requests)
-            for exact in (False, True)]
+    runs = [
+        SimBackend(exact_decode=exact).run(load_scenario(scenario), config, rate=rate, num_requests=requests)
+        for exact in (False, True)
+    ]
     return run_digest(runs[0]), run_digest(runs[1]), runs[0]
 
 

@@ -10,28 +10,37 @@ from pipedeck.tuner.goodput import find_goodput
 from pipedeck.tuner.slo import SLOError, parse_slo
 
 
-@pytest.mark.parametrize("text, expected", [
-    ("ttft=2s,tpot=200ms", {"ttft": (2.0, 90.0), "tpot": (0.2, 90.0)}),
-    ("tpot=0.2s, ttft=2000ms", {"ttft": (2.0, 90.0), "tpot": (0.2, 90.0)}),
-    ("ttft@p99=3s", {"ttft": (3.0, 99.0)}),
-    ("TTFT@P99.9=1.5S,tpot@p50=50ms", {"ttft": (1.5, 99.9), "tpot": (0.05, 50.0)}),
-])
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        ("ttft=2s,tpot=200ms", {"ttft": (2.0, 90.0), "tpot": (0.2, 90.0)}),
+        ("tpot=0.2s, ttft=2000ms", {"ttft": (2.0, 90.0), "tpot": (0.2, 90.0)}),
+        ("ttft@p99=3s", {"ttft": (3.0, 99.0)}),
+        ("TTFT@P99.9=1.5S,tpot@p50=50ms", {"ttft": (1.5, 99.9), "tpot": (0.05, 50.0)}),
+    ],
+)
 def test_slo_accepts(text, expected):
     slo = parse_slo(text)
     assert {limit.metric: (pytest.approx(limit.limit_s), limit.percentile) for limit in slo.limits} == expected
 
 
-@pytest.mark.parametrize("text, message", [
-    ("ttft=2", "slo: 'ttft=2' needs a unit: s or ms"),
-    ("ttft=2h", "slo: 'ttft=2h' needs a unit: s or ms"),
-    ("itl=2s", "slo: unknown metric 'itl'; allowed: ttft, tpot"),
-    ("ttft=-2s", "slo: ttft limit must be a positive time, got -2s"),
-    ("ttft=fast", "slo: cannot read 'ttft=fast'; expected metric[@pNN]=value with unit s or ms, e.g. ttft=2s,tpot=200ms"),
-    ("ttft=0s", "slo: ttft limit must be a positive time, got 0s"),
-    ("ttft=2s,ttft=3s", "slo: ttft is given twice"),
-    ("ttft@p100=2s", "slo: percentile of ttft must be between 0 and 100 (exclusive), got p100"),
-    ("", "slo: empty; give at least one limit such as ttft=2s,tpot=200ms"),
-])
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("ttft=2", "slo: 'ttft=2' needs a unit: s or ms"),
+        ("ttft=2h", "slo: 'ttft=2h' needs a unit: s or ms"),
+        ("itl=2s", "slo: unknown metric 'itl'; allowed: ttft, tpot"),
+        ("ttft=-2s", "slo: ttft limit must be a positive time, got -2s"),
+        (
+            "ttft=fast",
+            "slo: cannot read 'ttft=fast'; expected metric[@pNN]=value with unit s or ms, e.g. ttft=2s,tpot=200ms",
+        ),
+        ("ttft=0s", "slo: ttft limit must be a positive time, got 0s"),
+        ("ttft=2s,ttft=3s", "slo: ttft is given twice"),
+        ("ttft@p100=2s", "slo: percentile of ttft must be between 0 and 100 (exclusive), got p100"),
+        ("", "slo: empty; give at least one limit such as ttft=2s,tpot=200ms"),
+    ],
+)
 def test_slo_rejects_with_one_line(text, message):
     with pytest.raises(SLOError) as err:
         parse_slo(text)
@@ -51,6 +60,7 @@ def synthetic(threshold: float, calls: list[float]):
         ttft = 2.0 * rate / threshold
         records = [RequestRecord(i, 0.0, 100, 10, ttft * (0.5 + i / 18), ttft + 1.0) for i in range(10)]
         return RunResult({}, "synthetic", "test", 0, rate, records, [], 1.0, 1, 1, 1)
+
     return evaluate
 
 
@@ -104,8 +114,9 @@ def test_attainment_counts_requests_meeting_every_limit():
 def one_token_run(ttfts: list[float], outputs: list[int] | None = None) -> RunResult:
     """Requests with these TTFTs; one output token each unless `outputs` says otherwise (finish 1 s later)."""
     outputs = outputs or [1] * len(ttfts)
-    records = [RequestRecord(i, 0.0, 10, n, t, t + (1.0 if n > 1 else 0.0))
-               for i, (t, n) in enumerate(zip(ttfts, outputs))]
+    records = [
+        RequestRecord(i, 0.0, 10, n, t, t + (1.0 if n > 1 else 0.0)) for i, (t, n) in enumerate(zip(ttfts, outputs))
+    ]
     return RunResult({}, "s", "t", 0, 1.0, records, [], 1.0, 1, 1, 1)
 
 

@@ -33,7 +33,9 @@ def tune_error(tmp_path, capsys, storage: str) -> str:
     """The one line `tune --storage STORAGE` fails with; it must leave no run store and no journal behind."""
     folder = tmp_path / "work"
     folder.mkdir()
-    status = run_cli(cli, ["tune", *SMALL, "--trials", "2", "--db", str(folder / "pipedeck.duckdb"), "--storage", storage])
+    status = run_cli(
+        cli, ["tune", *SMALL, "--trials", "2", "--db", str(folder / "pipedeck.duckdb"), "--storage", storage]
+    )
     err = capsys.readouterr().err
     assert status == 2 and len(err.strip().splitlines()) == 1, err
     assert list(folder.iterdir()) == []
@@ -41,28 +43,34 @@ def tune_error(tmp_path, capsys, storage: str) -> str:
 
 
 def test_a_storage_that_is_not_one_is_refused_in_one_line(tmp_path, capsys):
-    assert tune_error(tmp_path, capsys, "bogus://x") == \
-        f"pipedeck: error: Invalid value for --storage: 'bogus://x' is not a storage; {ALLOWED}"
+    assert (
+        tune_error(tmp_path, capsys, "bogus://x")
+        == f"pipedeck: error: Invalid value for --storage: 'bogus://x' is not a storage; {ALLOWED}"
+    )
 
 
 def test_a_journal_in_a_missing_folder_is_refused_in_one_line(tmp_path, capsys):
     assert tune_error(tmp_path, capsys, str(tmp_path / "nowhere" / "j.jsonl")).startswith(
-        f"pipedeck: error: Invalid value for --storage: no folder {tmp_path / 'nowhere'}")
+        f"pipedeck: error: Invalid value for --storage: no folder {tmp_path / 'nowhere'}"
+    )
 
 
 def test_postgresql_without_its_driver_names_the_extra(tmp_path, capsys, monkeypatch):
     monkeypatch.setitem(sys.modules, "psycopg", None)  # as if pipedeck were installed without [postgres]
     assert tune_error(tmp_path, capsys, "postgresql://tuner:secret@127.0.0.1:5432/studies") == (
         "pipedeck: error: Invalid value for --storage: postgresql:// needs the PostgreSQL driver psycopg 3; "
-        "pip install 'pipedeck[postgres]'")
+        "pip install 'pipedeck[postgres]'"
+    )
 
 
 def test_a_database_nobody_answers_is_one_line_without_its_password(tmp_path, capsys):
     pytest.importorskip("psycopg", reason="psycopg 3 is not installed (pip install 'pipedeck[postgres]')")
     port = free_port()
     err = tune_error(tmp_path, capsys, f"postgresql://tuner:secret@127.0.0.1:{port}/studies")
-    assert err.startswith(f"pipedeck: error: Invalid value for --storage: cannot use "
-                          f"postgresql://tuner:***@127.0.0.1:{port}/studies: connection failed")
+    assert err.startswith(
+        f"pipedeck: error: Invalid value for --storage: cannot use "
+        f"postgresql://tuner:***@127.0.0.1:{port}/studies: connection failed"
+    )
     assert "secret" not in err
 
 
@@ -168,19 +176,25 @@ def test_workers_proposing_one_config_at_once_measure_it_once(tmp_path):
 
 def test_report_from_a_run_store_without_the_study_reads_its_storage(tmp_path, capsys):
     db, elsewhere = tmp_path / "runs.duckdb", tmp_path / "elsewhere.duckdb"
-    assert run_cli(cli, ["tune", *SMALL, "--trials", "2", "--repeats", "1", "--study", "s", "--db", str(db), "--json"]) == 0
+    assert (
+        run_cli(cli, ["tune", *SMALL, "--trials", "2", "--repeats", "1", "--study", "s", "--db", str(db), "--json"])
+        == 0
+    )
     trials = json.loads(capsys.readouterr().out)["trials"]
     page = tmp_path / "report.html"
     journal = str(tmp_path / "runs.optuna.jsonl")
     assert run_cli(cli, ["report", "--study", "s", "--db", str(elsewhere), "--out", str(page)]) == 2
-    assert run_cli(cli, ["report", "--study", "s", "--storage", journal, "--db", str(elsewhere),
-                         "--out", str(page)]) == 0
+    assert (
+        run_cli(cli, ["report", "--study", "s", "--storage", journal, "--db", str(elsewhere), "--out", str(page)]) == 0
+    )
     assert f"Optuna storage: {journal}" in page.read_text()
     with RunStore.open(elsewhere, read_only=True) as store:
         assert sum(t.state in ("COMPLETE", "PRUNED") for t in store.trials("s")) >= trials
     capsys.readouterr()
-    assert run_cli(cli, ["report", "--study", "other", "--storage", journal, "--db", str(elsewhere),
-                         "--out", str(page)]) == 2
+    assert (
+        run_cli(cli, ["report", "--study", "other", "--storage", journal, "--db", str(elsewhere), "--out", str(page)])
+        == 2
+    )
     assert capsys.readouterr().err.strip() == f"pipedeck: error: study: no study 'other' in {journal}"
 
 
@@ -192,9 +206,11 @@ def small_journal(path) -> bytes:
     return path.read_bytes()
 
 
-BAD_LINES = {"binary": (b"\x00\x89PNG\xff\xfe\n", "bytes that are not UTF-8 text"),
-             "text": (b"not a record\n", "text that is not JSON: 'not a record'"),
-             "keys": (b'{"hello": "world"}\n', "a JSON line without Optuna's keys (op_code, worker_id)")}
+BAD_LINES = {
+    "binary": (b"\x00\x89PNG\xff\xfe\n", "bytes that are not UTF-8 text"),
+    "text": (b"not a record\n", "text that is not JSON: 'not a record'"),
+    "keys": (b'{"hello": "world"}\n', "a JSON line without Optuna's keys (op_code, worker_id)"),
+}
 
 
 @pytest.mark.parametrize("command", ["tune", "studies"])
@@ -205,8 +221,11 @@ def test_a_corrupt_journal_line_is_one_line_naming_file_and_line_and_nothing_cha
     line, reason = BAD_LINES[bad]
     journal.write_bytes(b"".join([*lines[:3], line, *lines[3:]]))
     before = journal.read_bytes()
-    argv = ["tune", *SMALL, "--trials", "2", "--study", "j", "--db", str(tmp_path / "r.duckdb")] \
-        if command == "tune" else ["studies"]
+    argv = (
+        ["tune", *SMALL, "--trials", "2", "--study", "j", "--db", str(tmp_path / "r.duckdb")]
+        if command == "tune"
+        else ["studies"]
+    )
     assert run_cli(cli, [*argv, "--storage", str(journal)]) == 2
     err = capsys.readouterr().err
     assert len(err.strip().splitlines()) == 1, err
@@ -218,24 +237,30 @@ def test_a_corrupt_journal_line_is_one_line_naming_file_and_line_and_nothing_cha
 def test_a_journal_whose_last_line_was_cut_off_is_set_aside_and_the_study_resumes(tmp_path, capsys):
     db, journal = tmp_path / "runs.duckdb", tmp_path / "runs.optuna.jsonl"
     argv = ["tune", *SMALL, "--repeats", "1", "--study", "s", "--db", str(db), "--json"]
-    first = subprocess.run([sys.executable, "-m", "pipedeck.console", *argv, "--trials", "2"], capture_output=True,
-                           text=True, timeout=600)  # a process of its own: its trial cut short is a dead worker's
+    first = subprocess.run(
+        [sys.executable, "-m", "pipedeck.console", *argv, "--trials", "2"], capture_output=True, text=True, timeout=600
+    )  # a process of its own: its trial cut short is a dead worker's
     assert first.returncode == 0, first.stderr
     whole = journal.read_bytes()
     last = whole.rstrip(b"\n").rfind(b"\n") + 1
-    cut = whole[:last + (len(whole) - last) // 2]  # a power loss mid-way through the last record
+    cut = whole[: last + (len(whole) - last) // 2]  # a power loss mid-way through the last record
     journal.write_bytes(cut)
-    kept = {t.number: (t.state, t.value) for t in optuna.load_study(study_name="s", storage=open_storage(str(journal)))
-            .trials if t.state.is_finished()}
+    kept = {
+        t.number: (t.state, t.value)
+        for t in optuna.load_study(study_name="s", storage=open_storage(str(journal))).trials
+        if t.state.is_finished()
+    }
     capsys.readouterr()
     assert run_cli(cli, [*argv, "--trials", "3"]) == 0
     err = capsys.readouterr().err.strip().splitlines()
     backups = [p for p in tmp_path.iterdir() if p.name.startswith("runs.optuna.jsonl.damaged-")]
     assert len(backups) == 1 and backups[0].read_bytes() == cut
     complete = cut.count(b"\n")
-    assert err == [f"{journal}: its last line was cut off (an interrupted write); kept the whole file as "
-                   f"{backups[0]} and resumed from its {complete} complete lines"]
+    assert err == [
+        f"{journal}: its last line was cut off (an interrupted write); kept the whole file as "
+        f"{backups[0]} and resumed from its {complete} complete lines"
+    ]
     resumed = {t.number: t for t in optuna.load_study(study_name="s", storage=open_storage(str(journal))).trials}
     assert all((resumed[n].state, resumed[n].value) == was for n, was in kept.items())
     assert sum(t.state.is_finished() and "duplicate_of" not in t.user_attrs for t in resumed.values()) >= 3
-    assert journal.read_bytes().startswith(cut[:cut.rfind(b"\n") + 1])
+    assert journal.read_bytes().startswith(cut[: cut.rfind(b"\n") + 1])

@@ -85,20 +85,48 @@ def awkward_result(n_spans: int = 3000, n_records: int = 500, seed: int = 1) -> 
         return rng.choice(odd) if rng.random() < 0.05 else rng.uniform(-1e6, 1e6) * 10 ** rng.randint(-12, 3)
 
     kinds = ["prefill", "decode", "mixed", "send", "recv", "exchange"]
-    records = [RequestRecord(rng.randrange(10**12), f(), rng.randrange(1, 10**6), rng.randrange(1, 4096), f(), f())
-               for _ in range(n_records)]
-    spans = [Span(rng.randrange(8), rng.randrange(16), rng.randrange(10**9), rng.randrange(-1, 10**6),
-                  rng.randrange(-1, 64), f(), f(), rng.choice(kinds)) for _ in range(n_spans)]
+    records = [
+        RequestRecord(rng.randrange(10**12), f(), rng.randrange(1, 10**6), rng.randrange(1, 4096), f(), f())
+        for _ in range(n_records)
+    ]
+    spans = [
+        Span(
+            rng.randrange(8),
+            rng.randrange(16),
+            rng.randrange(10**9),
+            rng.randrange(-1, 10**6),
+            rng.randrange(-1, 64),
+            f(),
+            f(),
+            rng.choice(kinds),
+        )
+        for _ in range(n_spans)
+    ]
     for i, value in enumerate(odd):  # every awkward value appears in every float column at least once
         records.append(RequestRecord(i, value, 1, 1, value, value))
         spans.append(Span(0, 0, i, -1, -1, value, value, "decode"))
-    ranks = [RankTime(r, f(), f(), f(), f()) for r in range(4)] + [RankTime(9, *odd[i:i + 4]) for i in range(len(odd) - 3)]
+    ranks = [RankTime(r, f(), f(), f(), f()) for r in range(4)] + [
+        RankTime(9, *odd[i : i + 4]) for i in range(len(odd) - 3)
+    ]
     config = {**QWEN.resolve().to_dict(), "smooth_factor": 0.1 + 0.2}
-    return RunResult(config=config, scenario="awkward", backend="sim", seed=2**62, rate=0.30000000000000004,
-                     records=records, ranks=ranks, makespan_s=f(), steps=7, chunks=3, stage_executions=11, spans=spans)
+    return RunResult(
+        config=config,
+        scenario="awkward",
+        backend="sim",
+        seed=2**62,
+        rate=0.30000000000000004,
+        records=records,
+        ranks=ranks,
+        makespan_s=f(),
+        steps=7,
+        chunks=3,
+        stage_executions=11,
+        spans=spans,
+    )
 
 
 # -- round trips -----------------------------------------------------------------------------------
+
 
 def test_simulated_run_round_trips_exactly(db, sim_result):
     with RunStore.open(db) as s:
@@ -119,14 +147,28 @@ def test_times_are_stored_as_zoned_instants_whatever_the_local_zone(db, sim_resu
     with RunStore.open(db) as s:
         run_id = s.save_run(sim_result)
         s.save_study("st", scenario="s", objective="goodput", slo={}, settings={}, storage="x")
-        s.save_trial("st", 0, state="COMPLETE", params={}, config=None, metrics={}, objective=1.0, duration_s=None,
-                     completed_at=datetime(2025, 3, 1, 12, 0, tzinfo=UTC))
-        kinds = {(table, name): kind for table, name, kind in s.con.execute(
-            "SELECT table_name, column_name, data_type FROM information_schema.columns WHERE column_name IN "
-            "('created_at', 'completed_at', 'applied_at')").fetchall()}
+        s.save_trial(
+            "st",
+            0,
+            state="COMPLETE",
+            params={},
+            config=None,
+            metrics={},
+            objective=1.0,
+            duration_s=None,
+            completed_at=datetime(2025, 3, 1, 12, 0, tzinfo=UTC),
+        )
+        kinds = {
+            (table, name): kind
+            for table, name, kind in s.con.execute(
+                "SELECT table_name, column_name, data_type FROM information_schema.columns WHERE column_name IN "
+                "('created_at', 'completed_at', 'applied_at')"
+            ).fetchall()
+        }
         (age_s,) = s.con.execute("SELECT epoch(now()) - epoch(created_at) FROM runs WHERE id = ?", [run_id]).fetchone()
-        (completed,) = s.con.execute("SELECT strftime(timezone('UTC', completed_at), '%Y-%m-%d %H:%M') FROM trials")\
-            .fetchone()
+        (completed,) = s.con.execute(
+            "SELECT strftime(timezone('UTC', completed_at), '%Y-%m-%d %H:%M') FROM trials"
+        ).fetchone()
         stored = s.get_run(run_id).created_at
     assert len(kinds) == 5 and set(kinds.values()) == {"TIMESTAMP WITH TIME ZONE"}, kinds  # every table's times
     assert 0 <= age_s < 60 and completed == "2025-03-01 12:00"  # SQL sees the instant, not local time as UTC
@@ -135,9 +177,11 @@ def test_times_are_stored_as_zoned_instants_whatever_the_local_zone(db, sim_resu
 
 def test_spans_without_a_request_hold_null_and_read_back_as_the_span_had_them(store, sim_result):
     run_id = store.save_run(sim_result)
-    nulls = store.con.execute("SELECT count(*) FILTER (WHERE request IS NULL), count(*) FILTER (WHERE chunk IS NULL), "
-                              "count(*) FILTER (WHERE request = -1 OR chunk = -1) FROM spans WHERE run_id = ?",
-                              [run_id]).fetchone()
+    nulls = store.con.execute(
+        "SELECT count(*) FILTER (WHERE request IS NULL), count(*) FILTER (WHERE chunk IS NULL), "
+        "count(*) FILTER (WHERE request = -1 OR chunk = -1) FROM spans WHERE run_id = ?",
+        [run_id],
+    ).fetchone()
     none = [s for s in sim_result.spans if s.request == -1]
     assert none and nulls == (len(none), sum(s.chunk == -1 for s in sim_result.spans), 0)
     assert_rows_identical(store.get_run(run_id).result.spans, sim_result.spans)
@@ -151,8 +195,19 @@ def test_awkward_floats_and_order_round_trip_bit_for_bit(store):
 
 
 def test_rate_none_and_empty_run_round_trip(store, sim_result):
-    empty = RunResult(config={"model": "m"}, scenario="empty", backend="sim", seed=0, rate=None, records=[],
-                      ranks=[], makespan_s=0.0, steps=0, chunks=0, stage_executions=0)
+    empty = RunResult(
+        config={"model": "m"},
+        scenario="empty",
+        backend="sim",
+        seed=0,
+        rate=None,
+        records=[],
+        ranks=[],
+        makespan_s=0.0,
+        steps=0,
+        chunks=0,
+        stage_executions=0,
+    )
     run_id = store.save_run(empty)
     got = store.get_run(run_id).result
     assert got == empty and got.rate is None and got.spans == []
@@ -178,9 +233,25 @@ def test_runs_table_columns_hold_the_config_and_metrics(store, sim_result):
     row = store.con.execute(
         "SELECT backend, scenario, seed, rate, model, hardware, mode, tp, pp, chunk, makespan_s, steps, chunks, "
         "stage_executions, CAST(json_extract(config, '$.layer_split') AS INTEGER[]) FROM runs WHERE id = ?",
-        [run_id]).fetchone()
-    assert row == ("sim", "short-4k", 0, None, "qwen2.5-14b", "a100-40g-pcie", "cpp", 2, 2, 8192,
-                   sim_result.makespan_s, sim_result.steps, sim_result.chunks, sim_result.stage_executions, [24, 24])
+        [run_id],
+    ).fetchone()
+    assert row == (
+        "sim",
+        "short-4k",
+        0,
+        None,
+        "qwen2.5-14b",
+        "a100-40g-pcie",
+        "cpp",
+        2,
+        2,
+        8192,
+        sim_result.makespan_s,
+        sim_result.steps,
+        sim_result.chunks,
+        sim_result.stage_executions,
+        [24, 24],
+    )
 
 
 @pytest.mark.filterwarnings("ignore::RuntimeWarning")
@@ -194,6 +265,7 @@ def test_bulk_insert_of_100k_spans_is_fast(store):
 
 
 # -- listing -------------------------------------------------------------------------------------------
+
 
 def test_list_runs_filters_newest_first(store, sim_result):
     vpp = SimBackend().run(load_scenario("short-4k"), QWEN.replace(mode="vpp"), num_requests=4, timeline=False)
@@ -220,8 +292,9 @@ def test_delete_run_removes_its_rows_and_unlinks_trials(store, sim_result):
     keep = store.save_run(sim_result)
     gone = store.save_run(sim_result)
     store.save_study("st", scenario="short-4k", objective="goodput", slo={}, settings={}, storage="x")
-    store.save_trial("st", 0, state="COMPLETE", params={}, config=None, metrics={}, objective=1.0,
-                     duration_s=None, run_id=gone)
+    store.save_trial(
+        "st", 0, state="COMPLETE", params={}, config=None, metrics={}, objective=1.0, duration_s=None, run_id=gone
+    )
     store.delete_run(gone)
     for table, column in (("runs", "id"), ("run_ranks", "run_id"), ("requests", "run_id"), ("spans", "run_id")):
         assert store.con.execute(f"SELECT count(*) FROM {table} WHERE {column} = ?", [gone]).fetchone()[0] == 0
@@ -239,12 +312,25 @@ def test_missing_run_is_one_line_naming_the_file(store, db):
 
 # -- studies, trials, configs ---------------------------------------------------------------------------
 
+
 def test_study_insert_then_update_keeps_created_at(store):
-    store.save_study("st", scenario="azure-conv", objective="goodput", slo={"ttft_p90_s": 2.0}, settings={"seed": 0},
-                     storage="journal:a")
+    store.save_study(
+        "st",
+        scenario="azure-conv",
+        objective="goodput",
+        slo={"ttft_p90_s": 2.0},
+        settings={"seed": 0},
+        storage="journal:a",
+    )
     first = store.get_study("st")
-    store.save_study("st", scenario="azure-conv", objective="goodput", slo={"ttft_p90_s": 1.5}, settings={"seed": 1},
-                     storage="journal:b")
+    store.save_study(
+        "st",
+        scenario="azure-conv",
+        objective="goodput",
+        slo={"ttft_p90_s": 1.5},
+        settings={"seed": 1},
+        storage="journal:b",
+    )
     second = store.get_study("st")
     assert second.created_at == first.created_at
     assert (second.slo, second.settings, second.storage) == ({"ttft_p90_s": 1.5}, {"seed": 1}, "journal:b")
@@ -255,11 +341,19 @@ def test_study_insert_then_update_keeps_created_at(store):
 
 def test_syncing_the_same_trial_twice_leaves_one_row(store):
     store.save_study("st", scenario="s", objective="goodput", slo={}, settings={}, storage="x")
-    store.save_trial("st", 0, state="RUNNING", params={"chunk": 4096}, config=None, metrics={}, objective=None,
-                     duration_s=None)
+    store.save_trial(
+        "st", 0, state="RUNNING", params={"chunk": 4096}, config=None, metrics={}, objective=None, duration_s=None
+    )
     assert store.trials("st")[0].completed_at is None
-    done = dict(state="COMPLETE", params={"chunk": 4096}, config={"chunk": 4096}, metrics={"goodput_rps": 2.5},
-                objective=2.5, duration_s=1.25, run_id=None)
+    done = dict(
+        state="COMPLETE",
+        params={"chunk": 4096},
+        config={"chunk": 4096},
+        metrics={"goodput_rps": 2.5},
+        objective=2.5,
+        duration_s=1.25,
+        run_id=None,
+    )
     store.save_trial("st", 0, **done)
     completed = store.trials("st")[0].completed_at
     store.save_trial("st", 0, **done)
@@ -267,8 +361,16 @@ def test_syncing_the_same_trial_twice_leaves_one_row(store):
     assert len(rows) == 1
     assert store.con.execute("SELECT count(*) FROM trials").fetchone()[0] == 1
     t = rows[0]
-    assert (t.study, t.number, t.state, t.params, t.config, t.metrics, t.objective, t.duration_s) == \
-        ("st", 0, "COMPLETE", {"chunk": 4096}, {"chunk": 4096}, {"goodput_rps": 2.5}, 2.5, 1.25)
+    assert (t.study, t.number, t.state, t.params, t.config, t.metrics, t.objective, t.duration_s) == (
+        "st",
+        0,
+        "COMPLETE",
+        {"chunk": 4096},
+        {"chunk": 4096},
+        {"goodput_rps": 2.5},
+        2.5,
+        1.25,
+    )
     assert t.completed_at == completed and completed is not None
     assert store.get_study("st").trials == 1 and store.get_study("st").completed == 1
 
@@ -276,25 +378,43 @@ def test_syncing_the_same_trial_twice_leaves_one_row(store):
 def test_trials_are_ordered_and_validated(store):
     store.save_study("st", scenario="s", objective="goodput", slo={}, settings={}, storage="x")
     for n in (2, 0, 1):
-        store.save_trial("st", n, state="complete", params={}, config=None, metrics={}, objective=float(n),
-                         duration_s=None)
+        store.save_trial(
+            "st", n, state="complete", params={}, config=None, metrics={}, objective=float(n), duration_s=None
+        )
     assert [t.number for t in store.trials("st")] == [0, 1, 2]
     assert {t.state for t in store.trials("st")} == {"COMPLETE"}
     with pytest.raises(StoreError, match="state: unknown trial state"):
         store.save_trial("st", 3, state="done", params={}, config=None, metrics={}, objective=None, duration_s=None)
     with pytest.raises(StoreError, match="study: no study 'other'"):
-        store.save_trial("other", 0, state="COMPLETE", params={}, config=None, metrics={}, objective=None,
-                         duration_s=None)
+        store.save_trial(
+            "other", 0, state="COMPLETE", params={}, config=None, metrics={}, objective=None, duration_s=None
+        )
 
 
 def test_best_trial_uses_completed_trials_only(store):
     store.save_study("st", scenario="s", objective="goodput", slo={}, settings={}, storage="x")
     assert store.best_trial("st") is None
-    for number, state, objective in [(0, "COMPLETE", 2.0), (1, "PRUNED", None), (2, "FAIL", None),
-                                     (3, "COMPLETE", 3.0), (4, "RUNNING", None), (5, "COMPLETE", 1.0),
-                                     (6, "COMPLETE", 3.0), (7, "COMPLETE", math.nan), (8, "COMPLETE", None)]:
-        store.save_trial("st", number, state=state, params={"n": number}, config=None, metrics={},
-                         objective=objective, duration_s=None)
+    for number, state, objective in [
+        (0, "COMPLETE", 2.0),
+        (1, "PRUNED", None),
+        (2, "FAIL", None),
+        (3, "COMPLETE", 3.0),
+        (4, "RUNNING", None),
+        (5, "COMPLETE", 1.0),
+        (6, "COMPLETE", 3.0),
+        (7, "COMPLETE", math.nan),
+        (8, "COMPLETE", None),
+    ]:
+        store.save_trial(
+            "st",
+            number,
+            state=state,
+            params={"n": number},
+            config=None,
+            metrics={},
+            objective=objective,
+            duration_s=None,
+        )
     assert store.best_trial("st").number == 3  # ties go to the lower number
     assert store.best_trial("st", direction="maximize").objective == 3.0
     assert store.best_trial("st", direction="minimize").number == 5
@@ -320,7 +440,11 @@ def test_a_trial_keeps_its_run_link_and_completion_time_when_synced_again(store,
     first = store.trials("st")[0]
     store.save_trial("st", 0, **{**done, "metrics": {"goodput_ci": {"mean": 2.5}}})  # the finalist's interval
     again = store.trials("st")[0]
-    assert (again.run_id, again.completed_at, again.metrics) == (run_id, first.completed_at, {"goodput_ci": {"mean": 2.5}})
+    assert (again.run_id, again.completed_at, again.metrics) == (
+        run_id,
+        first.completed_at,
+        {"goodput_ci": {"mean": 2.5}},
+    )
     assert first.completed_at.tzinfo is UTC
     with pytest.raises(StoreError, match="trial: no trial 7 of study 'st' in "):
         store.link_run("st", 7, run_id)
@@ -331,8 +455,18 @@ def test_a_trial_keeps_its_run_link_and_completion_time_when_synced_again(store,
 def test_a_trial_records_when_it_started_and_which_worker_ran_it(store):
     store.save_study("st", scenario="s", objective="goodput", slo={}, settings={}, storage="x")
     started = datetime(2026, 1, 2, 9, 4, 5, tzinfo=timezone(timedelta(hours=5, minutes=30)))
-    store.save_trial("st", 0, state="RUNNING", params={}, config=None, metrics={}, objective=None, duration_s=None,
-                     started_at=started, worker="node-a:4242")
+    store.save_trial(
+        "st",
+        0,
+        state="RUNNING",
+        params={},
+        config=None,
+        metrics={},
+        objective=None,
+        duration_s=None,
+        started_at=started,
+        worker="node-a:4242",
+    )
     first = store.trials("st")[0]
     assert (first.started_at, first.worker) == (started, "node-a:4242") and first.started_at.tzinfo is UTC
     store.save_trial("st", 0, state="COMPLETE", params={}, config=None, metrics={}, objective=1.0, duration_s=2.0)
@@ -340,8 +474,9 @@ def test_a_trial_records_when_it_started_and_which_worker_ran_it(store):
     assert (again.started_at, again.worker) == (started, "node-a:4242")  # synced again without them: kept
     store.save_trial("st", 1, state="FAIL", params={}, config=None, metrics={}, objective=None, duration_s=None)
     assert (store.trials("st")[1].started_at, store.trials("st")[1].worker) == (None, None)
-    (kind,) = store.con.execute("SELECT data_type FROM information_schema.columns WHERE table_name = 'trials' "
-                                "AND column_name = 'started_at'").fetchone()
+    (kind,) = store.con.execute(
+        "SELECT data_type FROM information_schema.columns WHERE table_name = 'trials' AND column_name = 'started_at'"
+    ).fetchone()
     assert kind == "TIMESTAMP WITH TIME ZONE"
 
 
@@ -391,6 +526,7 @@ def test_named_configs(store):
 
 # -- one transaction per write -------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("interrupt", [RuntimeError("disk on fire"), KeyboardInterrupt()])
 def test_failed_write_leaves_no_partial_run(db, sim_result, monkeypatch, interrupt):
     with RunStore.open(db) as s:
@@ -420,7 +556,9 @@ def test_failed_write_leaves_no_partial_run(db, sim_result, monkeypatch, interru
 
 
 def test_database_error_midway_rolls_back_as_one_line(store, db, sim_result):
-    bad = RunResult(**{**sim_result.__dict__, "spans": [*sim_result.spans[:5], sim_result.spans[5]._replace(kind=None)]})
+    bad = RunResult(
+        **{**sim_result.__dict__, "spans": [*sim_result.spans[:5], sim_result.spans[5]._replace(kind=None)]}
+    )
     before = {t: store.con.execute(f"SELECT count(*) FROM {t}").fetchone()[0] for t in TABLES}
     with pytest.raises(StoreError) as err:
         store.save_run(bad)
@@ -442,6 +580,7 @@ def test_interrupted_first_migration_leaves_an_openable_file(db, monkeypatch):
 
 
 # -- schema ----------------------------------------------------------------------------------------------
+
 
 def test_two_threads_creating_one_store_at_once_both_succeed(tmp_path):
     for attempt in range(5):  # without the lock every attempt conflicted on creating schema_version
@@ -488,11 +627,17 @@ def test_a_store_written_at_version_1_is_migrated_in_place_keeping_its_runs(db, 
         for column in ("steps", "chunks", "stage_executions"):
             store.con.execute(f"ALTER TABLE runs ALTER COLUMN {column} SET NOT NULL")
     with RunStore.open(db) as store:
-        assert [v for (v,) in store.con.execute("SELECT version FROM schema_version ORDER BY 1").fetchall()] == [1, 2, 3, 4]
+        assert [v for (v,) in store.con.execute("SELECT version FROM schema_version ORDER BY 1").fetchall()] == [
+            1,
+            2,
+            3,
+            4,
+        ]
         back = store.get_run(run_id).result
         assert back.records == sim_result.records and back.steps == sim_result.steps and back.live is None
-        nullable = store.con.execute("SELECT is_nullable FROM information_schema.columns WHERE table_name = 'runs' "
-                                     "AND column_name = 'steps'").fetchone()
+        nullable = store.con.execute(
+            "SELECT is_nullable FROM information_schema.columns WHERE table_name = 'runs' AND column_name = 'steps'"
+        ).fetchone()
         assert nullable == ("YES",)
 
 
@@ -508,16 +653,21 @@ def test_newer_schema_is_refused_without_changes(db):
 
 # -- files the store must never damage -------------------------------------------------------------
 
-@pytest.mark.parametrize("content", [b"garbage bytes, not a database\n" * 300, b"", b"\x00" * 4096,
-                                     b"SQLite format 3\x00" + bytes(range(256)) * 8])
+
+@pytest.mark.parametrize(
+    "content",
+    [b"garbage bytes, not a database\n" * 300, b"", b"\x00" * 4096, b"SQLite format 3\x00" + bytes(range(256)) * 8],
+)
 def test_corrupt_file_is_reported_and_left_byte_identical(tmp_path, content):
     path = tmp_path / "notes.duckdb"
     path.write_bytes(content)
     for read_only in (False, True):
         with pytest.raises(StoreError) as err:
             RunStore.open(path, read_only=read_only)
-        assert str(err.value) == \
-            f"db: {path} is not a pipedeck DuckDB store (corrupt or another format); nothing was changed"
+        assert (
+            str(err.value)
+            == f"db: {path} is not a pipedeck DuckDB store (corrupt or another format); nothing was changed"
+        )
     assert path.read_bytes() == content
     assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.duckdb"]  # no .wal beside it either
 
@@ -586,6 +736,7 @@ def test_open_waits_for_a_lock_to_be_released(db, sim_result):
 
 # -- paths and modes -------------------------------------------------------------------------------------
 
+
 def test_default_db_path_order(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv("PIPEDECK_DB", raising=False)
@@ -611,8 +762,9 @@ def test_read_only_store_refuses_writes_and_missing_files(tmp_path, db, sim_resu
             s.save_run(sim_result)
 
 
-def test_check_writable_creates_and_changes_nothing_and_refuses_what_could_not_take_a_run(tmp_path, db, sim_result,
-                                                                                        monkeypatch):
+def test_check_writable_creates_and_changes_nothing_and_refuses_what_could_not_take_a_run(
+    tmp_path, db, sim_result, monkeypatch
+):
     RunStore.check_writable(db)
     assert not db.exists()
     with pytest.raises(StoreError, match=r"^db: folder .* does not exist$"):

@@ -24,18 +24,53 @@ import pytest
 from pipedeck.store import RunStore
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "store.md"
-TUNE = ["tune", "--model", "qwen2.5-14b", "--hardware", "a100-40g-pcie", "--devices", "4", "--scenario", "azure-conv",
-        "--requests", "40", "--slo", "ttft=1s,tpot=100ms", "--trials", "8", "--repeats", "2", "--study", "demo",
-        "--json"]
+TUNE = [
+    "tune",
+    "--model",
+    "qwen2.5-14b",
+    "--hardware",
+    "a100-40g-pcie",
+    "--devices",
+    "4",
+    "--scenario",
+    "azure-conv",
+    "--requests",
+    "40",
+    "--slo",
+    "ttft=1s,tpot=100ms",
+    "--trials",
+    "8",
+    "--repeats",
+    "2",
+    "--study",
+    "demo",
+    "--json",
+]
 
 
-OTHER_CLUSTER = ["simulate", "--model", "qwen2.5-32b", "--hardware", "h100-sxm", "--tp", "2", "--pp", "2",
-                 "--mode", "cpp", "--scenario", "azure-conv", "--requests", "10"]
+OTHER_CLUSTER = [
+    "simulate",
+    "--model",
+    "qwen2.5-32b",
+    "--hardware",
+    "h100-sxm",
+    "--tp",
+    "2",
+    "--pp",
+    "2",
+    "--mode",
+    "cpp",
+    "--scenario",
+    "azure-conv",
+    "--requests",
+    "10",
+]
 
 
 def pipedeck(*args: str) -> str:
-    done = subprocess.run([sys.executable, "-m", "pipedeck.console", *args], capture_output=True, text=True,
-                          timeout=300)
+    done = subprocess.run(
+        [sys.executable, "-m", "pipedeck.console", *args], capture_output=True, text=True, timeout=300
+    )
     assert done.returncode == 0, done.stderr
     return done.stdout
 
@@ -52,8 +87,21 @@ def tuned(tmp_path_factory) -> tuple[Path, dict]:
 def pinned(tmp_path_factory) -> Path:
     """A store whose study `demo` pinned tp with --fix: the trials' params have no tp."""
     db = tmp_path_factory.mktemp("pinned") / "pipedeck.duckdb"
-    pipedeck(*TUNE[:TUNE.index("--requests")], "--requests", "20", "--slo", "ttft=1s,tpot=100ms", "--trials", "4",
-             "--fix", "tp=2", "--study", "demo", "--db", str(db))
+    pipedeck(
+        *TUNE[: TUNE.index("--requests")],
+        "--requests",
+        "20",
+        "--slo",
+        "ttft=1s,tpot=100ms",
+        "--trials",
+        "4",
+        "--fix",
+        "tp=2",
+        "--study",
+        "demo",
+        "--db",
+        str(db),
+    )
     return db
 
 
@@ -84,8 +132,17 @@ def test_every_query_in_the_docs_gives_the_api_s_answer(tuned):
         trials = store.trials("demo")
         best = store.best_trial("demo")
         fixed = store.get_study("demo").settings["fixed"]
-    checks = [ttft_p90_by_mode, run_summaries, runs_of_the_last_day, busy_time, prefill_or_decode, best_trials,
-              by_tp, pruned_trials, trials_with_runs]
+    checks = [
+        ttft_p90_by_mode,
+        run_summaries,
+        runs_of_the_last_day,
+        busy_time,
+        prefill_or_decode,
+        best_trials,
+        by_tp,
+        pruned_trials,
+        trials_with_runs,
+    ]
     assert len(got) == len(checks), "a query in docs/store.md without a check here (or the other way round)"
     context = dict(runs=runs, stored=stored, trials=trials, best=best, best_run=best_run, outcome=outcome, fixed=fixed)
     for rows, check in zip(got, checks):
@@ -100,7 +157,8 @@ def ttft_p90_by_mode(rows, runs, stored, **_):
     assert len({(model, hardware) for model, hardware, _ in by_mode}) == 2
     assert ("qwen2.5-32b", "h100-sxm", "cpp") in by_mode
     assert rows and [(r["model"], r["hardware"], r["mode"]) for r in rows] == sorted(
-        by_mode, key=lambda key: (key[0], key[1], np.percentile(ttfts(by_mode[key]), 90)))
+        by_mode, key=lambda key: (key[0], key[1], np.percentile(ttfts(by_mode[key]), 90))
+    )
     for row in rows:
         key = (row["model"], row["hardware"], row["mode"])
         assert row["ttft_p90_s"] == pytest.approx(np.percentile(ttfts(by_mode[key]), 90), rel=1e-12)
@@ -112,14 +170,16 @@ def ttfts(runs_records) -> list[float]:
 
 
 def run_summaries(rows, runs, **_):
-    assert [(r["id"], r["mode"], r["chunk"], r["ttft_p90_s"], r["bubble_ratio"]) for r in rows] == \
-        [(r.id, r.mode, r.chunk, r.ttft_p90_s, r.bubble_ratio) for r in runs[:10]]
+    assert [(r["id"], r["mode"], r["chunk"], r["ttft_p90_s"], r["bubble_ratio"]) for r in rows] == [
+        (r.id, r.mode, r.chunk, r.ttft_p90_s, r.bubble_ratio) for r in runs[:10]
+    ]
 
 
 def runs_of_the_last_day(rows, runs, **_):
     day_ago = datetime.now(UTC) - timedelta(days=1)
-    assert [(r["id"], r["scenario"], r["label"]) for r in rows] == \
-        [(r.id, r.scenario, r.label) for r in sorted(runs, key=lambda r: r.id) if r.created_at > day_ago]
+    assert [(r["id"], r["scenario"], r["label"]) for r in rows] == [
+        (r.id, r.scenario, r.label) for r in sorted(runs, key=lambda r: r.id) if r.created_at > day_ago
+    ]
     assert rows and all(r["created_at"] == run.created_at for r, run in zip(rows, sorted(runs, key=lambda r: r.id)))
 
 
@@ -136,8 +196,13 @@ def busy_time(rows, stored, best_run, **_):
 
 def prefill_or_decode(rows, stored, best_run, **_):
     spans = stored[best_run].result.spans
-    want = {kind: (sum(s.kind == kind and s.request != -1 for s in spans),
-                   sum(s.kind == kind and s.request == -1 for s in spans)) for kind in {s.kind for s in spans}}
+    want = {
+        kind: (
+            sum(s.kind == kind and s.request != -1 for s in spans),
+            sum(s.kind == kind and s.request == -1 for s in spans),
+        )
+        for kind in {s.kind for s in spans}
+    }
     assert {r["kind"]: (r["with_prefill"], r["decode_only"]) for r in rows} == want
     assert sum(decode for _, decode in want.values()) > 0  # the run has decode-only batches to count
 
@@ -149,8 +214,11 @@ def best_trials(rows, trials, best, **_):
     assert rows[0]["number"] == best.number and len(complete) < 5 and rows[-1]["objective"] is None
     for r in rows:
         t = next(t for t in trials if t.number == r["number"])
-        assert (r["objective"], r["mode"], json.loads(r["params"])) == \
-            (t.objective, (t.config or {}).get("mode"), t.params)
+        assert (r["objective"], r["mode"], json.loads(r["params"])) == (
+            t.objective,
+            (t.config or {}).get("mode"),
+            t.params,
+        )
 
 
 def by_tp(rows, trials, fixed, **_):
@@ -163,9 +231,15 @@ def tp_groups(trials, fixed) -> list[dict]:
     groups = defaultdict(list)
     for t in trials:
         groups[(t.config or {}).get("tp") or t.params.get("tp") or fixed["tp"]].append(t)
-    return [{"tp": tp, "trials": len(ts), "pruned": sum(t.state == "PRUNED" for t in ts),
-             "best": max((t.objective for t in ts if t.state == "COMPLETE"), default=None)}
-            for tp, ts in sorted(groups.items())]
+    return [
+        {
+            "tp": tp,
+            "trials": len(ts),
+            "pruned": sum(t.state == "PRUNED" for t in ts),
+            "best": max((t.objective for t in ts if t.state == "COMPLETE"), default=None),
+        }
+        for tp, ts in sorted(groups.items())
+    ]
 
 
 def test_the_query_by_tp_groups_a_study_that_pinned_tp(pinned):
@@ -181,16 +255,20 @@ def test_the_query_by_tp_groups_a_study_that_pinned_tp(pinned):
 def pruned_trials(rows, trials, **_):
     pruned = [t for t in trials if t.state == "PRUNED"]
     assert pruned and all(t.objective is None for t in pruned)
-    assert rows == [{"number": t.number, "fails_slo_at_rps": t.metrics["fails_slo_at_rps"],
-                     "chunk": str(t.params["chunk"])} for t in pruned]
+    assert rows == [
+        {"number": t.number, "fails_slo_at_rps": t.metrics["fails_slo_at_rps"], "chunk": str(t.params["chunk"])}
+        for t in pruned
+    ]
 
 
 def trials_with_runs(rows, trials, runs, outcome, **_):
     by_id = {r.id: r for r in runs}
     linked = [t for t in trials if t.run_id is not None]
     assert [(r["number"], r["run_id"]) for r in rows] == [(t.number, t.run_id) for t in linked]
-    assert {r["number"]: r["run_id"] for r in rows} == {outcome["best"]["trial"]: outcome["best_run_id"],
-                                                        outcome["default"]["trial"]: outcome["default_run_id"]}
+    assert {r["number"]: r["run_id"] for r in rows} == {
+        outcome["best"]["trial"]: outcome["best_run_id"],
+        outcome["default"]["trial"]: outcome["default_run_id"],
+    }
     for r in rows:
         run = by_id[r["run_id"]]
         assert (r["label"], r["ttft_p90_s"]) == (run.label, run.ttft_p90_s) and run.trial == r["number"]

@@ -26,10 +26,23 @@ from pipedeck.store.transaction import transaction
 from tests.flags import assert_flags_give_back
 
 FIXTURE = Path(__file__).parent / "data" / "store-v2.duckdb.xz"
-ORDER = {"runs": "id", "run_ranks": "run_id, seq", "requests": "run_id, seq", "spans": "run_id, seq",
-         "studies": "name", "trials": "study, number", "configs": "name", "schema_version": "version"}
-ZONED = {"runs": "created_at", "studies": "created_at", "trials": "completed_at", "configs": "created_at",
-         "schema_version": "applied_at"}
+ORDER = {
+    "runs": "id",
+    "run_ranks": "run_id, seq",
+    "requests": "run_id, seq",
+    "spans": "run_id, seq",
+    "studies": "name",
+    "trials": "study, number",
+    "configs": "name",
+    "schema_version": "version",
+}
+ZONED = {
+    "runs": "created_at",
+    "studies": "created_at",
+    "trials": "completed_at",
+    "configs": "created_at",
+    "schema_version": "applied_at",
+}
 
 
 @pytest.fixture()
@@ -46,11 +59,16 @@ def tables(path: Path) -> dict[str, list[dict[str, object]]]:
     try:
         out = {}
         for table, order in ORDER.items():
-            names = [name for (name,) in con.execute(
-                "SELECT column_name FROM information_schema.columns WHERE table_name = ? ORDER BY ordinal_position",
-                [table]).fetchall()]
-            select = ", ".join(f"timezone('UTC', {n}) AS {n}" if n == ZONED.get(table) and _zoned(con, table, n) else n
-                               for n in names)
+            names = [
+                name
+                for (name,) in con.execute(
+                    "SELECT column_name FROM information_schema.columns WHERE table_name = ? ORDER BY ordinal_position",
+                    [table],
+                ).fetchall()
+            ]
+            select = ", ".join(
+                f"timezone('UTC', {n}) AS {n}" if n == ZONED.get(table) and _zoned(con, table, n) else n for n in names
+            )
             cursor = con.execute(f"SELECT {select} FROM {table} ORDER BY {order}")
             out[table] = [dict(zip(names, row)) for row in cursor.fetchall()]
         return out
@@ -59,15 +77,23 @@ def tables(path: Path) -> dict[str, list[dict[str, object]]]:
 
 
 def _zoned(con: duckdb.DuckDBPyConnection, table: str, column: str) -> bool:
-    return con.execute("SELECT data_type FROM information_schema.columns WHERE table_name = ? AND column_name = ?",
-                       [table, column]).fetchone()[0] == "TIMESTAMP WITH TIME ZONE"
+    return (
+        con.execute(
+            "SELECT data_type FROM information_schema.columns WHERE table_name = ? AND column_name = ?", [table, column]
+        ).fetchone()[0]
+        == "TIMESTAMP WITH TIME ZONE"
+    )
 
 
 def column_types(path: Path) -> dict[tuple[str, str], tuple[str, str]]:
     con = duckdb.connect(str(path), read_only=True)
     try:
-        return {(t, c): (kind, nullable) for t, c, kind, nullable in con.execute(
-            "SELECT table_name, column_name, data_type, is_nullable FROM information_schema.columns").fetchall()}
+        return {
+            (t, c): (kind, nullable)
+            for t, c, kind, nullable in con.execute(
+                "SELECT table_name, column_name, data_type, is_nullable FROM information_schema.columns"
+            ).fetchall()
+        }
     finally:
         con.close()
 
@@ -88,8 +114,10 @@ def test_reading_a_schema_2_store_read_only_is_refused_untouched(v2_store):
     data = v2_store.read_bytes()
     with pytest.raises(StoreError) as err:
         RunStore.open(v2_store, read_only=True)
-    assert str(err.value) == (f"db: {v2_store} has schema version 2, older than 4; open it once read-write "
-                              "(any pipedeck simulate) to upgrade it")
+    assert str(err.value) == (
+        f"db: {v2_store} has schema version 2, older than 4; open it once read-write "
+        "(any pipedeck simulate) to upgrade it"
+    )
     assert v2_store.read_bytes() == data
 
 
@@ -108,16 +136,28 @@ def test_a_schema_2_store_migrates_in_place_keeping_every_row(v2_store, far_from
         assert after[table] == before[table], table
 
     assert (types["spans", "request"], types["spans", "chunk"]) == (("BIGINT", "YES"), ("INTEGER", "YES"))
-    assert after["spans"] == [{**s, "request": None if s["request"] == -1 else s["request"],
-                               "chunk": None if s["chunk"] == -1 else s["chunk"]} for s in before["spans"]]
+    assert after["spans"] == [
+        {
+            **s,
+            "request": None if s["request"] == -1 else s["request"],
+            "chunk": None if s["chunk"] == -1 else s["chunk"],
+        }
+        for s in before["spans"]
+    ]
 
     runs = {(r["study"], r["trial"]): r["id"] for r in before["runs"] if r["label"] in ("best", "default")}
     assert len(runs) == 2
     assert len(after["trials"]) == len(before["trials"])
     for old, new in zip(before["trials"], after["trials"]):
         key = (old["study"], old["number"])
-        assert (new["study"], new["number"], new["state"], new["config"], new["duration_s"], new["completed_at"]) == \
-            (old["study"], old["number"], old["state"], old["config"], old["duration_s"], old["completed_at"]), key
+        assert (new["study"], new["number"], new["state"], new["config"], new["duration_s"], new["completed_at"]) == (
+            old["study"],
+            old["number"],
+            old["state"],
+            old["config"],
+            old["duration_s"],
+            old["completed_at"],
+        ), key
         assert new["run_id"] == runs.get(key), key
         metrics, old_metrics = json.loads(new["metrics"]), json.loads(old["metrics"])
         if old["state"] == "PRUNED" and old["objective"] is not None:
@@ -125,13 +165,23 @@ def test_a_schema_2_store_migrates_in_place_keeping_every_row(v2_store, far_from
             assert metrics == {"fails_slo_at_rps": old["objective"], "evaluations": old_metrics["evaluations"]}
         else:
             assert (new["objective"], metrics) == (old["objective"], old_metrics), key
-        check_params(json.loads(old["params"]), json.loads(new["params"]),
-                     None if old["config"] is None else json.loads(old["config"]))
+        check_params(
+            json.loads(old["params"]),
+            json.loads(new["params"]),
+            None if old["config"] is None else json.loads(old["config"]),
+        )
 
     unrun = {t["number"]: json.loads(t["params"]) for t in after["trials"] if t["study"] == "v2-unrun"}
     # it never ran: its split is vLLM's 12,12,12,12 for 48 layers on 4 stages, moved by +1, 0, -1
-    assert unrun[1] == {"tp": 2, "pp": 2, "mode": "vpp", "chunk": 4096, "max-running": 64, "layer-split": "13,12,11,12",
-                        "delay-scheduling": False}
+    assert unrun[1] == {
+        "tp": 2,
+        "pp": 2,
+        "mode": "vpp",
+        "chunk": 4096,
+        "max-running": 64,
+        "layer-split": "13,12,11,12",
+        "delay-scheduling": False,
+    }
     assert unrun[2] == {"tp": 2, "pp": 2, "chunk": 999}
 
 
@@ -156,8 +206,10 @@ def test_a_schema_3_store_migrates_in_place_its_trials_gaining_a_null_start_and_
     after = tables(v3_store)
     types = column_types(v3_store)
 
-    assert (types["trials", "started_at"], types["trials", "worker"]) == \
-        (("TIMESTAMP WITH TIME ZONE", "YES"), ("VARCHAR", "YES"))
+    assert (types["trials", "started_at"], types["trials", "worker"]) == (
+        ("TIMESTAMP WITH TIME ZONE", "YES"),
+        ("VARCHAR", "YES"),
+    )
     assert [row["version"] for row in after["schema_version"]] == [1, 2, 3, 4]
     assert after["schema_version"][:3] == before["schema_version"]
     for table in ("runs", "run_ranks", "requests", "spans", "studies", "configs"):
@@ -171,8 +223,13 @@ def check_params(old: dict[str, object], new: dict[str, object], config: dict[st
     """`new` names what `old` searched, by --fix name, with values --fix takes back to the config that ran."""
     names = set()
     for name in old:
-        names |= {"tp", "pp"} if name == "parallelism" else {"layer-split"} if name.startswith("split") else \
-            {name.replace("_", "-")}
+        names |= (
+            {"tp", "pp"}
+            if name == "parallelism"
+            else {"layer-split"}
+            if name.startswith("split")
+            else {name.replace("_", "-")}
+        )
     assert set(new) == names
     if config is not None:
         assert_flags_give_back(new, config)
@@ -185,12 +242,23 @@ def test_the_migrated_store_answers_through_the_api(v2_store):
         trials = store.trials("v2-demo")
         spans = store.get_run(1).result.spans
         assert store.save_run(store.get_run(1).result) == 4  # the id sequence goes on
-        store.save_trial("v2-demo", best.number, state=best.state, params=best.params, config=best.config,
-                         metrics=best.metrics, objective=best.objective, duration_s=best.duration_s)  # synced again
+        store.save_trial(
+            "v2-demo",
+            best.number,
+            state=best.state,
+            params=best.params,
+            config=best.config,
+            metrics=best.metrics,
+            objective=best.objective,
+            duration_s=best.duration_s,
+        )  # synced again
         assert store.trials("v2-demo")[best.number] == best and best.run_id == 2
     complete = [t.objective for t in trials if t.state == "COMPLETE"]
     assert best.objective == max(complete) and best.state == "COMPLETE"
     assert all(t.objective is None for t in trials if t.state != "COMPLETE")
     assert all(t.completed_at.utcoffset().total_seconds() == 0 for t in trials)
-    assert spans == [Span(s["rank"], s["stage"], s["batch"], s["request"], s["chunk"], s["start_s"], s["end_s"],
-                          s["kind"]) for s in before["spans"] if s["run_id"] == 1]
+    assert spans == [
+        Span(s["rank"], s["stage"], s["batch"], s["request"], s["chunk"], s["start_s"], s["end_s"], s["kind"])
+        for s in before["spans"]
+        if s["run_id"] == 1
+    ]

@@ -56,8 +56,11 @@ def test_knobs_bring_their_choices_and_help_to_the_form(tmp_path):
             fill(form, {"f-delay_scheduling": "on"})
             await pilot.pause()
             picker = form.query_one("#f-delay_mode", Select)
-            assert [value for _, value in picker._options if value != Select.BLANK] == \
-                ["auto", "tpot_first", "e2e_first"]
+            assert [value for _, value in picker._options if value != Select.BLANK] == [
+                "auto",
+                "tpot_first",
+                "e2e_first",
+            ]
             fill(form, {"f-delay_mode": "e2e_first"})
             await pilot.pause()
             assert form.problem is None and app.session.config.delay_mode == "e2e_first"
@@ -78,8 +81,9 @@ def test_a_saved_config_runs_in_live_with_its_label_and_tunes_with_its_shape(tmp
             fill(form, {"f-mode": "vpp", "config-name": "qwen-vpp"})
             await pilot.pause()
             await pilot.press("ctrl+s")
-            await wait_for(pilot, lambda: RunStore.open(db).get_config("qwen-vpp")["mode"] == "vpp"
-                           if _has_config(db) else False)
+            await wait_for(
+                pilot, lambda: RunStore.open(db).get_config("qwen-vpp")["mode"] == "vpp" if _has_config(db) else False
+            )
             await pilot.press("1")
             live = app.screen
             picker = live.query_one("#config", Select)

@@ -66,8 +66,10 @@ def test_cancelling_a_paced_run_stores_nothing(tmp_path):
     asyncio.run(scenario())
     with RunStore.open(db, read_only=True) as store:
         assert store.list_runs() == []
-        assert [store.con.execute(f"SELECT count(*) FROM {table}").fetchone()[0]
-                for table in ("runs", "run_ranks", "requests", "spans")] == [0, 0, 0, 0]
+        assert [
+            store.con.execute(f"SELECT count(*) FROM {table}").fetchone()[0]
+            for table in ("runs", "run_ranks", "requests", "spans")
+        ] == [0, 0, 0, 0]
 
 
 def test_a_backend_error_is_a_notification_not_a_crash(tmp_path):
@@ -129,16 +131,19 @@ def test_a_live_run_without_an_endpoint_is_refused_with_one_line(tmp_path):
 
 
 @pytest.mark.parametrize("backend", ["sim", "live"])
-def test_a_run_of_more_requests_than_memory_holds_is_refused_in_one_line_before_any_is_drawn(tmp_path, monkeypatch,
-                                                                                                backend):
+def test_a_run_of_more_requests_than_memory_holds_is_refused_in_one_line_before_any_is_drawn(
+    tmp_path, monkeypatch, backend
+):
     monkeypatch.setattr(footprint, "available_bytes", lambda: 20e9)
 
     async def scenario() -> None:
         app = PipedeckApp(tmp_path / "c.duckdb", QWEN)
         async with app.run_test(size=SIZE) as pilot:
             live = app.screen
-            fill(live, {"scenario": "short-4k", "requests": "1000000000", "backend": backend,
-                        "target": "http://127.0.0.1:9"})
+            fill(
+                live,
+                {"scenario": "short-4k", "requests": "1000000000", "backend": backend, "target": "http://127.0.0.1:9"},
+            )
             start = time.process_time()
             await pilot.press("s")
             await wait_for(pilot, lambda: notifications(app))

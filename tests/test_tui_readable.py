@@ -44,8 +44,11 @@ def cut_text(app: App) -> list[str]:
 
 
 def scripted(monkeypatch) -> None:
-    monkeypatch.setitem(BACKENDS, "scripted", BackendEntry("scripted", "fixed replay for tests",
-                                                           ScriptedBackend.capabilities, ScriptedBackend))
+    monkeypatch.setitem(
+        BACKENDS,
+        "scripted",
+        BackendEntry("scripted", "fixed replay for tests", ScriptedBackend.capabilities, ScriptedBackend),
+    )
 
 
 def test_every_view_shows_its_figures_whole_at_80x24(tmp_path, monkeypatch):
@@ -59,8 +62,16 @@ def test_every_view_shows_its_figures_whole_at_80x24(tmp_path, monkeypatch):
         app = PipedeckApp(db, QWEN)
         async with app.run_test(size=SMALL) as pilot:
             live = app.screen
-            fill(live, {"backend": "scripted", "scenario": "short-4k", "requests": "4", "speed": "max",
-                        "slo": "ttft=2s,tpot@p95=100ms"})
+            fill(
+                live,
+                {
+                    "backend": "scripted",
+                    "scenario": "short-4k",
+                    "requests": "4",
+                    "speed": "max",
+                    "slo": "ttft=2s,tpot@p95=100ms",
+                },
+            )
             await pilot.press("s")
             await wait_for(pilot, lambda: live.worker is None and live.stats is not None)
             await pilot.pause()
@@ -82,8 +93,11 @@ def test_every_view_shows_its_figures_whole_at_80x24(tmp_path, monkeypatch):
             await wait_for(pilot, lambda: "wrote" in str(tune.query_one("#export-status", Static).content))
             await pilot.pause()
             table = text_in(app, tune.query_one("#trials-table").region)
-            for row in (r"0 +done +7\.18 +2×2 +8k +cpp", r"1 +done +10\.7 +2×2 +24k +cpp",
-                        r"2 +pruned +- +2×2 +40k +cpp"):
+            for row in (
+                r"0 +done +7\.18 +2×2 +8k +cpp",
+                r"1 +done +10\.7 +2×2 +24k +cpp",
+                r"2 +pruned +- +2×2 +40k +cpp",
+            ):
                 assert re.search(row, table), table
             export = text_in(app, tune.query_one("#export-status").region)
             assert all(name in export.replace("\n", " ") for name in ("serve.sh", "pipedeck-best.json")), export
@@ -130,6 +144,7 @@ def look(app: App, widget: Widget) -> tuple[tuple[int, int, int], float]:
 
 def test_the_focused_control_stands_out_in_every_view(tmp_path):
     """Every kind of control in each view (the Config form's forty fields are a handful of kinds)."""
+
     async def scenario() -> None:
         app = PipedeckApp(tmp_path / "c.duckdb", QWEN)
         async with app.run_test(size=SMALL) as pilot:
@@ -152,7 +167,8 @@ def test_the_focused_control_stands_out_in_every_view(tmp_path):
                     assert readable >= min(TEXT_CONTRAST, was_readable), f"{key}: {widget!r}: text {readable:.2f}"
                     checked.add(type(widget))
             assert {Input, Select, Button, DataTable, VerticalScroll} <= {
-                kind for widget_type in checked for kind in widget_type.__mro__}
+                kind for widget_type in checked for kind in widget_type.__mro__
+            }
 
     asyncio.run(scenario())
 
@@ -170,8 +186,11 @@ def test_notifications_do_not_cover_the_results(tmp_path, monkeypatch):
             await wait_for(pilot, lambda: live.worker is None and notifications(app))
             await pilot.pause()
             toasts = [toast.region for toast in live.query("Toast")]
-            assert toasts and all(not toast.overlaps(live.query_one(selector).region) for toast in toasts
-                                  for selector in ("#progress", "#latency-panel", "#strip", "#live-status"))
+            assert toasts and all(
+                not toast.overlaps(live.query_one(selector).region)
+                for toast in toasts
+                for selector in ("#progress", "#latency-panel", "#strip", "#live-status")
+            )
 
             await pilot.press("2")
             tune = app.screen
@@ -185,8 +204,11 @@ def test_notifications_do_not_cover_the_results(tmp_path, monkeypatch):
             await pilot.pause()
             assert {severity for severity, _ in notifications(app)} == {"error"}  # the results are in the view
             toasts = [toast.region for toast in tune.query("Toast")]
-            assert toasts and all(not toast.overlaps(tune.query_one(selector).region) for toast in toasts
-                                  for selector in ("#export-status", "#trials-table", "#best", "#chart"))
+            assert toasts and all(
+                not toast.overlaps(tune.query_one(selector).region)
+                for toast in toasts
+                for selector in ("#export-status", "#trials-table", "#best", "#chart")
+            )
 
     asyncio.run(scenario())
 
@@ -210,8 +232,10 @@ def test_a_view_switch_clears_the_errors_of_the_view_left(tmp_path):
 
 
 LONG_LABEL = "cluster-a baseline before the driver upgrade"
-KILLED = ("engine: llama-server exited with status -9 while serving; log: /srv/cluster-a/pipedeck-serve.log "
-          "(last line: srv  update_slots: id  0 | task 12 | prompt processing progress, n_past = 2048)")
+KILLED = (
+    "engine: llama-server exited with status -9 while serving; log: /srv/cluster-a/pipedeck-serve.log "
+    "(last line: srv  update_slots: id  0 | task 12 | prompt processing progress, n_past = 2048)"
+)
 
 
 def shown_whole(app: App, widget: Widget) -> str:
@@ -259,9 +283,10 @@ def test_status_lines_column_headers_and_failure_reasons_are_whole_at_80x24(tmp_
             assert shown_whole(app, tune.query_one("#trial-detail")).startswith("trial 1:")
 
             paused = TuneOutcome(tune.spec.study, "maximize", 4, None, None, None, None, interrupted=True)
-            for message, status in ((TuneEnded(paused), "paused after 4 trials: Resume (s) continues, Stop (x) "
-                                                        "ends the study"),
-                                    (TuneFailed(KILLED), f"failed: {KILLED}")):
+            for message, status in (
+                (TuneEnded(paused), "paused after 4 trials: Resume (s) continues, Stop (x) ends the study"),
+                (TuneFailed(KILLED), f"failed: {KILLED}"),
+            ):
                 tune.post_message(message)
                 await wait_for(pilot, lambda: whole(status) in shown_whole(app, tune.query_one("#tune-status")))  # noqa: B023 - awaited within this iteration
             assert cut_text(app) == []
@@ -280,7 +305,7 @@ def test_status_lines_column_headers_and_failure_reasons_are_whole_at_80x24(tmp_
             await wait_for(pilot, lambda: isinstance(app.screen, CompareScreen) and app.screen.query(DataTable))
             await pilot.pause()
             compare = app.screen.query_one(DataTable)
-            header = text_in(app, compare.region).splitlines()[:compare.header_height]
+            header = text_in(app, compare.region).splitlines()[: compare.header_height]
             for column, head in zip(list(compare.columns.values())[1:], app.screen.heads):
                 lines = str(column.label).splitlines()  # a long label wraps over the header's lines
                 assert " ".join(lines) == head and all(any(line in row for row in header) for line in lines), header

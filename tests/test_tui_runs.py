@@ -44,10 +44,14 @@ def test_two_stored_runs_compare_with_deltas_and_a_report(tmp_path, monkeypatch)
             # columns are headed by their run and its whole label; above the table, what differs between them (no
             # warning: the same scenario, model, hardware and rate)
             assert rows.row_count >= 18 and [str(c.label) for c in rows.columns.values()][1:] == [
-                f"run {vpp} tp · pp", f"run {cpp}"]
+                f"run {vpp} tp · pp",
+                f"run {cpp}",
+            ]
             notes = str(compare.query_one("#compare-notes", Static).render())
-            assert notes.splitlines() == [f"run {vpp} tp · pp · vpp · split 12,12,12,12",
-                                          f"run {cpp} · cpp · split 24,24"]
+            assert notes.splitlines() == [
+                f"run {vpp} tp · pp · vpp · split 12,12,12,12",
+                f"run {cpp} · cpp · split 24,24",
+            ]
             throughput = next(compare.cells[1][i] for i, label in enumerate(compare.rows) if "throughput" in label)
             assert re.search(r"\([+-][\d.]+%, (better|worse)\)", throughput.text)  # a delta against the first run
             await pilot.press("o")

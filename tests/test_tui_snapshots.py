@@ -28,8 +28,11 @@ def _fixed_place_and_clock(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("TZ", "UTC")
     time.tzset()
-    monkeypatch.setitem(BACKENDS, "scripted", BackendEntry("scripted", "fixed replay for tests",
-                                                           ScriptedBackend.capabilities, ScriptedBackend))
+    monkeypatch.setitem(
+        BACKENDS,
+        "scripted",
+        BackendEntry("scripted", "fixed replay for tests", ScriptedBackend.capabilities, ScriptedBackend),
+    )
     yield
     monkeypatch.undo()
     time.tzset()
@@ -59,8 +62,9 @@ def test_tune_view(snap_compare, monkeypatch):
     async def run_before(pilot) -> None:
         await pilot.press("2")
         tune = pilot.app.screen
-        fill(tune, {"model": "qwen2.5-14b", "hardware": "a100-40g-pcie", "devices": "4", "requests": "60",
-                    "trials": "4"})
+        fill(
+            tune, {"model": "qwen2.5-14b", "hardware": "a100-40g-pcie", "devices": "4", "requests": "60", "trials": "4"}
+        )
         await pilot.press("s")
         await wait_for(pilot, lambda: tune.phase == "idle" and tune.trials)
         await pilot.press("e")
@@ -75,8 +79,14 @@ def test_runs_view(snap_compare):
     with RunStore.open(DB) as store:
         for mode, chunk_s in (("cpp", 0.3), ("vpp", 0.25)):
             store.save_run(scripted_result(QWEN.replace(mode=mode).resolve().to_dict(), chunk_s), label=mode)
-        store.save_study("qwen-a100-goodput", scenario="azure-conv", objective="goodput",
-                         slo={"ttft": {"limit_s": 2.0, "percentile": 90.0}}, settings={}, storage="snap.optuna.jsonl")
+        store.save_study(
+            "qwen-a100-goodput",
+            scenario="azure-conv",
+            objective="goodput",
+            slo={"ttft": {"limit_s": 2.0, "percentile": 90.0}},
+            settings={},
+            storage="snap.optuna.jsonl",
+        )
     freeze("runs")
     freeze("studies")
 

@@ -17,8 +17,15 @@ from pipedeck.store import RunStore, TrialRow
 from pipedeck.tuner.study import run_study
 from tests.tui_support import SIZE, fill, notifications, wait_for
 
-SMALL_STUDY = {"scenario": "azure-conv", "requests": "60", "model": "qwen2.5-14b", "hardware": "a100-40g-pcie",
-               "devices": "4", "slo": "ttft=2s,tpot=200ms", "trials": "5"}
+SMALL_STUDY = {
+    "scenario": "azure-conv",
+    "requests": "60",
+    "model": "qwen2.5-14b",
+    "hardware": "a100-40g-pcie",
+    "devices": "4",
+    "slo": "ttft=2s,tpot=200ms",
+    "trials": "5",
+}
 
 
 async def open_tune(pilot) -> TuneScreen:
@@ -30,10 +37,27 @@ async def open_tune(pilot) -> TuneScreen:
 
 
 def test_trial_rows_show_the_shape_in_columns_and_the_split_and_other_knobs_by_their_fix_names_under_them():
-    params = {"tp": 2, "pp": 2, "mode": "dcpp", "chunk": 4096, "layer-split": "25,23", "smooth-factor": 0.51234,
-              "delay-scheduling": False}
-    ran = TrialRow("st", 3, "COMPLETE", params, {"tp": 2, "pp": 2, "mode": "dcpp", "chunk": 4096,
-                                                "layer_split": [25, 23]}, {}, 12.5, 1.0, None, None)
+    params = {
+        "tp": 2,
+        "pp": 2,
+        "mode": "dcpp",
+        "chunk": 4096,
+        "layer-split": "25,23",
+        "smooth-factor": 0.51234,
+        "delay-scheduling": False,
+    }
+    ran = TrialRow(
+        "st",
+        3,
+        "COMPLETE",
+        params,
+        {"tp": 2, "pp": 2, "mode": "dcpp", "chunk": 4096, "layer_split": [25, 23]},
+        {},
+        12.5,
+        1.0,
+        None,
+        None,
+    )
     unrun = TrialRow("st", 4, "PRUNED", params, None, {}, None, 0.1, None, None)  # its config could not run
     assert trial_cells(ran, "goodput") == ("3", "done", "12.5", "2×2", "4k", "dcpp")  # req/s heads the column
     assert trial_cells(unrun, "goodput")[1:] == ("pruned", "-", "2×2", "4k", "dcpp")
@@ -161,8 +185,17 @@ def test_quitting_during_a_study_stops_it_quietly_and_it_resumes(tmp_path, capfd
 
 def test_the_best_panel_words_the_gain_over_the_default_in_the_objective_s_direction():
     """A TTFT study's best is lower, not '1.33x the default'; a goodput study's is higher (as tune prints them)."""
-    trial = TrialRow(study="s", number=3, state="COMPLETE", params={}, config={"mode": "cpp", "tp": 2, "pp": 2,
-                     "chunk": 2048, "layer_split": [24, 24]}, metrics={}, objective=1.5, duration_s=1.0,
-                     completed_at=None, run_id=None)
+    trial = TrialRow(
+        study="s",
+        number=3,
+        state="COMPLETE",
+        params={},
+        config={"mode": "cpp", "tp": 2, "pp": 2, "chunk": 2048, "layer_split": [24, 24]},
+        metrics={},
+        objective=1.5,
+        duration_s=1.0,
+        completed_at=None,
+        run_id=None,
+    )
     assert "1.33x lower mean TTFT than the default config" in best_text(trial, "ttft", 1.33).plain
     assert "1.33x higher goodput than the default config" in best_text(trial, "goodput", 1.33).plain

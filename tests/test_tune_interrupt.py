@@ -37,8 +37,9 @@ def finished(journal: Path) -> int:
 
 def worker_pids(journal: Path) -> set[int]:
     """The process ids of the workers that ran a trial."""
-    return {r["user_attr"]["worker"]["pid"] for r in records(journal)
-            if r["op_code"] == 8 and "worker" in r["user_attr"]}
+    return {
+        r["user_attr"]["worker"]["pid"] for r in records(journal) if r["op_code"] == 8 and "worker" in r["user_attr"]
+    }
 
 
 def running(pid: int) -> bool:
@@ -60,10 +61,28 @@ def wait_until(condition, what: str) -> None:
 
 def start_tune(tmp_path: Path, jobs: int) -> tuple[subprocess.Popen, Path]:
     db = tmp_path / "runs.duckdb"
-    argv = [sys.executable, "-m", "pipedeck.console", "tune", *SMALL, "--trials", "200", "--repeats", "1",
-            "--jobs", str(jobs), "--study", "s", "--db", str(db), "--progress", "off"]
-    return subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True), \
-        tmp_path / "runs.optuna.jsonl"
+    argv = [
+        sys.executable,
+        "-m",
+        "pipedeck.console",
+        "tune",
+        *SMALL,
+        "--trials",
+        "200",
+        "--repeats",
+        "1",
+        "--jobs",
+        str(jobs),
+        "--study",
+        "s",
+        "--db",
+        str(db),
+        "--progress",
+        "off",
+    ]
+    return subprocess.Popen(
+        argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    ), tmp_path / "runs.optuna.jsonl"
 
 
 @pytest.mark.parametrize("jobs, signals", [(1, 1), (2, 1), (2, 3)])
@@ -83,8 +102,11 @@ def test_sigint_says_interrupted_in_one_line_exits_130_and_takes_the_workers(tmp
             tune.kill()
             tune.wait()
     assert sent >= 1
-    assert (tune.returncode, out, err.splitlines()) == \
-        (130, "", ["interrupted: rerun the same command to resume study 's'"])
+    assert (tune.returncode, out, err.splitlines()) == (
+        130,
+        "",
+        ["interrupted: rerun the same command to resume study 's'"],
+    )
     assert not any(running(pid) for pid in worker_pids(journal))
 
 

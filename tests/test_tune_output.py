@@ -39,8 +39,9 @@ def test_each_moved_knob_is_put_back_alone_and_measured(tmp_path):
     winner = ServingConfig.from_dict({**baseline, "chunk": 512, "max_running": 32}).resolve().to_dict()
     evaluator = Evaluator(spec)
     value = evaluator.measure(ServingConfig.from_dict(winner).resolve()).value
-    only_chunk_moved = evaluator.measure(ServingConfig.from_dict({**winner, "max_running": baseline["max_running"]})
-                                         .resolve()).value
+    only_chunk_moved = evaluator.measure(
+        ServingConfig.from_dict({**winner, "max_running": baseline["max_running"]}).resolve()
+    ).value
     effects = knob_effects(spec, winner, value, baseline)
     assert sorted(e.knob for e in effects) == ["chunk", "max-running"], "only the knobs the winner moved"
     by_knob = {e.knob: e for e in effects}
@@ -55,8 +56,9 @@ def test_a_pipeline_depth_goes_back_with_its_layer_split(tmp_path):
     spec = small_spec(tmp_path)
     baseline = baseline_config(spec)
     assert (baseline["tp"], baseline["pp"]) == (4, 1)
-    winner = ServingConfig.from_dict({**baseline, "tp": 2, "pp": 2, "layer_split": None, "mode": "cpp"}) \
-        .resolve().to_dict()
+    winner = (
+        ServingConfig.from_dict({**baseline, "tp": 2, "pp": 2, "layer_split": None, "mode": "cpp"}).resolve().to_dict()
+    )
     value = Evaluator(spec).measure(ServingConfig.from_dict(winner).resolve()).value
     effects = {e.knob: e for e in knob_effects(spec, winner, value, baseline)}
     assert effects["parallelism"].winner == (2, 2) and effects["parallelism"].note == "with layer-split"
@@ -83,11 +85,13 @@ def test_piped_tune_prints_progress_lines_the_reason_the_files_and_the_next_comm
     lines = out.splitlines()
     assert f"run store: {db} (runs best " in out
     assert f"study: {tmp_path / 'r.optuna.jsonl'}" in lines
-    nexts = lines[lines.index("next:") + 1:]
+    nexts = lines[lines.index("next:") + 1 :]
     assert nexts[0].startswith("  pipedeck export --study ") and "--format vllm --out deploy --db " in nexts[0]
     assert nexts[-1].startswith("  pipedeck report --study ")
-    assert "Parameter importances need at least 10 completed trials (Optuna's fANOVA ranks noise on fewer); this " \
-           "study has " in out
+    assert (
+        "Parameter importances need at least 10 completed trials (Optuna's fANOVA ranks noise on fewer); this "
+        "study has " in out
+    )
     # piped, nothing is folded: each sentence on one line, the table at its natural width with one line per row
     assert any(line.startswith("best / default: ") and line.endswith("on the same traffic") for line in lines)
     assert len({len(line) for line in lines if line[:1] in "┏┃┡│└"}) == 1
@@ -101,7 +105,7 @@ def test_every_next_command_tune_prints_runs_as_printed(tmp_path, capsys, monkey
     out, err = capsys.readouterr()
     assert status == 0, err
     lines = out.splitlines()
-    nexts = [line.strip() for line in lines[lines.index("next:") + 1:]]
+    nexts = [line.strip() for line in lines[lines.index("next:") + 1 :]]
     assert nexts[0].startswith("pipedeck export ") and "--format vllm-ascend" in nexts[0]
     for step in nexts:
         assert run_cli(cli, shlex.split(step)[1:]) == 0, (step, capsys.readouterr().err)
@@ -109,8 +113,9 @@ def test_every_next_command_tune_prints_runs_as_printed(tmp_path, capsys, monkey
 
 
 def test_tune_json_carries_the_effects(tmp_path, capsys):
-    status = run_cli(cli, ["tune", *SMALL, "--trials", "4", "--repeats", "1", "--db", str(tmp_path / "r.duckdb"),
-                           "--json"])
+    status = run_cli(
+        cli, ["tune", *SMALL, "--trials", "4", "--repeats", "1", "--db", str(tmp_path / "r.duckdb"), "--json"]
+    )
     captured = capsys.readouterr()
     assert status == 0, captured.err
     out = json.loads(captured.out)
@@ -149,7 +154,7 @@ def test_when_the_default_wins_nothing_suggests_comparing_it_with_itself(tmp_pat
     lines = out.splitlines()
     run_store = next(line for line in lines if line.startswith("run store: "))
     assert run_store.endswith(": the default is the best)"), run_store
-    nexts = lines[lines.index("next:") + 1:]
+    nexts = lines[lines.index("next:") + 1 :]
     assert nexts and not [line for line in nexts if "pipedeck compare" in line], nexts
 
 
@@ -160,21 +165,31 @@ def test_a_minimised_objective_is_worded_as_a_reduction(tmp_path):
     assert better_by("goodput", 1.056, percent=True) == "+5.6% goodput"
     spec = small_spec(tmp_path, objective="ttft", slo=None)
     console = Console(record=True, width=200)
-    print_effects(spec, SimpleNamespace(best=SimpleNamespace(number=7)),
-                  [KnobEffect("chunk", 512, 2048, 1.33, 0.33)], console)
+    print_effects(
+        spec, SimpleNamespace(best=SimpleNamespace(number=7)), [KnobEffect("chunk", 512, 2048, 1.33, 0.33)], console
+    )
     assert "chunk 512 (default 2k): -25% mean TTFT" in console.export_text()
 
 
 def test_the_summary_shows_the_percentile_the_slo_names(tmp_path):
     spec = small_spec(tmp_path, slo="ttft@p99=3s,tpot=200ms")
     config = ServingConfig(chunk=2048, max_running=256).resolve().to_dict()
-    metrics = {"goodput_rps": 2.0, "attainment": 0.99, "ttft_p90_s": 1.0, "ttft_p99_s": 2.5, "tpot_p90_s": 0.1,
-               "tpot_p99_s": 0.3}
+    metrics = {
+        "goodput_rps": 2.0,
+        "attainment": 0.99,
+        "ttft_p90_s": 1.0,
+        "ttft_p99_s": 2.5,
+        "tpot_p90_s": 0.1,
+        "tpot_p99_s": 0.3,
+    }
     trial = TrialSummary(0, config, metrics, 2.0)
     console = Console(record=True, width=200)
     _print_outcome(spec, TuneOutcome("t", "maximize", 1, trial, trial, None, None, False), console)
-    rows = {line.split("│")[1].strip(): line.split("│")[2].strip() for line in console.export_text().splitlines()
-            if line.count("│") > 2}
+    rows = {
+        line.split("│")[1].strip(): line.split("│")[2].strip()
+        for line in console.export_text().splitlines()
+        if line.count("│") > 2
+    }
     assert rows["TTFT P99 (s)"] == "2.500" and rows["TPOT P90 (s)"] == "0.100" and "TTFT P90 (s)" not in rows
 
 
@@ -187,16 +202,26 @@ def test_knobs_that_vary_among_ties_are_free_within_the_tie_set_not_said_to_not_
     outcome = TuneOutcome("t", "maximize", 6, best, other, None, None, False, ties=(best, other), free=("chunk",))
     console = Console(record=True, width=300)
     _print_outcome(spec, outcome, console)
-    print_effects(spec, outcome, [KnobEffect("chunk", 7072, 2048, 1.894, 0.056), KnobEffect("max-running", 64, 256,
-                                                                                           2.0, 0.001)], console)
+    print_effects(
+        spec,
+        outcome,
+        [KnobEffect("chunk", 7072, 2048, 1.894, 0.056), KnobEffect("max-running", 64, 256, 2.0, 0.001)],
+        console,
+    )
     text = console.export_text()
     assert "knobs free within the tie set" in text and ": chunk" in text
     assert "did not change the result" not in text and "did not matter" not in text
     assert "chunk 7072 (default 2k): +5.6% goodput" in text
-    report = verdict_note(Verdict(Finished(3, best.config, metrics, 2.0),
-                                  (Finished(3, best.config, metrics, 2.0), Finished(5, config, metrics, 1.99)),
-                                  ("chunk",)))
-    assert "Knobs free within the tie set (" in report and report.endswith("): chunk.") and "did not change" not in report
+    report = verdict_note(
+        Verdict(
+            Finished(3, best.config, metrics, 2.0),
+            (Finished(3, best.config, metrics, 2.0), Finished(5, config, metrics, 1.99)),
+            ("chunk",),
+        )
+    )
+    assert (
+        "Knobs free within the tie set (" in report and report.endswith("): chunk.") and "did not change" not in report
+    )
 
 
 def test_a_tune_refused_for_its_run_store_leaves_no_journal_behind(tmp_path, capsys):

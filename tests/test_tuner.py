@@ -72,14 +72,16 @@ def test_space_samples_valid_conditional_configs():
             ServingConfig(**d).resolve()
         except ConfigError as err:  # an uneven split can overload a stage: the objective prunes it
             assert "GB of weights per device" in str(err)
-    assert any(d["layer_split"] != ServingConfig(tp=d["tp"], pp=d["pp"], mode=d["mode"]).resolve().layer_split
-               for d in drafts)  # uneven splits around vLLM's are explored
+    assert any(
+        d["layer_split"] != ServingConfig(tp=d["tp"], pp=d["pp"], mode=d["mode"]).resolve().layer_split for d in drafts
+    )  # uneven splits around vLLM's are explored
 
 
 def test_fix_pins_dimensions_and_pinning_everything_evaluates_one_config():
     ctx = SpaceContext("deepseek-v3.1", "ascend-910c", 16)
-    fixed = parse_fixes(["mode=vpp", "chunk=24k", "max-running=128", "tp=8", "pp=2", "layer-split=16,15,15,15",
-                         "delay-scheduling=off"])
+    fixed = parse_fixes(
+        ["mode=vpp", "chunk=24k", "max-running=128", "tp=8", "pp=2", "layer-split=16,15,15,15", "delay-scheduling=off"]
+    )
     drafts = sample(ctx, fixed, n=5)
     assert all(d == drafts[0] for d in drafts)
     assert drafts[0]["chunk"] == 24576 and drafts[0]["layer_split"] == (16, 15, 15, 15)
@@ -103,8 +105,12 @@ def test_optuna_parameters_are_fix_names_and_the_flags_give_back_the_config():
         study.tell(trial, 0.0)
     assert foreign_params(names) == []
     assert {"tp", "mode", "chunk", "layer-split[0] of 2", "layer-split[2] of 4", "delay-scheduling"} <= names
-    assert foreign_params(["parallelism", "split4_0", "max_running", "layer-split[0]", "chunk"]) == \
-        ["layer-split[0]", "max_running", "parallelism", "split4_0"]
+    assert foreign_params(["parallelism", "split4_0", "max_running", "layer-split[0]", "chunk"]) == [
+        "layer-split[0]",
+        "max_running",
+        "parallelism",
+        "split4_0",
+    ]
 
 
 def test_the_parallelism_and_layer_split_keep_their_search_distributions():
@@ -114,7 +120,8 @@ def test_the_parallelism_and_layer_split_keep_their_search_distributions():
     suggest_config(trial, ctx, parse_fixes(["tp=8", "mode=vpp"]))  # 2 x 2 stages of 61 layers: vLLM's 15,15,16,15
     assert {k: v for k, v in trial.distributions.items() if k.startswith("layer-split")} == {
         f"layer-split[{i}] of 4": optuna.distributions.IntDistribution(base - 2, base + 2)  # was a shift in [-2, 2]
-        for i, base in enumerate((15, 15, 16))}
+        for i, base in enumerate((15, 15, 16))
+    }
     trial = optuna.create_study().ask({})
     suggest_config(trial, ctx, {})
     assert trial.distributions["tp"] == optuna.distributions.CategoricalDistribution(ctx.tp_options)
@@ -126,25 +133,45 @@ def test_knob_settings_list_what_the_config_activates():
     assert knob_settings(dcpp) == ["smooth-factor=0.75", "min-chunk=4096", "delay-scheduling=off"]
     alp = ServingConfig(mode="fastpp-alp", delay_scheduling=True, rls_forgetting=0.9975, delay_mode="e2e_first")
     assert knob_settings(alp.to_dict()) == [
-        "alp-window-s=10", "slo-tpot-coeff=1.05", "rls-forgetting=0.9975", "controller-min-chunk=128",
-        "delay-scheduling=on", "waiting-tok-threshold=1024", "load-alpha=0.4", "base-unit=128", "delay-mode=e2e_first"]
+        "alp-window-s=10",
+        "slo-tpot-coeff=1.05",
+        "rls-forgetting=0.9975",
+        "controller-min-chunk=128",
+        "delay-scheduling=on",
+        "waiting-tok-threshold=1024",
+        "load-alpha=0.4",
+        "base-unit=128",
+        "delay-mode=e2e_first",
+    ]
 
 
 def test_default_params_are_the_engine_default():
     ctx = SpaceContext("deepseek-v3.1", "ascend-910c", 16, engine="vllm-ascend")
-    assert default_params(ctx, {}) == {"tp": 8, "mode": "cpp", "chunk": 2048, "max-running": 256,
-                                       "layer-split[0] of 2": 31, "delay-scheduling": False}  # vLLM's 31,30
+    assert default_params(ctx, {}) == {
+        "tp": 8,
+        "mode": "cpp",
+        "chunk": 2048,
+        "max-running": 256,
+        "layer-split[0] of 2": 31,
+        "delay-scheduling": False,
+    }  # vLLM's 31,30
     assert default_params(ctx, parse_fixes(["mode=dcpp"]))["smooth-factor"] == 1.0
     h100 = SpaceContext("qwen2.5-32b", "h100-sxm", 2, engine="vllm")
     assert (h100.baseline.chunk, h100.baseline.max_running) == (8192, 1024)
     assert SpaceContext("qwen2.5-32b", "a100-40g-pcie", 4, engine="sglang").baseline.chunk == 4096
 
 
-@pytest.mark.parametrize(("hardware", "engine", "budget"), [
-    ("a100-40g-pcie", "vllm", (2048, 256)), ("ascend-910c", "vllm-ascend", (2048, 256)),
-    ("h100-sxm", "vllm", (8192, 1024)), ("h200-sxm", "vllm", (8192, 1024)),
-    ("a100-40g-pcie", "sglang", (4096, 4096)), ("h100-sxm", "sglang", (8192, 4096)),
-])
+@pytest.mark.parametrize(
+    ("hardware", "engine", "budget"),
+    [
+        ("a100-40g-pcie", "vllm", (2048, 256)),
+        ("ascend-910c", "vllm-ascend", (2048, 256)),
+        ("h100-sxm", "vllm", (8192, 1024)),
+        ("h200-sxm", "vllm", (8192, 1024)),
+        ("a100-40g-pcie", "sglang", (4096, 4096)),
+        ("h100-sxm", "sglang", (8192, 4096)),
+    ],
+)
 def test_each_engine_defaults_as_it_does_on_that_hardware(hardware, engine, budget):
     defaults = engine_defaults(engine, ServingConfig(hardware=hardware).hardware_profile)
     assert (defaults.chunk, defaults.max_running) == budget and defaults.source
@@ -158,8 +185,11 @@ def test_study_runs_seeds_the_default_and_syncs_the_store(tmp_path):
         best_run = store.get_run(outcome.best_run_id).result
     assert outcome.trials == 6  # exactly --trials
     assert outcome.default is not None and outcome.default.number == 0
-    assert (outcome.default.config["mode"], outcome.default.config["chunk"], outcome.default.config["max_running"]) \
-        == ("cpp", 2048, 256)  # `vllm serve` on an A100 40GB
+    assert (outcome.default.config["mode"], outcome.default.config["chunk"], outcome.default.config["max_running"]) == (
+        "cpp",
+        2048,
+        256,
+    )  # `vllm serve` on an A100 40GB
     assert outcome.best.value >= outcome.default.value
     assert outcome.ratio == pytest.approx(outcome.best.value / outcome.default.value)
     assert len({t.number for t in trials}) == len(trials) >= 6
@@ -194,8 +224,10 @@ def test_the_dashboard_reads_the_values_that_ran_and_one_attribute_of_worker_pro
     assert any("chunk" in t.user_attrs.get("params_as_run", {}) for t in measured)  # a chunk snapped to its tile
     for t in measured:
         ran = {**t.params, **t.user_attrs.get("params_as_run", {})}
-        assert (ran["chunk"], ran["max-running"]) == (t.user_attrs["config"]["chunk"],
-                                                      t.user_attrs["config"]["max_running"])
+        assert (ran["chunk"], ran["max-running"]) == (
+            t.user_attrs["config"]["chunk"],
+            t.user_attrs["config"]["max_running"],
+        )
         assert set(t.user_attrs.get("params_as_run", {})) <= set(t.params)
     assert set(study.user_attrs) == {"pipedeck", "objective", "workers", "worker_processes"}
     processes = study.user_attrs["worker_processes"]
@@ -231,8 +263,9 @@ def test_two_tunes_finishing_one_study_at_once_store_its_best_and_default_once(t
 
     monkeypatch.setattr(Evaluator, "run", simulate_then_wait)
     db, outcomes = tmp_path / "runs.duckdb", []
-    tunes = [threading.Thread(target=lambda: outcomes.append(run_study(spec(tmp_path, trials=3), db)))
-             for _ in range(2)]
+    tunes = [
+        threading.Thread(target=lambda: outcomes.append(run_study(spec(tmp_path, trials=3), db))) for _ in range(2)
+    ]
     for tune in tunes:
         tune.start()
     for tune in tunes:
@@ -241,15 +274,19 @@ def test_two_tunes_finishing_one_study_at_once_store_its_best_and_default_once(t
     with RunStore.open(db) as store:
         runs = store.list_runs(study="t")
     assert sorted((r.trial, r.label) for r in runs) == sorted(
-        {(o.best.number, "best") for o in outcomes} | {(o.default.number, "default") for o in outcomes})
+        {(o.best.number, "best") for o in outcomes} | {(o.default.number, "default") for o in outcomes}
+    )
     assert {r.id for r in runs} == {o.best_run_id for o in outcomes} | {o.default_run_id for o in outcomes}
 
 
 def measured_configs(tmp_path, name: str = "t") -> list[str]:
     """The configs a study's finished trials measured (answers to a repeated config excluded), as JSON."""
     study = optuna.load_study(study_name=name, storage=open_storage(str(tmp_path / "journal.jsonl")))
-    return [json.dumps(t.user_attrs["config"], sort_keys=True) for t in study.get_trials(states=finished_states())
-            if "config" in t.user_attrs and "duplicate_of" not in t.user_attrs]
+    return [
+        json.dumps(t.user_attrs["config"], sort_keys=True)
+        for t in study.get_trials(states=finished_states())
+        if "config" in t.user_attrs and "duplicate_of" not in t.user_attrs
+    ]
 
 
 @pytest.mark.parametrize("sampler", ["random", "tpe"])
@@ -283,8 +320,10 @@ def test_resume_after_a_killed_tune_keeps_every_finished_trial_once(tmp_path):
             study = optuna.load_study(study_name="killed", storage=storage)
         except KeyError:
             continue
-        finished_before = {t.number: t.params for t in study.get_trials(states=(optuna.trial.TrialState.COMPLETE,
-                                                                                 optuna.trial.TrialState.PRUNED))}
+        finished_before = {
+            t.number: t.params
+            for t in study.get_trials(states=(optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED))
+        }
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
     assert len(finished_before) >= 4
@@ -294,8 +333,9 @@ def test_resume_after_a_killed_tune_keeps_every_finished_trial_once(tmp_path):
     assert result.returncode == 0, result.stderr
     out = json.loads(result.stdout)
     study = optuna.load_study(study_name="killed", storage=open_storage(str(tmp_path / "runs.optuna.jsonl")))
-    finished = {t.number: t for t in study.get_trials(states=(optuna.trial.TrialState.COMPLETE,
-                                                              optuna.trial.TrialState.PRUNED))}
+    finished = {
+        t.number: t for t in study.get_trials(states=(optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED))
+    }
     assert out["trials"] == len(finished) >= target
     for number, params in finished_before.items():  # nothing finished was lost or redone
         assert finished[number].params == params
@@ -320,8 +360,9 @@ def finished_states():
 
 
 def test_tune_json_reports_best_default_ratio_ties_and_intervals(tmp_path, capsys):
-    status = run_cli(cli, ["tune", *SMALL, "--trials", "8", "--repeats", "3", "--db", str(tmp_path / "r.duckdb"),
-                           "--json"])
+    status = run_cli(
+        cli, ["tune", *SMALL, "--trials", "8", "--repeats", "3", "--db", str(tmp_path / "r.duckdb"), "--json"]
+    )
     out = json.loads(capsys.readouterr().out)
     assert status == 0
     assert out["trials"] >= 8 and out["study"] and out["baseline_engine"] == "vllm"
@@ -336,17 +377,54 @@ def test_tune_json_reports_best_default_ratio_ties_and_intervals(tmp_path, capsy
     tied = [t["goodput_rps"] for t in out["ties"]]
     assert out["best"]["trial"] in [t["trial"] for t in out["ties"]]
     assert max(tied) <= min(tied) * 1.02  # every tie within the precision of the best
-    assert set(out["free_in_ties"]) <= {"parallelism", "mode", "chunk", "max-running", "layer-split", "delay-scheduling",
-                                 "waiting-tok-threshold", "load-alpha", "base-unit", "delay-mode", "smooth-factor",
-                                 "min-chunk", "kv-free-threshold", "tpot-violation", "ttft-low", "ttft-high",
-                                 "tpot-safe", "alp-window-s", "slo-tpot-coeff", "rls-forgetting",
-                                 "controller-min-chunk", "adaptive-threshold", "adaptive-fit-chunks"}
+    assert set(out["free_in_ties"]) <= {
+        "parallelism",
+        "mode",
+        "chunk",
+        "max-running",
+        "layer-split",
+        "delay-scheduling",
+        "waiting-tok-threshold",
+        "load-alpha",
+        "base-unit",
+        "delay-mode",
+        "smooth-factor",
+        "min-chunk",
+        "kv-free-threshold",
+        "tpot-violation",
+        "ttft-low",
+        "ttft-high",
+        "tpot-safe",
+        "alp-window-s",
+        "slo-tpot-coeff",
+        "rls-forgetting",
+        "controller-min-chunk",
+        "adaptive-threshold",
+        "adaptive-fit-chunks",
+    }
 
 
 def test_tune_summary_shows_the_knobs_of_the_chosen_mode(tmp_path, capsys):
-    args = ["tune", *SMALL, "--trials", "2", "--db", str(tmp_path / "r.duckdb"), "--export", str(tmp_path / "out"),
-            "--format", "fastpp", "--fix", "mode=fastpp-greedy", "--fix", "ttft-low=0.05",
-            "--fix", "delay-scheduling=on", "--fix", "delay-mode=tpot_first"]
+    args = [
+        "tune",
+        *SMALL,
+        "--trials",
+        "2",
+        "--db",
+        str(tmp_path / "r.duckdb"),
+        "--export",
+        str(tmp_path / "out"),
+        "--format",
+        "fastpp",
+        "--fix",
+        "mode=fastpp-greedy",
+        "--fix",
+        "ttft-low=0.05",
+        "--fix",
+        "delay-scheduling=on",
+        "--fix",
+        "delay-mode=tpot_first",
+    ]
     assert run_cli(cli, args) == 0
     rows = [line for line in capsys.readouterr().out.splitlines() if "=" in line]
     text = " ".join(rows)
@@ -355,19 +433,26 @@ def test_tune_summary_shows_the_knobs_of_the_chosen_mode(tmp_path, capsys):
     assert "alp-window-s" not in text  # a knob of another mode
 
 
-@pytest.mark.parametrize("extra, message", [
-    (["--slo", "ttft=2"], "pipedeck: error: slo: 'ttft=2' needs a unit: s or ms"),
-    (["--fix", "colour=red"], "pipedeck: error: fix: unknown dimension 'colour'"),
-    (["--fix", "tp=3"], "pipedeck: error: tp: must divide the 4 devices, got 3"),
-    (["--scenario", "long-64k"], "pipedeck: error: Invalid value for --scenario: goodput searches Poisson rates"),
-    (["--jobs", "0"], "pipedeck: error: Invalid value for --jobs: must be a positive integer, got 0"),
-    (["--sampler", "grid"], "pipedeck: error: Invalid value for '--sampler'"),
-    (["--export", "out", "--format", "vllm", "--fix", "delay-scheduling=on"],
-     "pipedeck: error: fix: delay scheduling cannot run on vllm, the engine tuned for (--format)"),
-    (["--fix", "mode=dcpp"],
-     "pipedeck: error: fix: mode dcpp cannot run on vllm, the engine tuned for (--format); engines that can: "
-     "vllm-ascend, sglang"),
-])
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        (["--slo", "ttft=2"], "pipedeck: error: slo: 'ttft=2' needs a unit: s or ms"),
+        (["--fix", "colour=red"], "pipedeck: error: fix: unknown dimension 'colour'"),
+        (["--fix", "tp=3"], "pipedeck: error: tp: must divide the 4 devices, got 3"),
+        (["--scenario", "long-64k"], "pipedeck: error: Invalid value for --scenario: goodput searches Poisson rates"),
+        (["--jobs", "0"], "pipedeck: error: Invalid value for --jobs: must be a positive integer, got 0"),
+        (["--sampler", "grid"], "pipedeck: error: Invalid value for '--sampler'"),
+        (
+            ["--export", "out", "--format", "vllm", "--fix", "delay-scheduling=on"],
+            "pipedeck: error: fix: delay scheduling cannot run on vllm, the engine tuned for (--format)",
+        ),
+        (
+            ["--fix", "mode=dcpp"],
+            "pipedeck: error: fix: mode dcpp cannot run on vllm, the engine tuned for (--format); engines that can: "
+            "vllm-ascend, sglang",
+        ),
+    ],
+)
 def test_tune_rejects_bad_input_with_one_line(tmp_path, capsys, extra, message):
     status = run_cli(cli, ["tune", *SMALL, "--trials", "2", "--db", str(tmp_path / "r.duckdb"), *extra])
     err = capsys.readouterr().err
@@ -397,13 +482,17 @@ def test_a_study_an_older_pipedeck_made_is_not_resumed(tmp_path, capsys):
     trial.suggest_int("split2_0", -2, 2)
     study.tell(trial, 1.0)
     study.enqueue_trial({"parallelism": "2x2", "max_running": 64})  # a queued retry, not run yet
-    message = ("study: 't' was made by an older pipedeck, whose parameter names (max_running, parallelism, split2_0) "
-               "this one does not use; start a new --study")
+    message = (
+        "study: 't' was made by an older pipedeck, whose parameter names (max_running, parallelism, split2_0) "
+        "this one does not use; start a new --study"
+    )
     with pytest.raises(ConfigError) as err:
         create_or_resume(old)
     assert str(err.value) == message
-    status = run_cli(cli, ["tune", *SMALL, "--study", "t", "--storage", old.storage, "--trials", "2",
-                           "--db", str(tmp_path / "r.duckdb")])
+    status = run_cli(
+        cli,
+        ["tune", *SMALL, "--study", "t", "--storage", old.storage, "--trials", "2", "--db", str(tmp_path / "r.duckdb")],
+    )
     assert (status, capsys.readouterr().err.strip()) == (2, f"pipedeck: error: {message}")
     assert [t.state.name for t in study.trials] == ["COMPLETE", "WAITING"]  # nothing was run
 
@@ -413,8 +502,10 @@ def test_report_and_compare_show_the_finalists_intervals(tmp_path, capsys):
     assert run_cli(cli, ["tune", *SMALL, "--trials", "4", "--repeats", "2", "--db", db, "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     page = tmp_path / "compare.html"
-    assert run_cli(cli, ["compare", str(out["best_run_id"]), str(out["default_run_id"]), "--db", db,
-                         "--out", str(page)]) == 0
+    assert (
+        run_cli(cli, ["compare", str(out["best_run_id"]), str(out["default_run_id"]), "--db", db, "--out", str(page)])
+        == 0
+    )
     text = page.read_text()
     for key in ("best", "default"):
         ci = out[key]["goodput_ci"]
@@ -426,8 +517,7 @@ def test_report_and_compare_show_the_finalists_intervals(tmp_path, capsys):
 
 def test_a_tune_searches_only_what_its_engine_can_run(tmp_path):
     """No --format: the engine is the hardware's default (vLLM-Ascend on Ascend), and so are the modes searched."""
-    inputs = TuneInputs(model="qwen2.5-14b", hardware="ascend-910c", devices=4, slo="ttft=2s,tpot=200ms",
-                        requests=20)
+    inputs = TuneInputs(model="qwen2.5-14b", hardware="ascend-910c", devices=4, slo="ttft=2s,tpot=200ms", requests=20)
     spec = build_spec(inputs, tmp_path / "x.duckdb")
     assert spec.engine == "vllm-ascend"
     assert set(spec.modes) == set(ENGINES["vllm-ascend"].modes) and "fastpp-alp" not in spec.modes
@@ -442,9 +532,18 @@ def test_a_goodput_search_on_a_live_server_draws_fresh_prompts_for_each_rate_unl
     from pipedeck.tuner.objective import Evaluator, TuneSpec
 
     def options(objective: str, **backend_options: object):
-        spec = TuneSpec(study="s", storage="", model="qwen2.5-14b", hardware="a100-40g-pcie", devices=1,
-                        scenario="sharegpt", objective=objective, slo="ttft=2s" if objective == "goodput" else None,
-                        backend="live", backend_options={"endpoint": "http://127.0.0.1:9", **backend_options})
+        spec = TuneSpec(
+            study="s",
+            storage="",
+            model="qwen2.5-14b",
+            hardware="a100-40g-pcie",
+            devices=1,
+            scenario="sharegpt",
+            objective=objective,
+            slo="ttft=2s" if objective == "goodput" else None,
+            backend="live",
+            backend_options={"endpoint": "http://127.0.0.1:9", **backend_options},
+        )
         return Evaluator(spec).backend.options
 
     assert options("goodput").fresh_prompts and not options("ttft").fresh_prompts
@@ -460,8 +559,17 @@ def test_a_live_rate_that_served_nothing_fails_in_one_line_counting_the_failures
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]  # free once closed: nothing listens there
-    spec = TuneSpec(study="s", storage="", model="qwen2.5-14b", hardware="a100-40g-pcie", devices=1,
-                    scenario="sharegpt", slo="ttft=2s", requests=3, backend="live",
-                    backend_options={"endpoint": f"http://127.0.0.1:{port}", "model": "m", "metrics_interval_s": None})
+    spec = TuneSpec(
+        study="s",
+        storage="",
+        model="qwen2.5-14b",
+        hardware="a100-40g-pcie",
+        devices=1,
+        scenario="sharegpt",
+        slo="ttft=2s",
+        requests=3,
+        backend="live",
+        backend_options={"endpoint": f"http://127.0.0.1:{port}", "model": "m", "metrics_interval_s": None},
+    )
     with pytest.raises(ServerError, match=r"^server: 0 of 3 requests served: 3 connection refused \(at 50 req/s\)$"):
         Evaluator(spec).run(ServingConfig(model="qwen2.5-14b", hardware="a100-40g-pcie"), 50.0)

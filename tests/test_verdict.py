@@ -19,8 +19,12 @@ def trial(number: int, value: float, ttft: float = 1.0, tpot: float = 0.1, **con
 
 
 def test_configs_within_the_precision_tie_and_the_one_with_most_headroom_wins():
-    trials = [trial(0, 2.0), trial(1, 3.00, ttft=1.9, chunk=8192), trial(2, 2.97, ttft=1.0, chunk=16384),
-              trial(3, 2.90, ttft=0.5, chunk=4096)]
+    trials = [
+        trial(0, 2.0),
+        trial(1, 3.00, ttft=1.9, chunk=8192),
+        trial(2, 2.97, ttft=1.0, chunk=16384),
+        trial(3, 2.90, ttft=0.5, chunk=4096),
+    ]
     verdict = decide(trials, "maximize", 0.02, LIMITS, BASE)
     assert [t.number for t in verdict.ties] == [1, 2]  # 2.90 is more than 2% below 3.00
     assert verdict.winner.number == 2 and verdict.free == ("chunk",)
@@ -57,8 +61,10 @@ def test_dcpp_whose_min_chunk_reaches_its_chunk_counts_as_the_cpp_it_is():
     """Its floor is the whole chunk, so DCPP changes nothing: the tie goes to it for its one real change."""
     inert_dcpp = trial(1, 3.0, mode="dcpp", chunk=4096, min_chunk=8192, smooth_factor=0.5, pp=2)
     other = trial(2, 3.0, chunk=4096, max_running=64, pp=2)
-    assert in_force(inert_dcpp.config) == ({**BASE, "chunk": 4096, "pp": 2}, "mode cpp. It sets dcpp with "
-                                           "min_chunk 8192 >= chunk 4096, so it never shrinks a chunk and runs as cpp.")
+    assert in_force(inert_dcpp.config) == (
+        {**BASE, "chunk": 4096, "pp": 2},
+        "mode cpp. It sets dcpp with min_chunk 8192 >= chunk 4096, so it never shrinks a chunk and runs as cpp.",
+    )
     live_dcpp = {**inert_dcpp.config, "min_chunk": 2048}
     assert in_force(live_dcpp) == (live_dcpp, "")
     verdict = decide([inert_dcpp, other], "maximize", 0.02, LIMITS, {**BASE, "pp": 2})
@@ -97,8 +103,9 @@ def test_the_report_and_tune_give_the_same_verdict_on_the_same_figures():
     assert text.startswith("not a clear win: ")
     config = ServingConfig(chunk=2048, max_running=256).resolve().to_dict()
     best = TrialRow("s", 3, "COMPLETE", {}, config, {"goodput_ci": mixed}, mixed["values"][0], None, None, None)
-    default = TrialRow("s", 0, "COMPLETE", {}, config, {"goodput_ci": DEFAULT_CI}, DEFAULT_CI["values"][0], None,
-                       None, None)
+    default = TrialRow(
+        "s", 0, "COMPLETE", {}, config, {"goodput_ci": DEFAULT_CI}, DEFAULT_CI["values"][0], None, None, None
+    )
     table = best_vs_default(best, default, "goodput", "maximize").data[0].cells.values
     assert "1.25x higher goodput: not a clear win" in table[-1]
     assert text in confidence_note(best, default, direction="maximize")

@@ -40,11 +40,25 @@ def test_resizes_and_beats_vpp_when_the_cost_bends():
 
 def report(chunks: list[tuple[int, int]], stage_s: float) -> StepReport:
     """A prefill-only step of (chunk, prefix) pieces, as the engine reports it."""
-    return StepReport(finished_at=0.0, latency_s=stage_s, stage_s=stage_s,
-                      prefill_tokens=sum(c for c, _ in chunks), decode_tokens=0,
-                      chunk_prefix=float(sum(c * p for c, p in chunks)), chunk_sq=float(sum(c * c for c, _ in chunks)),
-                      decode_context=0.0, ttfts=(), token_gaps=(), kv_free=1.0, running=len(chunks), waiting=0,
-                      backlog_tokens=0, admissible_tokens=0, finished_prompt_tokens=0, arrived=len(chunks))
+    return StepReport(
+        finished_at=0.0,
+        latency_s=stage_s,
+        stage_s=stage_s,
+        prefill_tokens=sum(c for c, _ in chunks),
+        decode_tokens=0,
+        chunk_prefix=float(sum(c * p for c, p in chunks)),
+        chunk_sq=float(sum(c * c for c, _ in chunks)),
+        decode_context=0.0,
+        ttfts=(),
+        token_gaps=(),
+        kv_free=1.0,
+        running=len(chunks),
+        waiting=0,
+        backlog_tokens=0,
+        admissible_tokens=0,
+        finished_prompt_tokens=0,
+        arrived=len(chunks),
+    )
 
 
 def test_the_law_is_fitted_on_distinct_prefixes_of_lone_full_chunks():
@@ -61,7 +75,15 @@ def test_the_law_is_fitted_on_distinct_prefixes_of_lone_full_chunks():
 
 def test_short_prompts_packed_into_full_chunks_run():
     """Single-chunk prompts measured at prefix 0 only once made the fit singular (numpy's SVD failed)."""
-    config = ServingConfig(model="qwen2.5-14b", hardware="a100-40g-pcie", tp=1, pp=4, mode="vpp-adaptive",
-                           chunk=2000, max_running=2, adaptive_fit_chunks=2)
+    config = ServingConfig(
+        model="qwen2.5-14b",
+        hardware="a100-40g-pcie",
+        tp=1,
+        pp=4,
+        mode="vpp-adaptive",
+        chunk=2000,
+        max_running=2,
+        adaptive_fit_chunks=2,
+    )
     result = SimBackend().run(load_scenario("azure-conv"), config, num_requests=200, timeline=False)
     assert len(result.records) == 200

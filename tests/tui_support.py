@@ -44,8 +44,10 @@ def store_runs(db: Path, labels: tuple[str | None, str | None] = (None, None)) -
     """Store two short runs of qwen2.5-14b (cpp, then vpp), with these labels, and return their ids."""
     scenario = load_scenario("short-4k")
     with RunStore.open(db) as store:
-        return [store.save_run(SimBackend().run(scenario, QWEN.replace(mode=mode), num_requests=8), label=label)
-                for mode, label in zip(("cpp", "vpp"), labels)]
+        return [
+            store.save_run(SimBackend().run(scenario, QWEN.replace(mode=mode), num_requests=8), label=label)
+            for mode, label in zip(("cpp", "vpp"), labels)
+        ]
 
 
 def screen_lines(app: App) -> list[str]:
@@ -55,13 +57,13 @@ def screen_lines(app: App) -> list[str]:
 
 def text_in(app: App, region: Region) -> str:
     """What the screen shows inside `region`, its rows joined by newlines."""
-    return "\n".join(line[region.x:region.right] for line in screen_lines(app)[region.y:region.bottom])
+    return "\n".join(line[region.x : region.right] for line in screen_lines(app)[region.y : region.bottom])
 
 
 def cells(app: App, region: Region) -> list[tuple[str, Style]]:
     """Every cell the screen shows inside `region`: its character and its style."""
     shown = []
-    for strip in app.screen._compositor.render_strips()[region.y:region.bottom]:
+    for strip in app.screen._compositor.render_strips()[region.y : region.bottom]:
         for segment in strip.crop(region.x, region.right):
             shown += [(char, segment.style or Style()) for char in segment.text]
     return shown
@@ -69,9 +71,11 @@ def cells(app: App, region: Region) -> list[tuple[str, Style]]:
 
 def contrast(first: tuple[int, int, int], second: tuple[int, int, int]) -> float:
     """The WCAG 2 contrast ratio of two sRGB colours (1 to 21)."""
+
     def luminance(rgb: tuple[int, int, int]) -> float:
         linear = [c / 255 / 12.92 if c <= 10 else ((c / 255 + 0.055) / 1.055) ** 2.4 for c in rgb]
         return 0.2126 * linear[0] + 0.7152 * linear[1] + 0.0722 * linear[2]
+
     lighter, darker = sorted((luminance(first), luminance(second)), reverse=True)
     return (lighter + 0.05) / (darker + 0.05)
 
@@ -87,17 +91,32 @@ def scripted_result(config: dict[str, object], chunk_s: float = 0.3, requests: i
     for request in range(requests):
         for chunk in range(2):
             busy = chunk_s * (chunk + 1)
-            spans += [Span(0, 0, batch, request, chunk, t, t + busy, "prefill"),
-                      Span(1, 1, batch, request, chunk, t + busy, t + 2 * busy, "prefill")]
+            spans += [
+                Span(0, 0, batch, request, chunk, t, t + busy, "prefill"),
+                Span(1, 1, batch, request, chunk, t + busy, t + 2 * busy, "prefill"),
+            ]
             t, batch = t + busy, batch + 1
         first_token = t + busy
         records.append(RequestRecord(request, 0.0, 4096, 8, first_token, first_token + 0.5 + 0.1 * request))
     makespan = max(r.finish_s for r in records)
-    ranks = [RankTime(rank, busy, 0.0, makespan - busy, 0.0)
-             for rank, busy in enumerate(sum(s.end - s.start for s in spans if s.rank == r) for r in (0, 1))]
-    return RunResult(config=config, scenario="short-4k", backend="scripted", seed=0, rate=None, records=records,
-                     ranks=ranks, makespan_s=makespan, steps=batch, chunks=batch, stage_executions=len(spans),
-                     spans=spans)
+    ranks = [
+        RankTime(rank, busy, 0.0, makespan - busy, 0.0)
+        for rank, busy in enumerate(sum(s.end - s.start for s in spans if s.rank == r) for r in (0, 1))
+    ]
+    return RunResult(
+        config=config,
+        scenario="short-4k",
+        backend="scripted",
+        seed=0,
+        rate=None,
+        records=records,
+        ranks=ranks,
+        makespan_s=makespan,
+        steps=batch,
+        chunks=batch,
+        stage_executions=len(spans),
+        spans=spans,
+    )
 
 
 class ScriptedBackend:
@@ -106,9 +125,16 @@ class ScriptedBackend:
     name = "scripted"
     capabilities = Capabilities(modes=("cpp",), timeline=True, reconfigurable=True, paced=False)
 
-    def run(self, scenario: Scenario, config: ServingConfig, rate: float | None = None, seed: int = 0,
-            num_requests: int | None = None, observer: RunObserver | None = None,
-            timeline: bool = True) -> RunResult:
+    def run(
+        self,
+        scenario: Scenario,
+        config: ServingConfig,
+        rate: float | None = None,
+        seed: int = 0,
+        num_requests: int | None = None,
+        observer: RunObserver | None = None,
+        timeline: bool = True,
+    ) -> RunResult:
         result = scripted_result(config.to_dict(), requests=num_requests or 4)
         spans, records = list(result.spans), sorted(result.records, key=lambda r: r.finish_s)
         tick = 0.0
@@ -125,22 +151,42 @@ class ScriptedBackend:
         return result
 
 
-FAKE_TRIALS = ((0, "COMPLETE", 0, 7.18), (1, "COMPLETE", 24576, 10.7), (2, "PRUNED", 40960, None),
-               (3, "COMPLETE", 16384, 8.02))  # number, state, chunk (0: the config's), goodput
+FAKE_TRIALS = (
+    (0, "COMPLETE", 0, 7.18),
+    (1, "COMPLETE", 24576, 10.7),
+    (2, "PRUNED", 40960, None),
+    (3, "COMPLETE", 16384, 8.02),
+)  # number, state, chunk (0: the config's), goodput
 
 
 def fake_study(spec, db, jobs=1, on_progress=None, stop_requested=None) -> TuneOutcome:
     """Stands in for run_study: stores four fixed trials of QWEN (chunks and goodputs above) and reports them."""
     resolved = QWEN.resolve()
-    trials = [(n, state, resolved.replace(chunk=chunk) if chunk else resolved, value)
-              for n, state, chunk, value in FAKE_TRIALS]
+    trials = [
+        (n, state, resolved.replace(chunk=chunk) if chunk else resolved, value)
+        for n, state, chunk, value in FAKE_TRIALS
+    ]
     with RunStore.open(db) as store:
-        store.save_study(spec.study, scenario=spec.scenario, objective=spec.objective, slo={},
-                         settings=spec.settings(), storage=spec.storage)
+        store.save_study(
+            spec.study,
+            scenario=spec.scenario,
+            objective=spec.objective,
+            slo={},
+            settings=spec.settings(),
+            storage=spec.storage,
+        )
         for number, state, config, value in trials:
             metrics = {"goodput_rps": value, "attainment": 0.9, "ttft_p90_s": 1.8, "tpot_p90_s": 0.12} if value else {}
-            store.save_trial(spec.study, number, state=state, params={"chunk": config.chunk},
-                             config=config.to_dict(), metrics=metrics, objective=value, duration_s=1.0)
+            store.save_trial(
+                spec.study,
+                number,
+                state=state,
+                params={"chunk": config.chunk},
+                config=config.to_dict(),
+                metrics=metrics,
+                objective=value,
+                duration_s=1.0,
+            )
     on_progress(Progress(4, spec.trials, 10.7, 1, 0))
     summary = {n: TrialSummary(n, c.to_dict(), {}, v) for n, _, c, v in trials}
     return TuneOutcome(spec.study, "maximize", 4, summary[1], summary[0], None, None, False)

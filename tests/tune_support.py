@@ -4,14 +4,35 @@ from __future__ import annotations
 
 from pipedeck.tuner.objective import TuneSpec
 
-SMALL = ["--model", "qwen2.5-14b", "--hardware", "a100-40g-pcie", "--devices", "4",
-         "--scenario", "azure-conv", "--requests", "60", "--slo", "ttft=2s,tpot=200ms"]
+SMALL = [
+    "--model",
+    "qwen2.5-14b",
+    "--hardware",
+    "a100-40g-pcie",
+    "--devices",
+    "4",
+    "--scenario",
+    "azure-conv",
+    "--requests",
+    "60",
+    "--slo",
+    "ttft=2s,tpot=200ms",
+]
 
 
 def spec(tmp_path, **changes) -> TuneSpec:
     """The SMALL setting as a worker spec on a journal under `tmp_path`, with `changes` applied."""
-    values = dict(study="t", storage=str(tmp_path / "journal.jsonl"), scenario="azure-conv", model="qwen2.5-14b",
-                  hardware="a100-40g-pcie", devices=4, objective="goodput", slo="ttft=2s,tpot=200ms",
-                  requests=60, trials=6)
+    values = dict(
+        study="t",
+        storage=str(tmp_path / "journal.jsonl"),
+        scenario="azure-conv",
+        model="qwen2.5-14b",
+        hardware="a100-40g-pcie",
+        devices=4,
+        objective="goodput",
+        slo="ttft=2s,tpot=200ms",
+        requests=60,
+        trials=6,
+    )
     values.update(changes)
     return TuneSpec(**values)

@@ -101,16 +101,23 @@ class Point:
         phases jumps from one to the other at the slightest change.
         """
         arrivals = ClosedLoop(self.concurrency) if self.concurrency else Poisson()
-        how = (f"{self.concurrency} at a time" if self.concurrency
-               else f"Poisson at {self.load:g}x {self.reference}'s rate")
+        how = (
+            f"{self.concurrency} at a time"
+            if self.concurrency
+            else f"Poisson at {self.load:g}x {self.reference}'s rate"
+        )
         return Scenario(
             name=f"calibrate {self.name}",
             description=f"~{self.prompt}-token prompts, ~{self.output}-token answers, {how}",
             source="pipedeck calibrate's plan",
             assumptions=f"lengths lognormal around their medians (sigma {SPREAD}, clipped to 0.5-1.5x), scaled to "
-                        "the config's KV share per request",
-            prompt=_around(self.prompt), output=_around(self.output), arrivals=arrivals, num_requests=self.requests,
-            rate=rate)
+            "the config's KV share per request",
+            prompt=_around(self.prompt),
+            output=_around(self.output),
+            arrivals=arrivals,
+            num_requests=self.requests,
+            rate=rate,
+        )
 
 
 def _around(median: int) -> LogNormal:
@@ -125,7 +132,8 @@ def plan(config: ResolvedConfig) -> tuple[Point, ...]:
     if room < 8 * SHORTEST_PROMPT:
         raise CalibrationError(
             f"kv_capacity: calibrate needs at least {12 * SHORTEST_PROMPT + LONGEST_OUTPUT * 3 // 2} tokens of KV "
-            f"cache per running request (kv_capacity / max_running), got {share}")
+            f"cache per running request (kv_capacity / max_running), got {share}"
+        )
     top = min(config.max_running, MAX_CONCURRENCY)
     alone, loop, open_loop = 4, max(6, 3 * top), 8  # requests per pass
 
@@ -136,17 +144,30 @@ def plan(config: ResolvedConfig) -> tuple[Point, ...]:
         return Point(f"p{p}-o{o}-c{c}", p, o, alone if c == 1 else loop, concurrency=c, held_out=held_out)
 
     def poisson(reference: Point, load: float) -> Point:
-        return Point(f"p{reference.prompt}-o{reference.output}-x{load:g}", reference.prompt, reference.output,
-                     open_loop, load=load, reference=reference.name, held_out=reference.held_out)
+        return Point(
+            f"p{reference.prompt}-o{reference.output}-x{load:g}",
+            reference.prompt,
+            reference.output,
+            open_loop,
+            load=load,
+            reference=reference.name,
+            held_out=reference.held_out,
+        )
 
     busy_fit = closed(prompt(1 / 6), LONGEST_OUTPUT, top)
     busy_held = closed(prompt(1 / 4), 96, top, held_out=True)
     # Fitted and held-out runs alternate, so that a change of load on the host meets both alike.
     return (
-        closed(prompt(1 / 32), LONGEST_OUTPUT, 1), closed(prompt(1 / 2), 48, 1, held_out=True),
-        closed(prompt(1 / 3), 64, 1), busy_held, busy_fit, poisson(busy_held, 0.5),
-        closed(prompt(9 / 10), 32, 1), closed(prompt(1), 64, top, held_out=True),
-        closed(prompt(2 / 3), 32, top), poisson(busy_fit, 0.3),
+        closed(prompt(1 / 32), LONGEST_OUTPUT, 1),
+        closed(prompt(1 / 2), 48, 1, held_out=True),
+        closed(prompt(1 / 3), 64, 1),
+        busy_held,
+        busy_fit,
+        poisson(busy_held, 0.5),
+        closed(prompt(9 / 10), 32, 1),
+        closed(prompt(1), 64, top, held_out=True),
+        closed(prompt(2 / 3), 32, top),
+        poisson(busy_fit, 0.3),
     )
 
 
@@ -181,8 +202,7 @@ class Measured:
 def p50s(records: Sequence[RequestRecord]) -> tuple[float, float]:
     """P50 TTFT and P50 TPOT (seconds) of the records; the TPOT over those that have one (0 if none does)."""
     tpots = [t for r in records if (t := r.tpot_s) is not None]
-    return (float(np.percentile([r.ttft_s for r in records], 50)),
-            float(np.percentile(tpots, 50)) if tpots else 0.0)
+    return (float(np.percentile([r.ttft_s for r in records], 50)), float(np.percentile(tpots, 50)) if tpots else 0.0)
 
 
 def run_seed(seed: int, pass_no: int, index: int) -> int:
@@ -190,8 +210,14 @@ def run_seed(seed: int, pass_no: int, index: int) -> int:
     return seed * 10_000 + pass_no * 100 + index
 
 
-def measure(backend: Backend, config: ResolvedConfig, points: Sequence[Point], passes: int = PASSES, seed: int = 0,
-            on_run: Callable[[Measured, int, RunResult], None] = lambda *_: None) -> list[Measured]:
+def measure(
+    backend: Backend,
+    config: ResolvedConfig,
+    points: Sequence[Point],
+    passes: int = PASSES,
+    seed: int = 0,
+    on_run: Callable[[Measured, int, RunResult], None] = lambda *_: None,
+) -> list[Measured]:
     """Run every point `passes` times on `backend`, pass after pass; `on_run` hears each run as it ends.
 
     Passes alternate direction through the plan, so that each run is measured
@@ -256,8 +282,9 @@ class Fit:
         return max(abs(r.ttft_error) for r in rows), max(abs(r.tpot_error) for r in rows)
 
 
-def simulate(measured: Sequence[Measured], config: ResolvedConfig,
-             hardware: HardwareProfile) -> list[tuple[float, float]]:
+def simulate(
+    measured: Sequence[Measured], config: ResolvedConfig, hardware: HardwareProfile
+) -> list[tuple[float, float]]:
     """P50 TTFT and TPOT of each run simulated on `hardware`: the same requests, arrivals and passes."""
     # The fitted constants enter none of resolve()'s checks (memory, KV capacity), so the config stays valid.
     resolved = ResolvedConfig.of(config, config.model_profile, hardware)
@@ -265,13 +292,25 @@ def simulate(measured: Sequence[Measured], config: ResolvedConfig,
     out = []
     for runs in measured:
         scenario = runs.point.scenario(runs.rate)
-        out.append(p50s([r for run, _ in runs.passes
-                         for r in sim.run(scenario, resolved, rate=runs.rate, seed=run, timeline=False).records]))
+        out.append(
+            p50s(
+                [
+                    r
+                    for run, _ in runs.passes
+                    for r in sim.run(scenario, resolved, rate=runs.rate, seed=run, timeline=False).records
+                ]
+            )
+        )
     return out
 
 
-def fit(measured: Sequence[Measured], config: ResolvedConfig, constants: Sequence[Constant] = FITTED,
-        max_evaluations: int = MAX_EVALUATIONS, on_evaluation: Callable[[int], None] = lambda _: None) -> Fit:
+def fit(
+    measured: Sequence[Measured],
+    config: ResolvedConfig,
+    constants: Sequence[Constant] = FITTED,
+    max_evaluations: int = MAX_EVALUATIONS,
+    on_evaluation: Callable[[int], None] = lambda _: None,
+) -> Fit:
     """Fit `constants` of the config's hardware profile to the fitted runs; score every run with the result."""
     from scipy.optimize import least_squares
 
@@ -280,8 +319,10 @@ def fit(measured: Sequence[Measured], config: ResolvedConfig, constants: Sequenc
     latencies = [m.latency() for m in fitted]
     for m, (ttft, tpot) in zip(fitted, latencies):
         if min(ttft, tpot) <= 0:
-            raise CalibrationError(f"endpoint: run {m.point.name} has a P50 TTFT or TPOT of 0: its tokens reached "
-                                   "the client all at once, so there is no latency to fit")
+            raise CalibrationError(
+                f"endpoint: run {m.point.name} has a P50 TTFT or TPOT of 0: its tokens reached "
+                "the client all at once, so there is no latency to fit"
+            )
     targets = np.log(latencies).ravel()
     origin = np.array([_start_value(start, c) for c in constants])
     low = np.log([c.low for c in constants] / origin)
@@ -303,17 +344,28 @@ def fit(measured: Sequence[Measured], config: ResolvedConfig, constants: Sequenc
     # Soft L1: a run the host's load threw far off (a client starved until every token of an answer came at
     # once) pulls the constants no harder than one about ROBUST_SCALE off. max_nfev counts steps, not the
     # len(constants) evaluations of each Jacobian.
-    result = least_squares(residuals, np.zeros(len(constants)), bounds=(low, high), method="trf", loss="soft_l1",
-                           f_scale=ROBUST_SCALE, diff_step=DIFF_STEP, ftol=TOLERANCE, xtol=TOLERANCE,
-                           max_nfev=max(1, max_evaluations // (len(constants) + 1)))
+    result = least_squares(
+        residuals,
+        np.zeros(len(constants)),
+        bounds=(low, high),
+        method="trf",
+        loss="soft_l1",
+        f_scale=ROBUST_SCALE,
+        diff_step=DIFF_STEP,
+        ftol=TOLERANCE,
+        xtol=TOLERANCE,
+        max_nfev=max(1, max_evaluations // (len(constants) + 1)),
+    )
     hardware = profile(result.x)
     names = [c.name for c in constants]
     inside = result.active_mask == 0  # a constant at a bound is held there: it takes no part in the spread
     spread = dict.fromkeys(names, math.nan)
     spread.update(zip((n for n, i in zip(names, inside) if i), _spread(result.jac[:, inside], result.fun)))
     at_bound = {n: "lower" if side < 0 else "upper" for n, side in zip(names, result.active_mask) if side}
-    rows = [Row(m.point, m.rate, len(m.records), m.failed, *_pair(m.latency(), sim))
-            for m, sim in zip(measured, simulate(measured, config, hardware))]
+    rows = [
+        Row(m.point, m.rate, len(m.records), m.failed, *_pair(m.latency(), sim))
+        for m, sim in zip(measured, simulate(measured, config, hardware))
+    ]
     return Fit(start, hardware, spread, at_bound, rows, evaluations, result.message)
 
 

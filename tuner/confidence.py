@@ -22,8 +22,14 @@ CONFIDENCE = 0.95
 def interval(values: Sequence[float], seeds: Sequence[int]) -> dict[str, object]:
     """Mean and 95% t-interval of `values` (one per seed); with one value the interval is that value."""
     mean, low, high = _t_interval(values)
-    return {"mean": mean, "low": max(0.0, low), "high": high, "values": [float(v) for v in values],
-            "seeds": list(seeds), "confidence": CONFIDENCE}
+    return {
+        "mean": mean,
+        "low": max(0.0, low),
+        "high": high,
+        "values": [float(v) for v in values],
+        "seeds": list(seeds),
+        "confidence": CONFIDENCE,
+    }
 
 
 def _t_interval(values: Sequence[float]) -> tuple[float, float, float]:
@@ -38,14 +44,16 @@ def _t_interval(values: Sequence[float]) -> tuple[float, float, float]:
     return mean, mean - half, mean + half
 
 
-def paired_difference(best: Mapping[str, object] | None, default: Mapping[str, object] | None
-                      ) -> dict[str, float] | None:
+def paired_difference(
+    best: Mapping[str, object] | None, default: Mapping[str, object] | None
+) -> dict[str, float] | None:
     """Mean and 95% t-interval of best - default over the seeds both were measured on; None under two such seeds."""
     if not best or not default:
         return None
     theirs = dict(zip(default["seeds"], default["values"]))
-    differences = [float(value) - float(theirs[seed]) for seed, value in zip(best["seeds"], best["values"])
-                   if seed in theirs]
+    differences = [
+        float(value) - float(theirs[seed]) for seed, value in zip(best["seeds"], best["values"]) if seed in theirs
+    ]
     if len(differences) < 2:
         return None
     mean, low, high = _t_interval(differences)
@@ -66,8 +74,10 @@ def win_text(best: Mapping[str, object] | None, default: Mapping[str, object] | 
     win, paired = clear_win(best, default, direction), paired_difference(best, default)
     if win is None or paired is None:
         return ""
-    figures = (f"best - default over {paired['seeds']} paired seeds is {paired['mean']:+.3g} req/s "
-               f"(95% {paired['low']:+.3g} to {paired['high']:+.3g})")  # intervals are of goodputs
+    figures = (
+        f"best - default over {paired['seeds']} paired seeds is {paired['mean']:+.3g} req/s "
+        f"(95% {paired['low']:+.3g} to {paired['high']:+.3g})"
+    )  # intervals are of goodputs
     return f"a clear win: {figures}" if win else f"not a clear win: {figures}, which includes 0"
 
 

@@ -57,8 +57,9 @@ def candidates(study: optuna.Study, direction: str, top: int, best: int | None =
     pick); it comes first, the others follow by objective.
     """
     done = [t for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)) if "config" in t.user_attrs]
-    ranked = sorted(done, key=lambda t: (t.number != best, (-t.value if direction == "maximize" else t.value),
-                                         t.number))
+    ranked = sorted(
+        done, key=lambda t: (t.number != best, (-t.value if direction == "maximize" else t.value), t.number)
+    )
     chosen: dict[str, tuple[str, FrozenTrial]] = {}
     for trial in ranked:
         key = config_key(trial.user_attrs["config"])
@@ -72,9 +73,14 @@ def candidates(study: optuna.Study, direction: str, top: int, best: int | None =
     return list(chosen.values())
 
 
-def confirm_study(spec: TuneSpec, db: str | Path, live_options: dict[str, object], top: int = DEFAULT_TOP,
-                  best: int | None = None,
-                  on_row: Callable[[int, int, str, FrozenTrial], None] | None = None) -> list[ConfirmRow]:
+def confirm_study(
+    spec: TuneSpec,
+    db: str | Path,
+    live_options: dict[str, object],
+    top: int = DEFAULT_TOP,
+    best: int | None = None,
+    on_row: Callable[[int, int, str, FrozenTrial], None] | None = None,
+) -> list[ConfirmRow]:
     """Measure the study's candidates on the live backend made with `live_options`, storing each run.
 
     `best` is the trial the study recommends (first among the candidates).
@@ -111,8 +117,9 @@ def _measure(evaluator: Evaluator, db: str | Path, role: str, trial: FrozenTrial
     run_id = None
     if measured.result is not None:
         with open_store(db) as store:
-            run_id = store.save_run(measured.result, study=evaluator.spec.study, trial=trial.number,
-                                    label=CONFIRM_LABEL)
+            run_id = store.save_run(
+                measured.result, study=evaluator.spec.study, trial=trial.number, label=CONFIRM_LABEL
+            )
     return ConfirmRow(trial.number, role, config, trial.value, measured.value, measured.metrics, run_id)
 
 

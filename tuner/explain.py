@@ -32,8 +32,9 @@ class KnobEffect:
     note: str = ""  # why nothing was measured, or what went back with the knob
 
 
-def knob_effects(spec: TuneSpec, winner: Mapping[str, object], winner_value: float,
-                 baseline: Mapping[str, object]) -> list[KnobEffect]:
+def knob_effects(
+    spec: TuneSpec, winner: Mapping[str, object], winner_value: float, baseline: Mapping[str, object]
+) -> list[KnobEffect]:
     """The effect of every searched knob the winner sets differently from `baseline`, largest first."""
     moved = [dim for dim in DIMENSIONS if dim.searched and _value(winner, dim) != _value(baseline, dim)]
     carried = {f for dim in moved for f in DEPENDENT.get(dim.flag, ())}  # they go back with their knob
@@ -48,21 +49,34 @@ def knob_effects(spec: TuneSpec, winner: Mapping[str, object], winner_value: flo
     return sorted(effects, key=lambda e: -abs(e.gain) if e.gain is not None else 0.0)
 
 
-def _effect(evaluator: Evaluator, direction: str, dim: Dimension, winner: Mapping[str, object], winner_value: float,
-            baseline: Mapping[str, object]) -> KnobEffect:
+def _effect(
+    evaluator: Evaluator,
+    direction: str,
+    dim: Dimension,
+    winner: Mapping[str, object],
+    winner_value: float,
+    baseline: Mapping[str, object],
+) -> KnobEffect:
     fields = dim.fields + DEPENDENT.get(dim.flag, ())
-    moved = [f for f in fields[len(dim.fields):] if winner.get(f) != baseline.get(f)]
+    moved = [f for f in fields[len(dim.fields) :] if winner.get(f) != baseline.get(f)]
     note = f"with {', '.join(f.replace('_', '-') for f in moved)}" if moved else ""
     reverted = {**winner, **{f: baseline.get(f) for f in fields}}
     try:
         config = ServingConfig.from_dict(reverted).resolve()
     except ConfigError as err:
-        return KnobEffect(dim.flag, _value(winner, dim), _value(baseline, dim), None, None,
-                          f"cannot go back alone: {err}")
+        return KnobEffect(
+            dim.flag, _value(winner, dim), _value(baseline, dim), None, None, f"cannot go back alone: {err}"
+        )
     value = evaluator.measure(config).value
     if not value:
-        return KnobEffect(dim.flag, _value(winner, dim), _value(baseline, dim), value, None,
-                          note or "the reverted config meets the SLO at no rate")
+        return KnobEffect(
+            dim.flag,
+            _value(winner, dim),
+            _value(baseline, dim),
+            value,
+            None,
+            note or "the reverted config meets the SLO at no rate",
+        )
     gain = winner_value / value - 1 if direction == "maximize" else value / winner_value - 1
     return KnobEffect(dim.flag, _value(winner, dim), _value(baseline, dim), value, gain, note)
 
@@ -79,6 +93,18 @@ def _plain(value: object) -> object:
 
 def effects_json(effects: list[KnobEffect]) -> list[dict[str, object]]:
     """The effects as JSON-ready dicts."""
-    return [json.loads(json.dumps({"knob": e.knob, "winner": e.winner, "baseline": e.baseline,
-                                   "reverted": e.reverted, "gain": e.gain, "note": e.note or None}))
-            for e in effects]
+    return [
+        json.loads(
+            json.dumps(
+                {
+                    "knob": e.knob,
+                    "winner": e.winner,
+                    "baseline": e.baseline,
+                    "reverted": e.reverted,
+                    "gain": e.gain,
+                    "note": e.note or None,
+                }
+            )
+        )
+        for e in effects
+    ]

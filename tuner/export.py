@@ -22,8 +22,15 @@ from ..backends.profiles.schema import PLATFORMS, Checkpoint
 from .objective import OBJECTIVES
 from .verdict import in_force, stored_verdict
 
-__all__ = ["BestConfig", "ExportError", "best_from_json", "best_from_store", "export_best", "export_warnings",
-           "write_export"]
+__all__ = [
+    "BestConfig",
+    "ExportError",
+    "best_from_json",
+    "best_from_store",
+    "export_best",
+    "export_warnings",
+    "write_export",
+]
 
 SCRIPT = "serve.sh"
 RECORD = "pipedeck-best.json"
@@ -44,8 +51,13 @@ class BestConfig:
     engine: str | None = None  # the engine the study was tuned for: its baseline and the modes it searched
 
 
-def write_export(best: BestConfig, engine: str, out_dir: str | os.PathLike[str], version: str | None = None,
-                 warn: Callable[[str], None] | None = None) -> list[Path]:
+def write_export(
+    best: BestConfig,
+    engine: str,
+    out_dir: str | os.PathLike[str],
+    version: str | None = None,
+    warn: Callable[[str], None] | None = None,
+) -> list[Path]:
     """Write serve.sh, the engine's YAML (where that release reads one) and pipedeck-best.json into out_dir.
 
     `version` picks the engine release (None: the newest release). `warn`
@@ -58,7 +70,7 @@ def write_export(best: BestConfig, engine: str, out_dir: str | os.PathLike[str],
     plan = plan_launch(config, engine, version)
     model = plan.checkpoint.id
     if _UNSAFE_IN_DOUBLE_QUOTES.search(model):
-        raise ExportError(f"model: checkpoint {model!r} has a character a shell would expand: one of $ ` \" \\ }}")
+        raise ExportError(f'model: checkpoint {model!r} has a character a shell would expand: one of $ ` " \\ }}')
     warnings = export_warnings(best, plan)
     files = {SCRIPT: (render_script(best, config, plan, warnings, in_force_note=in_force_note), 0o755)}
     if plan.engine.config_file and plan.release.reads_config_file:
@@ -81,26 +93,40 @@ def export_warnings(best: BestConfig, plan: Plan) -> list[str]:
     engine, hardware = plan.engine, config.hardware_profile
     found = []
     if not hardware.platform:
-        found.append(f"WARNING: hardware profile {config.hardware} names no platform ({', '.join(PLATFORMS)}): "
-                     f"whether {engine.name} serves on it, and which weights, is not known")
+        found.append(
+            f"WARNING: hardware profile {config.hardware} names no platform ({', '.join(PLATFORMS)}): "
+            f"whether {engine.name} serves on it, and which weights, is not known"
+        )
     elif hardware.platform not in engine.platforms:
         simulated = config.model_profile.checkpoint(hardware.platform)
-        weights = "" if simulated.id == plan.checkpoint.id else (
-            f"; the simulation assumed the weights {simulated.id}{_precision(simulated)}, this launch loads "
-            f"{plan.checkpoint.id}{_precision(plan.checkpoint)}")
-        found.append(f"WARNING: predicted for {config.hardware} ({hardware.platform}), but {engine.name} serves on "
-                     f"{' or '.join(engine.platforms)}{weights}: the predictions do not hold for this launch")
+        weights = (
+            ""
+            if simulated.id == plan.checkpoint.id
+            else (
+                f"; the simulation assumed the weights {simulated.id}{_precision(simulated)}, this launch loads "
+                f"{plan.checkpoint.id}{_precision(plan.checkpoint)}"
+            )
+        )
+        found.append(
+            f"WARNING: predicted for {config.hardware} ({hardware.platform}), but {engine.name} serves on "
+            f"{' or '.join(engine.platforms)}{weights}: the predictions do not hold for this launch"
+        )
     if plan.release.behaves_as:
-        found.append(f"NOTE: {engine.name} {plan.release.version} is newer than {plan.release.behaves_as}, the newest "
-                     f"release pipedeck knows; written as {plan.release.behaves_as} runs")
+        found.append(
+            f"NOTE: {engine.name} {plan.release.version} is newer than {plan.release.behaves_as}, the newest "
+            f"release pipedeck knows; written as {plan.release.behaves_as} runs"
+        )
     if best.engine and best.engine != engine.name:
-        found.append(f"WARNING: study {best.study or '-'} was tuned for {best.engine} (its baseline and the modes "
-                     f"it searched), but this launch is {engine.name}: its gain over the default is {best.engine}'s")
+        found.append(
+            f"WARNING: study {best.study or '-'} was tuned for {best.engine} (its baseline and the modes "
+            f"it searched), but this launch is {engine.name}: its gain over the default is {best.engine}'s"
+        )
     return found
 
 
-def render_script(best: BestConfig, config: ServingConfig, plan: Plan, warnings: list[str],
-                  in_force_note: str = "") -> str:
+def render_script(
+    best: BestConfig, config: ServingConfig, plan: Plan, warnings: list[str], in_force_note: str = ""
+) -> str:
     """The bash launch script: warnings, header, environment and the launch command, one option per line."""
     engine, launch = plan.engine, plan.launch
     rule = "# " + "=" * 76
@@ -133,9 +159,12 @@ def _weights_from_model(engine: ServingEngine) -> list[str]:
     The profile's checkpoint is no default here: it is not in the format such
     an engine loads (llama-server takes GGUF).
     """
-    return ['MODEL="${MODEL:?set it to a local GGUF file or a hub id org/name[:quant]}"',
-            f'if [[ -e "$MODEL" || "$MODEL" == *.gguf ]]; then WEIGHTS=({shlex.quote(engine.model_flag)} "$MODEL"); '
-            f'else WEIGHTS=({shlex.quote(engine.hub_flag)} "$MODEL"); fi', ""]
+    return [
+        'MODEL="${MODEL:?set it to a local GGUF file or a hub id org/name[:quant]}"',
+        f'if [[ -e "$MODEL" || "$MODEL" == *.gguf ]]; then WEIGHTS=({shlex.quote(engine.model_flag)} "$MODEL"); '
+        f'else WEIGHTS=({shlex.quote(engine.hub_flag)} "$MODEL"); fi',
+        "",
+    ]
 
 
 def render_yaml(config: ServingConfig, plan: Plan) -> str:
@@ -151,9 +180,11 @@ def render_yaml(config: ServingConfig, plan: Plan) -> str:
     data.update((key, value) for key, value in items if value is not False)
     off = [flag.name for flag, (_, value) in zip(launch.flags, items) if value is False]
     exports = [f"#   {_env_line(var)}" for var in launch.env if var.kind != "commented"]
-    head = [f"# {engine.name} {plan.release.version} options for {config.model} (pipedeck {_version()}); "
-            "same values as serve.sh.",
-            f"# Run: {' '.join([*engine.program, '--config', str(engine.config_file), *off])}"]
+    head = [
+        f"# {engine.name} {plan.release.version} options for {config.model} (pipedeck {_version()}); "
+        "same values as serve.sh.",
+        f"# Run: {' '.join([*engine.program, '--config', str(engine.config_file), *off])}",
+    ]
     if off:
         head.append(f"# ({', '.join(off)} must stay on the command line: the --config loader drops false values.)")
     if exports:
@@ -168,8 +199,11 @@ def render_record(best: BestConfig, config: ServingConfig, plan: Plan) -> str:
         "generated_at": datetime.now(UTC).isoformat(timespec="seconds"),
         "engine": plan.engine.name,
         "engine_version": plan.release.version,
-        "checkpoint": {"id": plan.checkpoint.id, "quantization": plan.checkpoint.quantization or None,
-                       "hub": plan.checkpoint.hub},
+        "checkpoint": {
+            "id": plan.checkpoint.id,
+            "quantization": plan.checkpoint.quantization or None,
+            "hub": plan.checkpoint.hub,
+        },
         "study_engine": best.engine,
         "study": best.study,
         "trial": best.trial,
@@ -187,8 +221,13 @@ def best_from_json(data: Mapping[str, Any]) -> BestConfig:
     if not isinstance(data.get("config"), Mapping):
         return BestConfig(ServingConfig.from_dict(dict(data)).resolve(), {})
     return BestConfig(
-        ServingConfig.from_dict(dict(data["config"])).resolve(), data.get("metrics") or {},
-        data.get("study"), data.get("trial"), data.get("scenario"), data.get("slo"), data.get("seed"),
+        ServingConfig.from_dict(dict(data["config"])).resolve(),
+        data.get("metrics") or {},
+        data.get("study"),
+        data.get("trial"),
+        data.get("scenario"),
+        data.get("slo"),
+        data.get("seed"),
         data.get("study_engine"),
     )
 
@@ -212,24 +251,44 @@ def best_from_store(store: StudyStore, study: str) -> BestConfig:
     trial = verdict.winner
     settings = row.settings or {}
     return BestConfig(
-        ServingConfig.from_dict(dict(trial.config)).resolve(), trial.metrics or {},
-        study, trial.number, row.scenario, row.slo or None, settings.get("seed"), settings.get("engine"),
+        ServingConfig.from_dict(dict(trial.config)).resolve(),
+        trial.metrics or {},
+        study,
+        trial.number,
+        row.scenario,
+        row.slo or None,
+        settings.get("seed"),
+        settings.get("engine"),
     )
 
 
-def export_best(store: StudyStore, study: str, engine: str, out_dir: str | os.PathLike[str],
-                version: str | None = None, warn: Callable[[str], None] | None = None) -> list[Path]:
+def export_best(
+    store: StudyStore,
+    study: str,
+    engine: str,
+    out_dir: str | os.PathLike[str],
+    version: str | None = None,
+    warn: Callable[[str], None] | None = None,
+) -> list[Path]:
     """Export a study's best completed trial for `engine` (release `version`) into out_dir; return the written paths."""
     return write_export(best_from_store(store, study), engine, out_dir, version, warn)
 
 
 # -- helpers ------------------------------------------------------------------------
 
+
 def _header(best: BestConfig, config: ServingConfig, plan: Plan) -> list[str]:
     engine, release, weights = plan.engine, plan.release, plan.checkpoint
     split = ",".join(map(str, config.layer_split or ()))
-    how = ", ".join(part for part in (weights.precision, weights.quantization and f"--quantization {weights.quantization}",
-                                      weights.hub != "huggingface" and f"from {weights.hub}") if part)
+    how = ", ".join(
+        part
+        for part in (
+            weights.precision,
+            weights.quantization and f"--quantization {weights.quantization}",
+            weights.hub != "huggingface" and f"from {weights.hub}",
+        )
+        if part
+    )
     lines = [
         f"Launch script generated by pipedeck {_version()} for {engine.name} {release.version}.",
         f"{engine.name} {release.version}: {release.note}",
@@ -240,9 +299,12 @@ def _header(best: BestConfig, config: ServingConfig, plan: Plan) -> list[str]:
         f"Model {config.model} on {config.hardware}: {config.devices} devices (tp {config.tp} x pp {config.pp}), "
         f"mode {config.mode}, chunk {config.chunk}, layers per virtual stage {split}",
         f"Weights: {weights.id}" + (f" ({how})" if how else "") + f"; source: {weights.source}",
-        (f"MODEL=tiny.gguf ./{SCRIPT} loads a local file, MODEL=org/name[:quant] a hub id ({engine.hub_flag}); "
-         "extra arguments (--port 8000) are passed on." if engine.hub_flag else
-         f"MODEL=/path/or/hub-id ./{SCRIPT} overrides {weights.id}; extra arguments (--port 8000) are passed on."),
+        (
+            f"MODEL=tiny.gguf ./{SCRIPT} loads a local file, MODEL=org/name[:quant] a hub id ({engine.hub_flag}); "
+            "extra arguments (--port 8000) are passed on."
+            if engine.hub_flag
+            else f"MODEL=/path/or/hub-id ./{SCRIPT} overrides {weights.id}; extra arguments (--port 8000) are passed on."
+        ),
     ]
     if engine.config_file:
         lines.append(f"The same options as YAML: {engine.config_file} ({' '.join(engine.program)} --config).")

@@ -38,9 +38,15 @@ class Goodput:
         return self.rate > 0 and self.upper == math.inf
 
 
-def find_goodput(evaluate: Callable[[float], RunResult], slo: SLO, start_rate: float,
-                 precision: float = 0.02, beat: float | None = None, max_rate: float = MAX_RATE,
-                 min_rate: float = MIN_RATE) -> Goodput:
+def find_goodput(
+    evaluate: Callable[[float], RunResult],
+    slo: SLO,
+    start_rate: float,
+    precision: float = 0.02,
+    beat: float | None = None,
+    max_rate: float = MAX_RATE,
+    min_rate: float = MIN_RATE,
+) -> Goodput:
     """Search the goodput of one config; with `beat`, stop as soon as it provably cannot exceed it.
 
     The search never goes above `max_rate`; a config that still meets the SLO

@@ -38,5 +38,7 @@ def param_importances(study: optuna.Study) -> dict[str, float] | None:
 
 def too_few_text(count: int) -> str:
     """Why no importances are shown for a study with `count` completed trials."""
-    return (f"Parameter importances need at least {MIN_TRIALS} completed trials (Optuna's fANOVA ranks noise on "
-            f"fewer); this study has {count}")
+    return (
+        f"Parameter importances need at least {MIN_TRIALS} completed trials (Optuna's fANOVA ranks noise on "
+        f"fewer); this study has {count}"
+    )

@@ -49,8 +49,9 @@ def check_journal(path: Path) -> int:
     for number, line in enumerate(lines, 1):
         problem = _problem(line)
         if problem:
-            raise ConfigError(f"storage: {path}:{number}: must be an Optuna journal record, got {problem}; "
-                              "nothing was changed")
+            raise ConfigError(
+                f"storage: {path}:{number}: must be an Optuna journal record, got {problem}; nothing was changed"
+            )
     return len(tail)
 
 

@@ -37,8 +37,12 @@ def study_pair(stored: Sequence[StoredRun]) -> tuple[StoredRun, StoredRun] | Non
     if len(stored) != 2:
         return None
     a, b = stored
-    if a.study is None or a.study != b.study or {a.label, b.label} != {"best", "default"} \
-            or a.result.rate == b.result.rate:
+    if (
+        a.study is None
+        or a.study != b.study
+        or {a.label, b.label} != {"best", "default"}
+        or a.result.rate == b.result.rate
+    ):
         return None
     return (a, b) if a.label == "best" else (b, a)
 
@@ -65,23 +69,35 @@ def like_for_like(db: str | Path, stored: list[StoredRun]) -> LikeForLike:
     best, default = pair
     live = [s for s in pair if s.result.backend != "sim"]
     if live:
-        return LikeForLike(stored, f"run {live[0].id} was measured on the {live[0].result.backend} backend and "
-                                   "cannot be measured again at the other run's rate from here: the two differ in "
-                                   "load as well as config")
+        return LikeForLike(
+            stored,
+            f"run {live[0].id} was measured on the {live[0].result.backend} backend and "
+            "cannot be measured again at the other run's rate from here: the two differ in "
+            "load as well as config",
+        )
     try:
         cross = {s.label: _at_rate(db, s, other.result.rate) for s, other in ((best, default), (default, best))}
     except PipedeckError as err:
-        return LikeForLike(stored, f"the best and default could not be measured at each other's rate ({err}): "
-                                   "the two differ in load as well as config")
+        return LikeForLike(
+            stored,
+            f"the best and default could not be measured at each other's rate ({err}): "
+            "the two differ in load as well as config",
+        )
     first, second = stored
     runs = [first, cross[second.label][0], cross[first.label][0], second]
     made = [run.id for run, new in cross.values() if new]
-    how = (f"simulated now and stored as run{'s' if len(made) > 1 else ''} {' and '.join(map(str, made))}"
-           if made else "stored by an earlier comparison")
+    how = (
+        f"simulated now and stored as run{'s' if len(made) > 1 else ''} {' and '.join(map(str, made))}"
+        if made
+        else "stored by an earlier comparison"
+    )
     rates = f"{best.result.rate:.4g} req/s (the best's goodput) and {default.result.rate:.4g} req/s (the default's)"
-    return LikeForLike(runs, f"Like with like: study {best.study}'s best (trial {best.trial}) and default (trial "
-                             f"{default.trial}) are each shown at both {rates}; the runs at the other's rate were "
-                             f"{how}. Deltas compare the two configs at the same rate.")
+    return LikeForLike(
+        runs,
+        f"Like with like: study {best.study}'s best (trial {best.trial}) and default (trial "
+        f"{default.trial}) are each shown at both {rates}; the runs at the other's rate were "
+        f"{how}. Deltas compare the two configs at the same rate.",
+    )
 
 
 def _at_rate(db: str | Path, run: StoredRun, rate: float | None) -> tuple[StoredRun, bool]:
@@ -89,8 +105,14 @@ def _at_rate(db: str | Path, run: StoredRun, rate: float | None) -> tuple[Stored
     with whether it was simulated now."""
     label = CROSS_LABELS[str(run.label)]
     with open_store(db) as store:
-        earlier = next((r for r in store.list_runs(study=run.study) if r.label == label and r.trial == run.trial
-                        and r.rate == rate and r.seed == run.result.seed), None)
+        earlier = next(
+            (
+                r
+                for r in store.list_runs(study=run.study)
+                if r.label == label and r.trial == run.trial and r.rate == rate and r.seed == run.result.seed
+            ),
+            None,
+        )
         if earlier is not None:
             return store.get_run(earlier.id), False
         try:
@@ -100,7 +122,8 @@ def _at_rate(db: str | Path, run: StoredRun, rate: float | None) -> tuple[Stored
     scenario = load_scenario(str(settings.get("scenario") or run.result.scenario))
     requests = settings.get("requests", len(run.result.records))
     config = ServingConfig.from_dict(run.result.config).resolve()
-    result = make_backend("sim").run(scenario, config, rate=rate, seed=run.result.seed, num_requests=requests,
-                                     timeline=True)
+    result = make_backend("sim").run(
+        scenario, config, rate=rate, seed=run.result.seed, num_requests=requests, timeline=True
+    )
     with open_store(db) as store:
         return store.get_run(store.save_run(result, study=run.study, trial=run.trial, label=label)), True

@@ -102,11 +102,21 @@ class TuneSpec:
         log folder may change between invocations.
         """
         server = {k: self.backend_options[k] for k in SERVER_SETTINGS if k in self.backend_options} or None
-        return {"backend": self.backend, "engine": self.engine, "scenario": self.scenario, "model": self.model,
-                "hardware": self.hardware,
-                "devices": self.devices, "objective": self.objective, "slo": self.slo, "seed": self.seed,
-                "requests": self.requests, "modes": list(self.modes) if self.modes else None, "fixed": {k: list(v) if isinstance(v, tuple) else v
-                                                     for k, v in sorted(self.fixed.items())}, "server": server}
+        return {
+            "backend": self.backend,
+            "engine": self.engine,
+            "scenario": self.scenario,
+            "model": self.model,
+            "hardware": self.hardware,
+            "devices": self.devices,
+            "objective": self.objective,
+            "slo": self.slo,
+            "seed": self.seed,
+            "requests": self.requests,
+            "modes": list(self.modes) if self.modes else None,
+            "fixed": {k: list(v) if isinstance(v, tuple) else v for k, v in sorted(self.fixed.items())},
+            "server": server,
+        }
 
 
 @dataclass(frozen=True)
@@ -123,8 +133,14 @@ class Measurement:
 def space_context(spec: TuneSpec) -> SpaceContext:
     """The search space of `spec`: its cluster, its baseline engine and its workload's longest prompt."""
     workload = load_scenario(spec.scenario).workload(seed=spec.seed, num_requests=spec.requests)
-    return SpaceContext(spec.model, spec.hardware, spec.devices, engine=spec.engine,
-                        longest_prompt=max(r.prompt_tokens for r in workload.requests), modes=spec.modes)
+    return SpaceContext(
+        spec.model,
+        spec.hardware,
+        spec.devices,
+        engine=spec.engine,
+        longest_prompt=max(r.prompt_tokens for r in workload.requests),
+        modes=spec.modes,
+    )
 
 
 def search_precision(backend: str, precision: float = PRECISION) -> float:
@@ -152,8 +168,15 @@ class Evaluator:
         paced = self.backend.capabilities.paced  # a live run lasts its workload: let a stop cut it short
         observer = _StopObserver(self.stop) if paced and self.stop is not None else None
         try:
-            result = self.backend.run(self.scenario, config, rate=rate, seed=self.spec.seed,
-                                      num_requests=self.spec.requests, observer=observer, timeline=timeline)
+            result = self.backend.run(
+                self.scenario,
+                config,
+                rate=rate,
+                seed=self.spec.seed,
+                num_requests=self.spec.requests,
+                observer=observer,
+                timeline=timeline,
+            )
         except RunCancelled:
             raise TuneInterrupted() from None
         if result.live is not None and result.live.requests and not result.records:
@@ -175,13 +198,33 @@ class Evaluator:
             precision, floor = search_precision(self.spec.backend, self.spec.precision), MIN_RATE
             if self.backend.capabilities.paced:  # a live server: no run longer than the limit
                 floor = max(floor, requests / LIVE_RUN_LIMIT_S)
-            found = find_goodput(lambda rate: self.run(config, rate), self.slo, self.scenario.rate or 1.0,
-                                 precision, beat, ceiling, floor)
+            found = find_goodput(
+                lambda rate: self.run(config, rate),
+                self.slo,
+                self.scenario.rate or 1.0,
+                precision,
+                beat,
+                ceiling,
+                floor,
+            )
             if found.pruned:  # its goodput is unknown: only that it fails the SLO at a rate it had to beat
-                return Measurement(None, {"fails_slo_at_rps": found.upper, "attainment_at_fail": found.attainment,
-                                          "evaluations": found.evaluations}, None, None, found.upper)
-            metrics = {"goodput_rps": found.rate, "attainment": found.attainment, "evaluations": found.evaluations,
-                       "capped": found.capped}
+                return Measurement(
+                    None,
+                    {
+                        "fails_slo_at_rps": found.upper,
+                        "attainment_at_fail": found.attainment,
+                        "evaluations": found.evaluations,
+                    },
+                    None,
+                    None,
+                    found.upper,
+                )
+            metrics = {
+                "goodput_rps": found.rate,
+                "attainment": found.attainment,
+                "evaluations": found.evaluations,
+                "capped": found.capped,
+            }
             if found.result is not None:
                 metrics.update(self._latency(found.result))
             return Measurement(found.rate, metrics, found.result, found.rate)
@@ -191,7 +234,6 @@ class Evaluator:
             metrics["attainment"] = self.slo.attainment(result)
         value = metrics["ttft_mean_s"] if self.spec.objective == "ttft" else metrics["throughput_tok_s"]
         return Measurement(value, metrics, result, self.scenario.rate)
-
 
     def _latency(self, result: RunResult) -> dict[str, float]:
         """The run's latency metrics, with each percentile the SLO limits (ttft_p95_s) where they lack it."""
@@ -211,9 +253,16 @@ class _StopObserver(RunObserver):
 def _latency_metrics(result: RunResult) -> dict[str, float]:
     s = result.summary()
     tpot = s["tpot_s"] or {}  # None: every output is one token, so there is no TPOT
-    return {"ttft_mean_s": s["ttft_s"]["mean"], "ttft_p90_s": s["ttft_s"]["p90"], "ttft_p99_s": s["ttft_s"]["p99"],
-            "tpot_mean_s": tpot.get("mean"), "tpot_p90_s": tpot.get("p90"), "tpot_p99_s": tpot.get("p99"),
-            "throughput_tok_s": s["throughput_tok_s"], "bubble_ratio": s["bubble_ratio"]}
+    return {
+        "ttft_mean_s": s["ttft_s"]["mean"],
+        "ttft_p90_s": s["ttft_s"]["p90"],
+        "ttft_p99_s": s["ttft_s"]["p99"],
+        "tpot_mean_s": tpot.get("mean"),
+        "tpot_p90_s": tpot.get("p90"),
+        "tpot_p99_s": tpot.get("p99"),
+        "throughput_tok_s": s["throughput_tok_s"],
+        "bubble_ratio": s["bubble_ratio"],
+    }
 
 
 def config_key(config: Mapping[str, object]) -> str:
@@ -224,8 +273,14 @@ def config_key(config: Mapping[str, object]) -> str:
 def finished_with(study: optuna.Study, config: dict[str, object]) -> optuna.trial.FrozenTrial | None:
     """The first finished trial that measured `config` (repeats excluded), if any."""
     key = config_key(config)
-    return next((t for t in study.get_trials(deepcopy=False, states=FINISHED)
-                 if "duplicate_of" not in t.user_attrs and config_key(t.user_attrs.get("config")) == key), None)
+    return next(
+        (
+            t
+            for t in study.get_trials(deepcopy=False, states=FINISHED)
+            if "duplicate_of" not in t.user_attrs and config_key(t.user_attrs.get("config")) == key
+        ),
+        None,
+    )
 
 
 def claim_config(trial: optuna.Trial, config: dict[str, object], heartbeat: bool) -> optuna.trial.FrozenTrial | None:
@@ -237,9 +292,17 @@ def claim_config(trial: optuna.Trial, config: dict[str, object], heartbeat: bool
     """
     key = config_key(config)
     earlier = finished_with(trial.study, config) or next(
-        (t for t in trial.study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,))
-         if t.number != trial.number and "duplicate_of" not in t.user_attrs and "config" in t.user_attrs
-         and config_key(t.user_attrs["config"]) == key and watched(t, heartbeat)), None)
+        (
+            t
+            for t in trial.study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,))
+            if t.number != trial.number
+            and "duplicate_of" not in t.user_attrs
+            and "config" in t.user_attrs
+            and config_key(t.user_attrs["config"]) == key
+            and watched(t, heartbeat)
+        ),
+        None,
+    )
     trial.set_user_attr("config", config)
     if earlier is not None:
         trial.set_user_attr("duplicate_of", earlier.number)

@@ -58,7 +58,9 @@ class SLO:
         percentile is over the requests that have one: a one-token output
         decodes nothing, and a run of only those meets any TPOT limit.
         """
-        return all(_percentile(_values(result, limit.metric), limit.percentile) <= limit.limit_s for limit in self.limits)
+        return all(
+            _percentile(_values(result, limit.metric), limit.percentile) <= limit.limit_s for limit in self.limits
+        )
 
     def attainment(self, result: RunResult) -> float:
         """Fraction of requests that meet every limit themselves (a live run's failed requests do not).
@@ -109,7 +111,9 @@ def parse_slo(text: str) -> SLO:
     for item in filter(None, (part.strip() for part in text.split(","))):
         match = _ITEM.match(item.lower())
         if not match:
-            raise SLOError(f"slo: cannot read {item!r}; expected metric[@pNN]=value with unit s or ms, e.g. ttft=2s,tpot=200ms")
+            raise SLOError(
+                f"slo: cannot read {item!r}; expected metric[@pNN]=value with unit s or ms, e.g. ttft=2s,tpot=200ms"
+            )
         metric, unit = match["metric"], match["unit"]
         if metric not in METRICS:
             raise SLOError(f"slo: unknown metric {metric!r}; allowed: {', '.join(METRICS)}")

@@ -82,7 +82,9 @@ class SpaceContext:
     @cached_property
     def max_running_range(self) -> tuple[int, int]:
         """Bounds of the running-request cap (log scale), wide enough to hold the engine's default."""
-        return min(MAX_RUNNING_RANGE[0], self.baseline.max_running), max(MAX_RUNNING_RANGE[1], self.baseline.max_running)
+        return min(MAX_RUNNING_RANGE[0], self.baseline.max_running), max(
+            MAX_RUNNING_RANGE[1], self.baseline.max_running
+        )
 
     @cached_property
     def layers(self) -> int:
@@ -101,7 +103,9 @@ class SpaceContext:
                 continue
             options.append(self.devices // pp)
         if not options:
-            raise ConfigError(f"devices: no tp x pp split of {self.devices} devices can hold {self.model} on {self.hardware}")
+            raise ConfigError(
+                f"devices: no tp x pp split of {self.devices} devices can hold {self.model} on {self.hardware}"
+            )
         return tuple(options)
 
 
@@ -167,8 +171,9 @@ def parse_fixes(items: tuple[str, ...] | list[str]) -> dict[str, object]:
     return fixed
 
 
-def engine_search(engine: str, modes: tuple[str, ...] | None,
-                  fixed: dict[str, object]) -> tuple[tuple[str, ...], dict[str, object]]:
+def engine_search(
+    engine: str, modes: tuple[str, ...] | None, fixed: dict[str, object]
+) -> tuple[tuple[str, ...], dict[str, object]]:
     """The modes to search and the pins that keep every trial launchable on `engine`.
 
     From the table `export` launches by (backends/launch.py): only the modes
@@ -178,8 +183,10 @@ def engine_search(engine: str, modes: tuple[str, ...] | None,
     target = get_engine(engine)
     pinned = fixed.get("mode")
     if pinned is not None and pinned not in target.modes:
-        raise ConfigError(f"fix: mode {pinned} cannot run on {engine}, the engine tuned for (--format); "
-                          f"engines that can: {', '.join(engines_for(str(pinned))) or 'none'}")
+        raise ConfigError(
+            f"fix: mode {pinned} cannot run on {engine}, the engine tuned for (--format); "
+            f"engines that can: {', '.join(engines_for(str(pinned))) or 'none'}"
+        )
     searched = tuple(m for m in (modes or MODES) if m in target.modes)
     if target.delay_scheduling is not None:
         return searched, fixed
@@ -216,8 +223,13 @@ def searched_flags(params: Iterable[str], config: Draft) -> dict[str, object]:
     """What a trial's search chose, as `--fix` names and values: each field of every dimension that sampled
     one of `params`, as `config` has it (tp and pp; the layer split as "15,16,15,15"; the chunk on its tile)."""
     sampled = {id(dim) for dim in map(dimension_of_param, params) if dim is not None}
-    return {field.replace("_", "-"): _flag_value(config[field])
-            for dim in DIMENSIONS if id(dim) in sampled for field in dim.fields if field in config}
+    return {
+        field.replace("_", "-"): _flag_value(config[field])
+        for dim in DIMENSIONS
+        if id(dim) in sampled
+        for field in dim.fields
+        if field in config
+    }
 
 
 def _flag_value(value: object) -> object:
@@ -238,12 +250,14 @@ def default_params(ctx: SpaceContext, fixed: dict[str, object]) -> dict[str, obj
 
 # -- the built-in dimensions -------------------------------------------------------
 
+
 def _int_field(name: str) -> Callable[[str], int]:
     def parse(text: str) -> int:
         try:
             return int(text)
         except ValueError:
             raise ConfigError(f"{name}: must be positive integers, got {text!r}") from None
+
     return parse
 
 
@@ -290,8 +304,7 @@ def _suggest_chunk(trial: optuna.Trial, draft: Draft, ctx: SpaceContext) -> Draf
 
 def _suggest_max_running(trial: optuna.Trial, draft: Draft, ctx: SpaceContext) -> Draft:
     """The running-request cap, at most the chunk: vLLM refuses --max-num-seqs above --max-num-batched-tokens."""
-    return {"max_running": min(trial.suggest_int("max-running", *ctx.max_running_range, log=True),
-                               int(draft["chunk"]))}
+    return {"max_running": min(trial.suggest_int("max-running", *ctx.max_running_range, log=True), int(draft["chunk"]))}
 
 
 def _split_shape(draft: Draft, ctx: SpaceContext) -> tuple[tuple[int, ...], int]:
@@ -344,64 +357,138 @@ def _delaying(draft: Draft) -> bool:
     return bool(draft.get("delay_scheduling"))
 
 
-def knob_dimension(field: str, sample: Callable[[optuna.Trial, str], object],
-                   active: Callable[[Draft], bool]) -> Dimension:
+def knob_dimension(
+    field: str, sample: Callable[[optuna.Trial, str], object], active: Callable[[Draft], bool]
+) -> Dimension:
     """A dimension for one scheduler knob: sampled by `sample` under its --fix name, defaulting to ServingConfig's value."""
     knob = KNOB_BY_FIELD[field]
     default = getattr(ServingConfig(), field)
     flag = field.replace("_", "-")
-    return Dimension(flag, (field,), knob.check, lambda trial, draft, ctx: {field: sample(trial, flag)},
-                     lambda draft, ctx: {flag: default}, active=active)
+    return Dimension(
+        flag,
+        (field,),
+        knob.check,
+        lambda trial, draft, ctx: {field: sample(trial, flag)},
+        lambda draft, ctx: {flag: default},
+        active=active,
+    )
 
 
-register_dimension(Dimension("parallelism", ("tp", "pp"), _int_field("tp and pp"), _suggest_parallelism,
-                             _default_parallelism))
-register_dimension(Dimension("mode", ("mode",), _parse_mode, _suggest_mode,
-                             lambda draft, ctx: {"mode": "cpp"} if int(draft["pp"]) > 1 else {}))
-register_dimension(Dimension("chunk", ("chunk",), lambda text: parse_tokens(text, "chunk"), _suggest_chunk,
-                             lambda draft, ctx: {"chunk": ctx.baseline.chunk}))
-register_dimension(Dimension("max-running", ("max_running",), _int_field("max_running"), _suggest_max_running,
-                             lambda draft, ctx: {"max-running": ctx.baseline.max_running}))
+register_dimension(
+    Dimension("parallelism", ("tp", "pp"), _int_field("tp and pp"), _suggest_parallelism, _default_parallelism)
+)
+register_dimension(
+    Dimension(
+        "mode",
+        ("mode",),
+        _parse_mode,
+        _suggest_mode,
+        lambda draft, ctx: {"mode": "cpp"} if int(draft["pp"]) > 1 else {},
+    )
+)
+register_dimension(
+    Dimension(
+        "chunk",
+        ("chunk",),
+        lambda text: parse_tokens(text, "chunk"),
+        _suggest_chunk,
+        lambda draft, ctx: {"chunk": ctx.baseline.chunk},
+    )
+)
+register_dimension(
+    Dimension(
+        "max-running",
+        ("max_running",),
+        _int_field("max_running"),
+        _suggest_max_running,
+        lambda draft, ctx: {"max-running": ctx.baseline.max_running},
+    )
+)
 register_dimension(Dimension("layer-split", ("layer_split",), parse_layer_split, _suggest_split, _default_split))
-register_dimension(Dimension(
-    "smooth-factor", ("smooth_factor",), _parse_fraction,
-    lambda trial, draft, ctx: {"smooth_factor": trial.suggest_float("smooth-factor", 0.1, 1.0)},
-    lambda draft, ctx: {"smooth-factor": 1.0}, active=_mode_is("dcpp")))
-register_dimension(Dimension(
-    "min-chunk", ("min_chunk",), lambda text: parse_tokens(text, "min_chunk"),
-    lambda trial, draft, ctx: {"min_chunk": trial.suggest_int("min-chunk", 1024, 16384, step=1024)},
-    lambda draft, ctx: {"min-chunk": 4096}, active=_mode_is("dcpp")))
+register_dimension(
+    Dimension(
+        "smooth-factor",
+        ("smooth_factor",),
+        _parse_fraction,
+        lambda trial, draft, ctx: {"smooth_factor": trial.suggest_float("smooth-factor", 0.1, 1.0)},
+        lambda draft, ctx: {"smooth-factor": 1.0},
+        active=_mode_is("dcpp"),
+    )
+)
+register_dimension(
+    Dimension(
+        "min-chunk",
+        ("min_chunk",),
+        lambda text: parse_tokens(text, "min_chunk"),
+        lambda trial, draft, ctx: {"min_chunk": trial.suggest_int("min-chunk", 1024, 16384, step=1024)},
+        lambda draft, ctx: {"min-chunk": 4096},
+        active=_mode_is("dcpp"),
+    )
+)
 
 # FastPP's controllers (their SLO targets come from the study's SLO, not the search)
 _greedy, _alp = _mode_is("fastpp-greedy"), _mode_is("fastpp-alp")
 for _field, _low, _high, _active in (
-    ("kv_free_threshold", 0.02, 0.3, _greedy), ("tpot_violation", 1.0, 1.3, _greedy),
-    ("ttft_low", 0.02, 0.3, _greedy), ("ttft_high", 0.15, 0.8, _greedy), ("tpot_safe", 0.6, 1.0, _greedy),
-    ("alp_window_s", 2.0, 30.0, _alp), ("slo_tpot_coeff", 0.8, 1.2, _alp),
+    ("kv_free_threshold", 0.02, 0.3, _greedy),
+    ("tpot_violation", 1.0, 1.3, _greedy),
+    ("ttft_low", 0.02, 0.3, _greedy),
+    ("ttft_high", 0.15, 0.8, _greedy),
+    ("tpot_safe", 0.6, 1.0, _greedy),
+    ("alp_window_s", 2.0, 30.0, _alp),
+    ("slo_tpot_coeff", 0.8, 1.2, _alp),
     ("rls_forgetting", 0.99, 0.9999, _alp),
 ):
-    register_dimension(knob_dimension(
-        _field, lambda trial, name, lo=_low, hi=_high: trial.suggest_float(name, lo, hi), _active))
-register_dimension(knob_dimension(
-    "controller_min_chunk", lambda trial, name: trial.suggest_int(name, 128, 1024, step=128), _mode_is("fastpp-greedy", "fastpp-alp")))
+    register_dimension(
+        knob_dimension(_field, lambda trial, name, lo=_low, hi=_high: trial.suggest_float(name, lo, hi), _active)
+    )
+register_dimension(
+    knob_dimension(
+        "controller_min_chunk",
+        lambda trial, name: trial.suggest_int(name, 128, 1024, step=128),
+        _mode_is("fastpp-greedy", "fastpp-alp"),
+    )
+)
 # vpp-adaptive
-register_dimension(knob_dimension(
-    "adaptive_threshold", lambda trial, name: trial.suggest_float(name, 0.01, 0.3, log=True), _mode_is("vpp-adaptive")))
-register_dimension(knob_dimension(
-    "adaptive_fit_chunks", lambda trial, name: trial.suggest_int(name, 2, 6), _mode_is("vpp-adaptive")))
+register_dimension(
+    knob_dimension(
+        "adaptive_threshold",
+        lambda trial, name: trial.suggest_float(name, 0.01, 0.3, log=True),
+        _mode_is("vpp-adaptive"),
+    )
+)
+register_dimension(
+    knob_dimension("adaptive_fit_chunks", lambda trial, name: trial.suggest_int(name, 2, 6), _mode_is("vpp-adaptive"))
+)
 # delay scheduling, any mode: on or off, then its thresholds
-register_dimension(knob_dimension(
-    "delay_scheduling", lambda trial, name: trial.suggest_categorical(name, (False, True)), lambda draft: True))
-register_dimension(knob_dimension(
-    "waiting_tok_threshold", lambda trial, name: trial.suggest_int(name, 0, 8192, step=256), _delaying))
-register_dimension(knob_dimension(
-    "load_alpha", lambda trial, name: trial.suggest_float(name, 0.1, 0.8), _delaying))
-register_dimension(knob_dimension(
-    "base_unit", lambda trial, name: trial.suggest_categorical(name, (64, 128, 256)), _delaying))
-register_dimension(knob_dimension(
-    "delay_mode", lambda trial, name: trial.suggest_categorical(name, ("auto", "tpot_first", "e2e_first")), _delaying))
+register_dimension(
+    knob_dimension(
+        "delay_scheduling", lambda trial, name: trial.suggest_categorical(name, (False, True)), lambda draft: True
+    )
+)
+register_dimension(
+    knob_dimension("waiting_tok_threshold", lambda trial, name: trial.suggest_int(name, 0, 8192, step=256), _delaying)
+)
+register_dimension(knob_dimension("load_alpha", lambda trial, name: trial.suggest_float(name, 0.1, 0.8), _delaying))
+register_dimension(
+    knob_dimension("base_unit", lambda trial, name: trial.suggest_categorical(name, (64, 128, 256)), _delaying)
+)
+register_dimension(
+    knob_dimension(
+        "delay_mode",
+        lambda trial, name: trial.suggest_categorical(name, ("auto", "tpot_first", "e2e_first")),
+        _delaying,
+    )
+)
 # pinned only, never searched (`--fix kv-capacity=8192`): what a live engine must be told it can hold, e.g.
 # llama-server, which splits its KV cache (--ctx-size) over its slots (--parallel)
-register_dimension(Dimension("kv-capacity", ("kv_capacity",), lambda text: parse_tokens(text, "kv_capacity"),
-                             lambda trial, draft, ctx: {}, lambda draft, ctx: {}, active=lambda draft: False,
-                             searched=False))
+register_dimension(
+    Dimension(
+        "kv-capacity",
+        ("kv_capacity",),
+        lambda text: parse_tokens(text, "kv_capacity"),
+        lambda trial, draft, ctx: {},
+        lambda draft, ctx: {},
+        active=lambda draft: False,
+        searched=False,
+    )
+)

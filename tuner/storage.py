@@ -113,9 +113,11 @@ def check_storage(url: str, existing: bool = False) -> None:
         check_journal(path)
 
 
-def open_storage(url: str, heartbeat_s: int = HEARTBEAT_S,
-                 on_stale: Callable[[optuna.Study, optuna.trial.FrozenTrial], None] | None = None
-                 ) -> optuna.storages.BaseStorage:
+def open_storage(
+    url: str,
+    heartbeat_s: int = HEARTBEAT_S,
+    on_stale: Callable[[optuna.Study, optuna.trial.FrozenTrial], None] | None = None,
+) -> optuna.storages.BaseStorage:
     """The storage `url` names; on a database, running trials beat every `heartbeat_s` seconds.
 
     A trial whose worker stopped beating for GRACE_BEATS heartbeats (killed,
@@ -132,9 +134,13 @@ def open_storage(url: str, heartbeat_s: int = HEARTBEAT_S,
     try:
         with warnings.catch_warnings(), locked(url, ""):  # Optuna's schema creation races without the lock
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)  # heartbeat_interval
-            return optuna.storages.RDBStorage(_engine_url(url), engine_kwargs=_engine_kwargs(url),
-                                              heartbeat_interval=heartbeat_s, grace_period=GRACE_BEATS * heartbeat_s,
-                                              heartbeat_stale_trial_callback=on_stale)
+            return optuna.storages.RDBStorage(
+                _engine_url(url),
+                engine_kwargs=_engine_kwargs(url),
+                heartbeat_interval=heartbeat_s,
+                grace_period=GRACE_BEATS * heartbeat_s,
+                heartbeat_stale_trial_callback=on_stale,
+            )
     except ImportError:
         raise ConfigError(f"storage: {NO_DRIVER}") from None
     except sqlalchemy.exc.DBAPIError as err:
@@ -155,8 +161,10 @@ LOST = (sqlalchemy.exc.DBAPIError, optuna.exceptions.StorageInternalError)  # ho
 
 def lost_connection(url: str, err: Exception) -> StorageLost:
     """One line: the database (password hidden), the driver's first line, and what becomes of the trial in flight."""
-    return StorageLost(f"storage: lost the connection to {shown(url)} ({_driver_reason(err)}); its trial in flight "
-                       "is failed and retried by the heartbeat: rerun the same command to resume")
+    return StorageLost(
+        f"storage: lost the connection to {shown(url)} ({_driver_reason(err)}); its trial in flight "
+        "is failed and retried by the heartbeat: rerun the same command to resume"
+    )
 
 
 def _driver_reason(err: BaseException) -> str:

@@ -120,8 +120,10 @@ def create_or_resume(spec: TuneSpec, on_notice: Callable[[str], None] | None = N
         backup = recover_journal(Path(spec.storage))
         if backup is not None and on_notice is not None:
             complete = Path(spec.storage).read_bytes().count(b"\n")
-            on_notice(f"{spec.storage}: its last line was cut off (an interrupted write); kept the whole file as "
-                      f"{backup} and resumed from its {complete} complete lines")
+            on_notice(
+                f"{spec.storage}: its last line was cut off (an interrupted write); kept the whole file as "
+                f"{backup} and resumed from its {complete} complete lines"
+            )
     storage = storage_of(spec)
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     with locked(spec.storage, spec.study):
@@ -138,8 +140,10 @@ def create_or_resume(spec: TuneSpec, on_notice: Callable[[str], None] | None = N
     for key, value in spec.settings().items():
         was = saved.get(key, SETTINGS_BEFORE_THEY_EXISTED.get(key))
         if was != value:
-            raise ConfigError(f"study: {spec.study!r} was created with {key}={was!r}, not {value!r}; "
-                              "resume it with the same settings or choose a new --study name")
+            raise ConfigError(
+                f"study: {spec.study!r} was created with {key}={was!r}, not {value!r}; "
+                "resume it with the same settings or choose a new --study name"
+            )
     return study, False
 
 
@@ -155,12 +159,15 @@ def saved_settings(spec: TuneSpec) -> dict[str, object] | None:
 def refuse_foreign_params(study: optuna.Study) -> None:
     """A study whose trials use parameter names this pipedeck does not make (an older one's) is not resumed:
     its sampler would learn nothing from them and its queued retries would run other configs."""
-    names = {name for t in study.get_trials(deepcopy=False)
-             for name in (*t.params, *t.system_attrs.get("fixed_params", {}))}
+    names = {
+        name for t in study.get_trials(deepcopy=False) for name in (*t.params, *t.system_attrs.get("fixed_params", {}))
+    }
     foreign = foreign_params(names)
     if foreign:
-        raise ConfigError(f"study: {study.study_name!r} was made by an older pipedeck, whose parameter names "
-                          f"({', '.join(foreign)}) this one does not use; start a new --study")
+        raise ConfigError(
+            f"study: {study.study_name!r} was made by an older pipedeck, whose parameter names "
+            f"({', '.join(foreign)}) this one does not use; start a new --study"
+        )
 
 
 def name_objective(study: optuna.Study, spec: TuneSpec) -> None:
@@ -173,13 +180,17 @@ def name_objective(study: optuna.Study, spec: TuneSpec) -> None:
 
 
 def summarize(trial: FrozenTrial) -> TrialSummary:
-    return TrialSummary(trial.number, trial.user_attrs.get("config", {}), trial.user_attrs.get("metrics", {}),
-                        trial.value)
+    return TrialSummary(
+        trial.number, trial.user_attrs.get("config", {}), trial.user_attrs.get("metrics", {}), trial.value
+    )
 
 
 def _default_trial(study: optuna.Study) -> FrozenTrial | None:
-    done = [t for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
-            if t.user_attrs.get("role") == "default"]
+    done = [
+        t
+        for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+        if t.user_attrs.get("role") == "default"
+    ]
     return done[0] if done else None
 
 
@@ -196,8 +207,11 @@ class StoreSync:
         self.synced: set[int] = set()
 
     def __call__(self) -> None:
-        new = [t for t in self.study.get_trials(deepcopy=False, states=(*FINISHED, TrialState.FAIL))
-               if t.number not in self.synced]
+        new = [
+            t
+            for t in self.study.get_trials(deepcopy=False, states=(*FINISHED, TrialState.FAIL))
+            if t.number not in self.synced
+        ]
         for t in new:
             self.save(t)
 
@@ -207,17 +221,26 @@ class StoreSync:
         Its params are its choices by `--fix` name and value; only a completed trial has an objective
         (a pruned one's metrics keep the rate it failed at, fails_slo_at_rps, and its attainment there).
         """
-        duration = (t.datetime_complete - t.datetime_start).total_seconds() \
-            if t.datetime_complete and t.datetime_start else None
+        duration = (
+            (t.datetime_complete - t.datetime_start).total_seconds()
+            if t.datetime_complete and t.datetime_start
+            else None
+        )
         worker = t.user_attrs.get("worker")
         with open_store(self.db) as store:
-            store.save_trial(self.study.study_name, t.number, state=t.state.name,
-                             params=t.user_attrs.get("flags", t.params), config=t.user_attrs.get("config"),
-                             metrics={**t.user_attrs.get("metrics", {}), **(extra_metrics or {})},
-                             objective=t.value if t.state == TrialState.COMPLETE else None, duration_s=duration,
-                             # Optuna's times are naive local time
-                             started_at=t.datetime_start.astimezone() if t.datetime_start else None,
-                             worker=f"{worker['host']}:{worker['pid']}" if worker else None)
+            store.save_trial(
+                self.study.study_name,
+                t.number,
+                state=t.state.name,
+                params=t.user_attrs.get("flags", t.params),
+                config=t.user_attrs.get("config"),
+                metrics={**t.user_attrs.get("metrics", {}), **(extra_metrics or {})},
+                objective=t.value if t.state == TrialState.COMPLETE else None,
+                duration_s=duration,
+                # Optuna's times are naive local time
+                started_at=t.datetime_start.astimezone() if t.datetime_start else None,
+                worker=f"{worker['host']}:{worker['pid']}" if worker else None,
+            )
         self.synced.add(t.number)
 
 
@@ -243,10 +266,14 @@ def pull_study(storage: str, name: str, db: str | Path) -> optuna.Study:
     return study
 
 
-def run_study(spec: TuneSpec, db: str | Path, jobs: int = 1,
-              on_progress: Callable[[Progress], None] | None = None,
-              stop_requested: threading.Event | None = None,
-              on_notice: Callable[[str], None] | None = None) -> TuneOutcome:
+def run_study(
+    spec: TuneSpec,
+    db: str | Path,
+    jobs: int = 1,
+    on_progress: Callable[[Progress], None] | None = None,
+    stop_requested: threading.Event | None = None,
+    on_notice: Callable[[str], None] | None = None,
+) -> TuneOutcome:
     """Tune until the study has `spec.trials` finished trials or the deadline passes.
 
     Ctrl-C, SIGTERM, or setting `stop_requested` (from another thread), stops
@@ -262,8 +289,14 @@ def run_study(spec: TuneSpec, db: str | Path, jobs: int = 1,
         raise lost_connection(spec.storage, err) from None
 
 
-def _tune(spec: TuneSpec, db: str | Path, jobs: int, on_progress: Callable[[Progress], None] | None,
-          stop_requested: threading.Event, on_notice: Callable[[str], None] | None) -> TuneOutcome:
+def _tune(
+    spec: TuneSpec,
+    db: str | Path,
+    jobs: int,
+    on_progress: Callable[[Progress], None] | None,
+    stop_requested: threading.Event,
+    on_notice: Callable[[str], None] | None,
+) -> TuneOutcome:
     """run_study's steps: open the study, run its workers, then the outcome (its finalists measured)."""
     study, _ = create_or_resume(spec, on_notice)
     with open_store(db) as store:
@@ -278,14 +311,21 @@ def _tune(spec: TuneSpec, db: str | Path, jobs: int, on_progress: Callable[[Prog
         return _outcome(spec, study, db, True, stop_requested)
 
 
-def _run_workers(spec: TuneSpec, study: optuna.Study, jobs: int, sync: StoreSync,
-                 on_progress: Callable[[Progress], None] | None, stop_requested: threading.Event) -> bool:
+def _run_workers(
+    spec: TuneSpec,
+    study: optuna.Study,
+    jobs: int,
+    sync: StoreSync,
+    on_progress: Callable[[Progress], None] | None,
+    stop_requested: threading.Event,
+) -> bool:
     """Run the workers until they end, syncing the store and showing progress; whether a stop cut them short."""
     context = multiprocessing.get_context("spawn")
     if jobs > 1:
         stop, errors = context.Event(), context.Queue()
-        workers = [context.Process(target=worker, args=(spec, stop, i, False, errors), daemon=True)
-                   for i in range(jobs)]
+        workers = [
+            context.Process(target=worker, args=(spec, stop, i, False, errors), daemon=True) for i in range(jobs)
+        ]
     else:
         stop, errors = threading.Event(), queue.Queue()
         workers = [threading.Thread(target=worker, args=(spec, stop, 0, True, errors), daemon=True)]
@@ -313,8 +353,13 @@ def _progress(study: optuna.Study, spec: TuneSpec) -> Progress:
     complete = [t for t in trials if t.state == TrialState.COMPLETE]
     pick = max if spec.direction == "maximize" else min
     best = pick(complete, key=lambda t: t.value) if complete else None
-    return Progress(counted(trials), spec.trials, best.value if best else None, best.number if best else None,
-                    sum(t.state == TrialState.RUNNING for t in trials))
+    return Progress(
+        counted(trials),
+        spec.trials,
+        best.value if best else None,
+        best.number if best else None,
+        sum(t.state == TrialState.RUNNING for t in trials),
+    )
 
 
 def study_verdict(study: optuna.Study, *, direction: str, precision: float, slo: str | None) -> Verdict | None:
@@ -323,17 +368,28 @@ def study_verdict(study: optuna.Study, *, direction: str, precision: float, slo:
     default = _default_trial(study)
     complete = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
     limits = {limit.metric: limit.limit_s for limit in parse_slo(slo).limits} if slo else {}
-    return decide([Finished(t.number, t.user_attrs.get("config", {}), t.user_attrs.get("metrics", {}), t.value)
-                   for t in complete], direction, precision, limits,
-                  default.user_attrs.get("config") if default else None)
+    return decide(
+        [
+            Finished(t.number, t.user_attrs.get("config", {}), t.user_attrs.get("metrics", {}), t.value)
+            for t in complete
+        ],
+        direction,
+        precision,
+        limits,
+        default.user_attrs.get("config") if default else None,
+    )
 
 
 def recommended_trial(study: optuna.Study) -> FrozenTrial | None:
     """The trial `tune` recommends, decided under the settings the study was created with: what `pipedeck studies`
     names as its best, from its Optuna storage as from the run store (Optuna's best_trial ignores ties)."""
     settings = study.user_attrs.get("pipedeck", {})
-    verdict = study_verdict(study, direction=study.direction.name.lower(),
-                            precision=search_precision(str(settings.get("backend", "sim"))), slo=settings.get("slo"))
+    verdict = study_verdict(
+        study,
+        direction=study.direction.name.lower(),
+        precision=search_precision(str(settings.get("backend", "sim"))),
+        slo=settings.get("slo"),
+    )
     return None if verdict is None else study.get_trials(deepcopy=False)[verdict.winner.number]
 
 
@@ -341,14 +397,18 @@ def _outcome(spec: TuneSpec, study: optuna.Study, db: str | Path, interrupted: b
     """The verdict (best, ties, knobs free among them), the finalists' intervals, and their runs stored with timelines."""
     default = _default_trial(study)
     complete = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
-    verdict = study_verdict(study, direction=spec.direction, precision=search_precision(spec.backend, spec.precision),
-                            slo=spec.slo)
+    verdict = study_verdict(
+        study, direction=spec.direction, precision=search_precision(spec.backend, spec.precision), slo=spec.slo
+    )
     best = next(t for t in complete if t.number == verdict.winner.number) if verdict else None
     finalists = {t.number: t for t in (best, default) if t is not None}
     intervals = {} if interrupted else {n: _interval(spec, study, t, stop) for n, t in finalists.items()}
     with open_store(db) as store:
-        run_ids = {row.trial: row.id for row in store.list_runs(study=spec.study)
-                   if row.trial is not None and row.label in ("best", "default")}  # not other runs of a trial
+        run_ids = {
+            row.trial: row.id
+            for row in store.list_runs(study=spec.study)
+            if row.trial is not None and row.label in ("best", "default")
+        }  # not other runs of a trial
     if not interrupted:
         evaluator = Evaluator(spec, stop)
         for number, trial in finalists.items():
@@ -369,16 +429,23 @@ def _outcome(spec: TuneSpec, study: optuna.Study, db: str | Path, interrupted: b
                 run_ids[number] = store.save_run(result, study=spec.study, trial=number, label=label, once=True)
     link_runs(db, spec.study, {n: run_ids[n] for n in finalists if n in run_ids})
     return TuneOutcome(
-        study=spec.study, direction=spec.direction, trials=counted(study.get_trials(deepcopy=False)),
-        best=summarize(best) if best else None, default=summarize(default) if default else None,
+        study=spec.study,
+        direction=spec.direction,
+        trials=counted(study.get_trials(deepcopy=False)),
+        best=summarize(best) if best else None,
+        default=summarize(default) if default else None,
         best_run_id=run_ids.get(best.number) if best else None,
-        default_run_id=run_ids.get(default.number) if default else None, interrupted=interrupted,
+        default_run_id=run_ids.get(default.number) if default else None,
+        interrupted=interrupted,
         ties=tuple(summarize(next(t for t in complete if t.number == tie.number)) for tie in verdict.ties)
-        if verdict else (),
+        if verdict
+        else (),
         free=verdict.free if verdict else (),
         best_ci=intervals.get(best.number) if best else None,
-        default_ci=intervals.get(default.number) if default else None, completed=len(complete),
-        importances=None if interrupted else param_importances(study))
+        default_ci=intervals.get(default.number) if default else None,
+        completed=len(complete),
+        importances=None if interrupted else param_importances(study),
+    )
 
 
 def link_runs(db: str | Path, study: str, run_ids: dict[int, int]) -> None:
@@ -402,8 +469,9 @@ def _interval(spec: TuneSpec, study: optuna.Study, trial: FrozenTrial, stop: Sto
         if key not in study.user_attrs:
             config = ServingConfig.from_dict(trial.user_attrs["config"]).resolve()
             seeds = [spec.seed + k for k in range(spec.repeats)]
-            values = [trial.value] + [Evaluator(dataclasses.replace(spec, seed=seed), stop).measure(config).value or 0.0
-                                      for seed in seeds[1:]]
+            values = [trial.value] + [
+                Evaluator(dataclasses.replace(spec, seed=seed), stop).measure(config).value or 0.0 for seed in seeds[1:]
+            ]
             study.set_user_attr(key, interval(values, seeds))
     return study.user_attrs[key]
 
@@ -411,5 +479,11 @@ def _interval(spec: TuneSpec, study: optuna.Study, trial: FrozenTrial, stop: Sto
 def save_study(store: RunStore, name: str, settings: dict[str, object], storage: str) -> None:
     """Record the study in this host's run store, with its storage (a password in it hidden)."""
     slo = settings.get("slo")
-    store.save_study(name, scenario=str(settings["scenario"]), objective=str(settings["objective"]),
-                     slo={} if not slo else parse_slo(str(slo)).to_dict(), settings=settings, storage=shown(storage))
+    store.save_study(
+        name,
+        scenario=str(settings["scenario"]),
+        objective=str(settings["objective"]),
+        slo={} if not slo else parse_slo(str(slo)).to_dict(),
+        settings=settings,
+        storage=shown(storage),
+    )

@@ -27,8 +27,10 @@ from ..store import StudyRow, TrialRow
 from .objective import OBJECTIVES, config_key, search_precision
 from .space import DIMENSIONS
 
-FREE_KNOBS = ("knobs free within the tie set (each of their values among the ties gives a tied result, given "
-              "that tie's other knobs; not the same as not mattering)")  # how tune and the report name them
+FREE_KNOBS = (
+    "knobs free within the tie set (each of their values among the ties gives a tied result, given "
+    "that tie's other knobs; not the same as not mattering)"
+)  # how tune and the report name them
 HEADROOM_METRICS = (("ttft", "ttft_p90_s"), ("tpot", "tpot_p90_s"))
 
 
@@ -51,8 +53,13 @@ class Verdict:
     free: tuple[str, ...]  # --fix names of the knobs whose value differs among the ties
 
 
-def decide(trials: Sequence[Finished], direction: str, precision: float, limits: Mapping[str, float],
-           baseline: Mapping[str, object] | None) -> Verdict | None:
+def decide(
+    trials: Sequence[Finished],
+    direction: str,
+    precision: float,
+    limits: Mapping[str, float],
+    baseline: Mapping[str, object] | None,
+) -> Verdict | None:
     """The verdict over completed trials (None if there are none); `limits` maps ttft/tpot to SLO seconds."""
     if not trials:
         return None
@@ -74,8 +81,10 @@ def in_force(config: Mapping[str, object]) -> tuple[dict[str, object], str]:
     if config.get("mode") != "dcpp" or int(config["min_chunk"]) < int(config["chunk"]):
         return dict(config), ""
     default = ServingConfig()
-    note = (f"mode cpp. It sets dcpp with min_chunk {config['min_chunk']} >= chunk {config['chunk']}, so it never "
-            "shrinks a chunk and runs as cpp.")
+    note = (
+        f"mode cpp. It sets dcpp with min_chunk {config['min_chunk']} >= chunk {config['chunk']}, so it never "
+        "shrinks a chunk and runs as cpp."
+    )
     return {**config, "mode": "cpp", "smooth_factor": default.smooth_factor, "min_chunk": default.min_chunk}, note
 
 
@@ -120,8 +129,11 @@ def _distinct(trials: Sequence[Finished]) -> list[Finished]:
 
 def finished_rows(rows: Sequence[TrialRow]) -> list[Finished]:
     """The completed trials among stored trial rows."""
-    return [Finished(r.number, r.config, r.metrics, r.objective) for r in rows
-            if r.state == "COMPLETE" and r.config is not None and r.objective is not None and r.objective == r.objective]
+    return [
+        Finished(r.number, r.config, r.metrics, r.objective)
+        for r in rows
+        if r.state == "COMPLETE" and r.config is not None and r.objective is not None and r.objective == r.objective
+    ]
 
 
 def stored_verdict(study: StudyRow, rows: Sequence[TrialRow]) -> Verdict | None:
@@ -129,5 +141,4 @@ def stored_verdict(study: StudyRow, rows: Sequence[TrialRow]) -> Verdict | None:
     baseline = min(rows, key=lambda r: r.number).config if rows else None
     limits = {metric: float(limit["limit_s"]) for metric, limit in (study.slo or {}).items()}
     precision = search_precision(str((study.settings or {}).get("backend", "sim")))
-    return decide(finished_rows(rows), OBJECTIVES.get(study.objective or "", "maximize"), precision, limits,
-                  baseline)
+    return decide(finished_rows(rows), OBJECTIVES.get(study.objective or "", "maximize"), precision, limits, baseline)

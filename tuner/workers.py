@@ -69,14 +69,18 @@ def admit(study: optuna.Study, spec: TuneSpec, stop: object, cap: int | None) ->
     heartbeat = has_heartbeat(spec.storage)
     recover_abandoned(study, heartbeat)
     trials = study.get_trials(deepcopy=False)
-    if stop.is_set() or (spec.deadline is not None and time.time() >= spec.deadline) or \
-            (cap is not None and len(trials) >= cap):
+    if (
+        stop.is_set()
+        or (spec.deadline is not None and time.time() >= spec.deadline)
+        or (cap is not None and len(trials) >= cap)
+    ):
         return DONE
     if spec.trials is None:
         return GO
     finished = counted(trials)
-    running = sum(t.state == TrialState.RUNNING and "duplicate_of" not in t.user_attrs and watched(t, heartbeat)
-                  for t in trials)
+    running = sum(
+        t.state == TrialState.RUNNING and "duplicate_of" not in t.user_attrs and watched(t, heartbeat) for t in trials
+    )
     if finished >= spec.trials:
         return DONE
     return GO if finished + running < spec.trials else WAIT
@@ -114,8 +118,9 @@ def work(spec: TuneSpec, stop: object, in_process: bool) -> None:
             study = optuna.load_study(study_name=spec.study, storage=storage)
             number = register(study)
             cap = None if spec.trials is None else len(study.get_trials(deepcopy=False)) + 3 * spec.trials
-        study = optuna.load_study(study_name=spec.study, storage=storage,
-                                  sampler=make_sampler(spec.sampler, seed_stream(spec.seed, number)))
+        study = optuna.load_study(
+            study_name=spec.study, storage=storage, sampler=make_sampler(spec.sampler, seed_stream(spec.seed, number))
+        )
         objective = Objective(spec, stop, lock)
         me = {"host": socket.gethostname(), "pid": os.getpid(), "number": number}
 

@@ -4,5 +4,15 @@ from .loadgen import LoadOptions, ServerUnreachable, replay, run_result, run_sce
 from .metrics import MetricsTimeline, parse, poll
 from .records import LiveRequest, LiveRun
 
-__all__ = ["LiveRequest", "LiveRun", "LoadOptions", "MetricsTimeline", "ServerUnreachable", "parse", "poll", "replay",
-           "run_result", "run_scenario"]
+__all__ = [
+    "LiveRequest",
+    "LiveRun",
+    "LoadOptions",
+    "MetricsTimeline",
+    "ServerUnreachable",
+    "parse",
+    "poll",
+    "replay",
+    "run_result",
+    "run_scenario",
+]

@@ -26,10 +26,24 @@ class LiveBackend:
         self.endpoint, self.options = endpoint.rstrip("/"), options
         self.capabilities = backend_entry("live").capabilities
 
-    def run(self, scenario: Scenario, config: ServingConfig | None, rate: float | None = None, seed: int = 0,
-            num_requests: int | None = None, observer: RunObserver | None = None,
-            timeline: bool = True) -> RunResult:
+    def run(
+        self,
+        scenario: Scenario,
+        config: ServingConfig | None,
+        rate: float | None = None,
+        seed: int = 0,
+        num_requests: int | None = None,
+        observer: RunObserver | None = None,
+        timeline: bool = True,
+    ) -> RunResult:
         """Replay `scenario` against the server and return what the clients and /metrics saw."""
-        return run_scenario(scenario, self.endpoint, rate=rate, seed=seed, num_requests=num_requests,
-                            options=self.options, config=None if config is None else config.to_dict(),
-                            observer=observer)
+        return run_scenario(
+            scenario,
+            self.endpoint,
+            rate=rate,
+            seed=seed,
+            num_requests=num_requests,
+            options=self.options,
+            config=None if config is None else config.to_dict(),
+            observer=observer,
+        )

@@ -30,10 +30,17 @@ from .records import LiveRequest
 
 def completion_body(model: str, prompt: list[int] | str, max_tokens: int) -> bytes:
     """A streaming completion that must produce exactly `max_tokens` tokens, with usage in the last event."""
-    return json.dumps({
-        "model": model, "prompt": prompt, "max_tokens": max_tokens, "ignore_eos": True, "temperature": 0.0,
-        "stream": True, "stream_options": {"include_usage": True},
-    }).encode()
+    return json.dumps(
+        {
+            "model": model,
+            "prompt": prompt,
+            "max_tokens": max_tokens,
+            "ignore_eos": True,
+            "temperature": 0.0,
+            "stream": True,
+            "stream_options": {"include_usage": True},
+        }
+    ).encode()
 
 
 class ClientPool:
@@ -55,8 +62,9 @@ class ClientPool:
     def client(self) -> httpx.AsyncClient:
         """A client for control requests (models, metrics), outside the leases."""
         limits = httpx.Limits(max_connections=self.size, max_keepalive_connections=self.size)
-        return httpx.AsyncClient(base_url=self.base_url, limits=limits, timeout=self.stall_s, verify=self._ssl,
-                                 trust_env=False)
+        return httpx.AsyncClient(
+            base_url=self.base_url, limits=limits, timeout=self.stall_s, verify=self._ssl, trust_env=False
+        )
 
     @asynccontextmanager
     async def lease(self) -> AsyncIterator[httpx.AsyncClient]:
@@ -90,9 +98,18 @@ class _Stream:
         return f"{n} token event{'' if n == 1 else 's'}"
 
 
-async def stream_completion(pool: ClientPool, body: bytes, *, request_id: int, prompt_tokens: int,
-                            max_tokens: int, scheduled_s: float, t0: float, stall_s: float,
-                            deadline: float) -> LiveRequest:
+async def stream_completion(
+    pool: ClientPool,
+    body: bytes,
+    *,
+    request_id: int,
+    prompt_tokens: int,
+    max_tokens: int,
+    scheduled_s: float,
+    t0: float,
+    stall_s: float,
+    deadline: float,
+) -> LiveRequest:
     """Send `body` to `/v1/completions` and measure it; times are loop time minus `t0`."""
     loop = asyncio.get_running_loop()
     stream = _Stream()
@@ -118,12 +135,17 @@ async def stream_completion(pool: ClientPool, body: bytes, *, request_id: int, p
         error = " ".join(error.split())  # one line, whatever the server or the exception said
     counted = "usage" if "completion_tokens" in stream.usage else "events"
     return LiveRequest(
-        id=request_id, scheduled_s=scheduled_s, send_s=send - t0,
+        id=request_id,
+        scheduled_s=scheduled_s,
+        send_s=send - t0,
         first_token_s=times[0] - t0 if times else None,
         end_s=(times[-1] if error is None else loop.time()) - t0,
-        prompt_tokens=stream.usage.get("prompt_tokens", prompt_tokens), max_tokens=max_tokens,
-        output_tokens=stream.usage.get("completion_tokens", stream.text_events), tokens_from=counted,
-        gaps_s=tuple(b - a for a, b in itertools.pairwise(times)), error=error,
+        prompt_tokens=stream.usage.get("prompt_tokens", prompt_tokens),
+        max_tokens=max_tokens,
+        output_tokens=stream.usage.get("completion_tokens", stream.text_events),
+        tokens_from=counted,
+        gaps_s=tuple(b - a for a, b in itertools.pairwise(times)),
+        error=error,
         cached_tokens=stream.usage.get("cached_tokens"),
     )
 
@@ -140,11 +162,12 @@ def clip(text: str, width: int) -> str:
     """`text` on one line of at most `width` characters, cut at a word with " ..." (mid-word only when its first
     word alone is longer)."""
     short = textwrap.shorten(text, width, placeholder=" ...")
-    return short if short != "..." else text[:width - 4] + " ..."
+    return short if short != "..." else text[: width - 4] + " ..."
 
 
-async def _read(client: httpx.AsyncClient, body: bytes, stream: _Stream, loop: asyncio.AbstractEventLoop,
-                stall_s: float) -> str | None:
+async def _read(
+    client: httpx.AsyncClient, body: bytes, stream: _Stream, loop: asyncio.AbstractEventLoop, stall_s: float
+) -> str | None:
     """Read the response into `stream`; return the error line, or None if it ended with `[DONE]`."""
     timeout = httpx.Timeout(stall_s, pool=None)
     headers = {"content-type": "application/json", "accept": "text/event-stream"}
@@ -187,8 +210,9 @@ def _event(data: bytes, stream: _Stream, now: float) -> str | None:
         stream.text_events += bool(isinstance(choices[0], dict) and choices[0].get("text"))
     usage = event.get("usage")
     if isinstance(usage, dict):
-        stream.usage.update({k: v for k, v in usage.items() if k in ("prompt_tokens", "completion_tokens")
-                             and isinstance(v, int)})
+        stream.usage.update(
+            {k: v for k, v in usage.items() if k in ("prompt_tokens", "completion_tokens") and isinstance(v, int)}
+        )
         details = usage.get("prompt_tokens_details")
         if isinstance(details, dict) and isinstance(details.get("cached_tokens"), int):
             stream.usage["cached_tokens"] = details["cached_tokens"]  # served from the prefix cache

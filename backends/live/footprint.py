@@ -19,12 +19,21 @@ PROMPT_TOKEN_BYTES = 5  # a prompt id in the request body: three digits, a comma
 OUTPUT_TOKEN_BYTES = 32  # an inter-token gap kept with the request: a float and its tuple slot
 
 
-def estimate(scenario: Scenario, config: ResolvedConfig | None, num_requests: int, seed: int = 0,
-             rate: float | None = None, timeline: bool = True) -> Footprint:
+def estimate(
+    scenario: Scenario,
+    config: ResolvedConfig | None,
+    num_requests: int,
+    seed: int = 0,
+    rate: float | None = None,
+    timeline: bool = True,
+) -> Footprint:
     """Bytes a live run of `num_requests` holds at its end (the config and timeline do not matter)."""
     sample = scenario.workload(seed=seed, rate=rate, num_requests=min(num_requests, SAMPLE)).requests
-    per_request = REQUEST_BYTES + sum(PROMPT_TOKEN_BYTES * r.prompt_tokens + OUTPUT_TOKEN_BYTES * r.output_tokens
-                                      for r in sample) / len(sample)
-    return Footprint(int(num_requests * per_request),
-                     f"to replay ({REQUEST_BYTES} B a request, {PROMPT_TOKEN_BYTES} B a prompt token, "
-                     f"{OUTPUT_TOKEN_BYTES} B an output token, measured by benchmarks/live_memory.py)")
+    per_request = REQUEST_BYTES + sum(
+        PROMPT_TOKEN_BYTES * r.prompt_tokens + OUTPUT_TOKEN_BYTES * r.output_tokens for r in sample
+    ) / len(sample)
+    return Footprint(
+        int(num_requests * per_request),
+        f"to replay ({REQUEST_BYTES} B a request, {PROMPT_TOKEN_BYTES} B a prompt token, "
+        f"{OUTPUT_TOKEN_BYTES} B an output token, measured by benchmarks/live_memory.py)",
+    )

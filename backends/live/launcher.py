@@ -65,8 +65,14 @@ class Server:
         self.stop()
 
 
-def server_command(config: ResolvedConfig | None, engine: str, model_path: str, host: str, port: int,
-                   program: tuple[str, ...] | None = None) -> tuple[list[str], dict[str, str]]:
+def server_command(
+    config: ResolvedConfig | None,
+    engine: str,
+    model_path: str,
+    host: str,
+    port: int,
+    program: tuple[str, ...] | None = None,
+) -> tuple[list[str], dict[str, str]]:
     """The argv and the environment additions that start `engine` serving `model_path` for `config`.
 
     The profile's checkpoint says nothing about `model_path`: its quantization and hub are left to the model.
@@ -82,8 +88,11 @@ def server_command(config: ResolvedConfig | None, engine: str, model_path: str, 
     for flag in launch.flags:
         argv += flag.argv()
     argv += ["--host", host, "--port", str(port)]
-    env = {var.name: var.value for var in launch.env
-           if var.kind == "set" or (var.kind == "default" and var.name not in os.environ)}
+    env = {
+        var.name: var.value
+        for var in launch.env
+        if var.kind == "set" or (var.kind == "default" and var.name not in os.environ)
+    }
     return argv, env
 
 
@@ -94,9 +103,18 @@ def free_port(host: str = LOOPBACK) -> int:
         return probe.getsockname()[1]
 
 
-def start_server(config: ResolvedConfig | None, engine: str, model_path: str, log_path: str | os.PathLike[str], *,
-                 host: str = LOOPBACK, port: int | None = None, program: tuple[str, ...] | None = None,
-                 health_timeout_s: float = 600.0, cancelled: Callable[[], bool] = lambda: False) -> Server:
+def start_server(
+    config: ResolvedConfig | None,
+    engine: str,
+    model_path: str,
+    log_path: str | os.PathLike[str],
+    *,
+    host: str = LOOPBACK,
+    port: int | None = None,
+    program: tuple[str, ...] | None = None,
+    health_timeout_s: float = 600.0,
+    cancelled: Callable[[], bool] = lambda: False,
+) -> Server:
     """Start the engine (config None: with its own defaults) and wait until GET /health answers 200; LaunchError
     (and nothing left running) otherwise.
 
@@ -112,8 +130,14 @@ def start_server(config: ResolvedConfig | None, engine: str, model_path: str, lo
     created = not log.exists()
     try:
         with log.open("wb") as out:
-            process = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                       env={**user_environment(), **env}, start_new_session=True)
+            process = subprocess.Popen(
+                argv,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                env={**user_environment(), **env},
+                start_new_session=True,
+            )
     except OSError as err:
         if created:  # no engine ran: no output to keep
             log.unlink(missing_ok=True)
@@ -141,16 +165,20 @@ def wait_healthy(server: Server, timeout_s: float, cancelled: Callable[[], bool]
                 raise RunCancelled(f"stopped while waiting for {server.engine} to become healthy")
             status = server.process.poll()
             if status is not None:
-                raise LaunchError(f"engine: {server.engine} exited with status {status} before it was healthy; "
-                                  f"log: {server.log_path}{last_log_line(server.log_path)}")
+                raise LaunchError(
+                    f"engine: {server.engine} exited with status {status} before it was healthy; "
+                    f"log: {server.log_path}{last_log_line(server.log_path)}"
+                )
             try:
                 if client.get(f"{server.url}/health").status_code == 200:
                     return
             except httpx.TransportError:
                 pass
             if time.monotonic() > deadline:
-                raise LaunchError(f"health: {server.engine} at {server.url} was not healthy within {timeout_s:g} s; "
-                                  f"log: {server.log_path}{last_log_line(server.log_path)}")
+                raise LaunchError(
+                    f"health: {server.engine} at {server.url} was not healthy within {timeout_s:g} s; "
+                    f"log: {server.log_path}{last_log_line(server.log_path)}"
+                )
             time.sleep(0.05)
 
 
@@ -158,4 +186,3 @@ def last_log_line(path: Path) -> str:
     """' (last line: ...)' naming the log's last non-blank line, or '' when it has none."""
     lines = [line for line in path.read_text(errors="replace").splitlines() if line.strip()] if path.exists() else []
     return f" (last line: {clip(lines[-1], 160)})" if lines else ""
-

@@ -77,8 +77,16 @@ class LaunchingBackend:
 
     name = "live"
 
-    def __init__(self, engine: str, model_path: str, log_dir: str | os.PathLike[str], *, program: str | None = None,
-                 health_timeout_s: float = 600.0, options: LoadOptions = LoadOptions()):
+    def __init__(
+        self,
+        engine: str,
+        model_path: str,
+        log_dir: str | os.PathLike[str],
+        *,
+        program: str | None = None,
+        health_timeout_s: float = 600.0,
+        options: LoadOptions = LoadOptions(),
+    ):
         from ..registry import backend_entry
 
         self.program = check_launch(engine, model_path, program)
@@ -96,14 +104,22 @@ class LaunchingBackend:
         """The server running now, if any."""
         return self._running.server
 
-    def run(self, scenario: Scenario, config: ServingConfig, rate: float | None = None, seed: int = 0,
-            num_requests: int | None = None, observer: RunObserver | None = None,
-            timeline: bool = True) -> RunResult:
+    def run(
+        self,
+        scenario: Scenario,
+        config: ServingConfig,
+        rate: float | None = None,
+        seed: int = 0,
+        num_requests: int | None = None,
+        observer: RunObserver | None = None,
+        timeline: bool = True,
+    ) -> RunResult:
         """Replay `scenario` against a server running `config`; LaunchError if that server fails."""
         server = self._server_for(config.resolve(), observer)
         try:
-            result = LiveBackend(server.url, self.options).run(scenario, config, rate=rate, seed=seed,
-                                                               num_requests=num_requests, observer=observer)
+            result = LiveBackend(server.url, self.options).run(
+                scenario, config, rate=rate, seed=seed, num_requests=num_requests, observer=observer
+            )
         except ServerUnreachable:
             self._check_alive(server)
             raise
@@ -132,9 +148,15 @@ class LaunchingBackend:
         log = self.log_dir / f"{self.engine}-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}-{next(_STARTS)}.log"
         try:
             self.log_dir.mkdir(parents=True, exist_ok=True)
-            running.server = start_server(config, self.engine, self.model_path, log, program=self.program,
-                                          health_timeout_s=self.health_timeout_s,
-                                          cancelled=observer.should_stop if observer else lambda: False)
+            running.server = start_server(
+                config,
+                self.engine,
+                self.model_path,
+                log,
+                program=self.program,
+                health_timeout_s=self.health_timeout_s,
+                cancelled=observer.should_stop if observer else lambda: False,
+            )
         except ExportError as err:  # a config this engine cannot run
             raise LaunchError(str(err)) from None
         except OSError as err:
@@ -148,5 +170,7 @@ class LaunchingBackend:
         if status is None:
             return
         self._running.stop()
-        raise LaunchError(f"engine: {self.engine} exited with status {status} while serving; "
-                          f"log: {server.log_path}{last_log_line(server.log_path)}")
+        raise LaunchError(
+            f"engine: {self.engine} exited with status {status} while serving; "
+            f"log: {server.log_path}{last_log_line(server.log_path)}"
+        )

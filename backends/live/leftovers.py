@@ -39,8 +39,15 @@ def pid_path(log_path: Path) -> Path:
 
 def write_pid_file(log_path: Path, engine: str, pid: int, command: list[str]) -> Path:
     """Record the server `pid` this process launched, beside its log; returns the file's path."""
-    record = {"engine": engine, "server_pid": pid, "server_started": _started(pid), "pipedeck_pid": os.getpid(),
-              "pipedeck_started": _started(os.getpid()), "command": command, "log": str(log_path)}
+    record = {
+        "engine": engine,
+        "server_pid": pid,
+        "server_started": _started(pid),
+        "pipedeck_pid": os.getpid(),
+        "pipedeck_started": _started(os.getpid()),
+        "command": command,
+        "log": str(log_path),
+    }
     path = pid_path(log_path)
     path.write_text(json.dumps(record) + "\n", encoding="utf-8")
     return path
@@ -66,16 +73,20 @@ def stop_leftovers(folder: Path) -> None:
             continue  # not a pipedeck pid file, or its pipedeck still runs and will stop its server itself
         server = _same(record["server_pid"], record["server_started"])
         if server is not None:
-            where = (f"{record['engine']} (pid {record['server_pid']}) left running by pipedeck "
-                     f"(pid {record['pipedeck_pid']}), which is gone")
+            where = (
+                f"{record['engine']} (pid {record['server_pid']}) left running by pipedeck "
+                f"(pid {record['pipedeck_pid']}), which is gone"
+            )
             try:
                 stopped = stop_group(server.pid, lambda timeout: _ended(server, timeout))  # noqa: B023 - called before the loop moves on
                 why = "it still runs after SIGKILL"
             except (PermissionError, psutil.AccessDenied) as err:
                 stopped, why = False, str(err)
             if not stopped:
-                log.warning(f"{where}, could not be stopped ({why}); stop it with `kill -TERM -- -{server.pid}` "
-                            f"(command: {shlex.join(record['command'])})")
+                log.warning(
+                    f"{where}, could not be stopped ({why}); stop it with `kill -TERM -- -{server.pid}` "
+                    f"(command: {shlex.join(record['command'])})"
+                )
                 continue
             log.warning(f"stopped {where}; its log: {record['log']}")
         path.unlink(missing_ok=True)

@@ -63,9 +63,17 @@ class LoadOptions:
                 raise ConfigError(f"{name}: a positive number of seconds, got {value!r}")
 
 
-def run_scenario(scenario: Scenario, base_url: str, *, rate: float | None = None, seed: int = 0,
-                 num_requests: int | None = None, options: LoadOptions = LoadOptions(),
-                 config: dict[str, object] | None = None, observer: RunObserver | None = None) -> RunResult:
+def run_scenario(
+    scenario: Scenario,
+    base_url: str,
+    *,
+    rate: float | None = None,
+    seed: int = 0,
+    num_requests: int | None = None,
+    options: LoadOptions = LoadOptions(),
+    config: dict[str, object] | None = None,
+    observer: RunObserver | None = None,
+) -> RunResult:
     """Replay `scenario`'s workload for `seed` against the server at `base_url` and return the run.
 
     `config` is recorded with the run; None: what the server says of itself (`LiveRun.described`).
@@ -81,14 +89,30 @@ def run_result(live: LiveRun, scenario: str, config: dict[str, object], seed: in
     records = [record for record in (r.record() for r in live.requests) if record is not None]
     preemptions = live.server.counter_deltas().get("preemptions_total") if live.server else None
     return RunResult(
-        config=config, scenario=scenario, backend="live", seed=seed, rate=rate, records=records, ranks=[],
-        makespan_s=max((r.end_s for r in live.requests), default=0.0), steps=None, chunks=None,
-        stage_executions=None, preemptions=None if preemptions is None else int(preemptions), live=live,
+        config=config,
+        scenario=scenario,
+        backend="live",
+        seed=seed,
+        rate=rate,
+        records=records,
+        ranks=[],
+        makespan_s=max((r.end_s for r in live.requests), default=0.0),
+        steps=None,
+        chunks=None,
+        stage_executions=None,
+        preemptions=None if preemptions is None else int(preemptions),
+        live=live,
     )
 
 
-async def replay(workload: Workload, base_url: str, options: LoadOptions = LoadOptions(), seed: int = 0,
-                 observer: RunObserver | None = None, rate: float | None = None) -> LiveRun:
+async def replay(
+    workload: Workload,
+    base_url: str,
+    options: LoadOptions = LoadOptions(),
+    seed: int = 0,
+    observer: RunObserver | None = None,
+    rate: float | None = None,
+) -> LiveRun:
     """Send every request of `workload` on schedule, measure each, and scrape `/metrics` meanwhile.
 
     `rate` (None: the scenario's own) keys the prompts when `options.fresh_prompts` asks for each rate's own.
@@ -117,8 +141,14 @@ async def replay(workload: Workload, base_url: str, options: LoadOptions = LoadO
     finally:
         await pool.aclose()
     requests = sorted(run.done, key=lambda r: r.id)
-    return LiveRun(requests=requests, unsent=len(workload) - len(requests), loadgen_cpu_s=cpu, server=server,
-                   engine_version=version, served_model=model)
+    return LiveRun(
+        requests=requests,
+        unsent=len(workload) - len(requests),
+        loadgen_cpu_s=cpu,
+        server=server,
+        engine_version=version,
+        served_model=model,
+    )
 
 
 def _body(request: Request, model: str, ids: tuple[int, int] | None, seed: int, fresh_at: float | None) -> bytes:
@@ -152,9 +182,10 @@ async def _first_model(client: httpx.AsyncClient, required: bool) -> dict:
             raise ValueError("the first entry has no id")
     except (httpx.HTTPError, ValueError, KeyError, IndexError, TypeError) as err:
         if required:
-            raise ServerUnreachable(f"endpoint: {client.base_url.join('/v1/models')} lists no model "
-                                    f"({type(err).__name__}: {err}); is the server up? (or name the model to request)"
-                                    ) from None
+            raise ServerUnreachable(
+                f"endpoint: {client.base_url.join('/v1/models')} lists no model "
+                f"({type(err).__name__}: {err}); is the server up? (or name the model to request)"
+            ) from None
         return {}
     return entry
 
@@ -162,8 +193,9 @@ async def _first_model(client: httpx.AsyncClient, required: bool) -> dict:
 class _Run:
     """One replay in progress: the clock, the deadline and the requests done."""
 
-    def __init__(self, pool: ClientPool, options: LoadOptions, observer: RunObserver | None,
-                 server: MetricsTimeline | None) -> None:
+    def __init__(
+        self, pool: ClientPool, options: LoadOptions, observer: RunObserver | None, server: MetricsTimeline | None
+    ) -> None:
         self.pool, self.options, self.observer, self.server = pool, options, observer, server
         self.loop = asyncio.get_running_loop()
         self.t0 = self.loop.time()
@@ -211,8 +243,13 @@ class _Run:
 
         running, waiting = gauge("running"), gauge("waiting")
         served = sum(r.error is None for r in self.done)
-        return Snapshot(self.loop.time() - self.t0, served, None if running is None else int(running),
-                        None if waiting is None else int(waiting), gauge("kv_usage"))
+        return Snapshot(
+            self.loop.time() - self.t0,
+            served,
+            None if running is None else int(running),
+            None if waiting is None else int(waiting),
+            gauge("kv_usage"),
+        )
 
     async def _open_loop(self, jobs: list[tuple[Request, bytes]]) -> None:
         for request, body in jobs:
@@ -241,9 +278,16 @@ class _Run:
 
     async def _send(self, request: Request, body: bytes, scheduled_s: float) -> None:
         result = await stream_completion(
-            self.pool, body, request_id=request.id, prompt_tokens=request.prompt_tokens,
-            max_tokens=request.output_tokens, scheduled_s=scheduled_s, t0=self.t0, stall_s=self.options.stall_s,
-            deadline=self.deadline)
+            self.pool,
+            body,
+            request_id=request.id,
+            prompt_tokens=request.prompt_tokens,
+            max_tokens=request.output_tokens,
+            scheduled_s=scheduled_s,
+            t0=self.t0,
+            stall_s=self.options.stall_s,
+            deadline=self.deadline,
+        )
         self.done.append(result)
         record = result.record()
         if record is not None and self.observer is not None:

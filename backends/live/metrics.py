@@ -37,27 +37,53 @@ TABLE = (
     Series("running", "sum", "vllm:num_requests_running", "sglang:num_running_reqs", "llamacpp:requests_processing"),
     Series("waiting", "sum", "vllm:num_requests_waiting", "sglang:num_queue_reqs", "llamacpp:requests_deferred"),
     Series("kv_usage", "mean", "vllm:kv_cache_usage_perc", "sglang:token_usage", None),
-    Series("prompt_tokens_total", "sum", "vllm:prompt_tokens_total", "sglang:prompt_tokens_total",
-           "llamacpp:prompt_tokens_total"),
-    Series("generation_tokens_total", "sum", "vllm:generation_tokens_total", "sglang:generation_tokens_total",
-           "llamacpp:tokens_predicted_total"),
+    Series(
+        "prompt_tokens_total",
+        "sum",
+        "vllm:prompt_tokens_total",
+        "sglang:prompt_tokens_total",
+        "llamacpp:prompt_tokens_total",
+    ),
+    Series(
+        "generation_tokens_total",
+        "sum",
+        "vllm:generation_tokens_total",
+        "sglang:generation_tokens_total",
+        "llamacpp:tokens_predicted_total",
+    ),
     Series("preemptions_total", "sum", "vllm:num_preemptions_total", "sglang:num_retracted_requests_total", None),
     # prompt tokens looked up in the prefix cache, and found there; llama-server counts the two apart
-    Series("prefix_cache_hits_total", "sum", "vllm:prefix_cache_hits_total", None,
-           "llamacpp:prompt_tokens_cached_total"),
-    Series("prefix_cache_queries_total", "sum", "vllm:prefix_cache_queries_total", None,
-           ("llamacpp:prompt_tokens_cached_total", "llamacpp:prompt_tokens_total")),
+    Series(
+        "prefix_cache_hits_total", "sum", "vllm:prefix_cache_hits_total", None, "llamacpp:prompt_tokens_cached_total"
+    ),
+    Series(
+        "prefix_cache_queries_total",
+        "sum",
+        "vllm:prefix_cache_queries_total",
+        None,
+        ("llamacpp:prompt_tokens_cached_total", "llamacpp:prompt_tokens_total"),
+    ),
     Series("prefix_cache_hit_rate", "mean", None, "sglang:cache_hit_rate", None),  # SGLang's last prefill batch's
     Series("ttft_s", "histogram", "vllm:time_to_first_token_seconds", "sglang:time_to_first_token_seconds", None),
-    Series("tpot_s", "histogram", "vllm:request_time_per_output_token_seconds",
-           "sglang:request_time_per_output_token_seconds", None),
+    Series(
+        "tpot_s",
+        "histogram",
+        "vllm:request_time_per_output_token_seconds",
+        "sglang:request_time_per_output_token_seconds",
+        None,
+    ),
     Series("itl_s", "histogram", "vllm:inter_token_latency_seconds", "sglang:inter_token_latency_seconds", None),
     Series("e2e_s", "histogram", "vllm:e2e_request_latency_seconds", "sglang:e2e_request_latency_seconds", None),
     Series("queue_s", "histogram", "vllm:request_queue_time_seconds", "sglang:queue_time_seconds", None),
 )
 NAMES = tuple(s.name for s in TABLE)
-COUNTERS = ("prompt_tokens_total", "generation_tokens_total", "preemptions_total", "prefix_cache_hits_total",
-            "prefix_cache_queries_total")
+COUNTERS = (
+    "prompt_tokens_total",
+    "generation_tokens_total",
+    "preemptions_total",
+    "prefix_cache_hits_total",
+    "prefix_cache_queries_total",
+)
 STAGE_LABEL = "pp_rank"  # the pipeline stage a per-stage series belongs to (SGLang's scheduler labels)
 
 
@@ -148,8 +174,9 @@ def _first_stage(found: list[tuple[dict[str, str], float]]) -> list[tuple[dict[s
     return [(labels, value) for labels, value in found if labels.get(STAGE_LABEL) == first]
 
 
-def _read(kind: str, name: str | tuple[str, ...],
-          samples: dict[str, list[tuple[dict[str, str], float]]]) -> float | Histogram | None:
+def _read(
+    kind: str, name: str | tuple[str, ...], samples: dict[str, list[tuple[dict[str, str], float]]]
+) -> float | Histogram | None:
     if kind == "histogram":
         return _histogram(name, samples)
     names = (name,) if isinstance(name, str) else name
@@ -172,8 +199,9 @@ def _histogram(name: str, samples: dict[str, list[tuple[dict[str, str], float]]]
     return Histogram(tuple(sorted(counts.items())), total, count)
 
 
-async def poll(client: httpx.AsyncClient, interval_s: float, stop: asyncio.Event, t0: float,
-               timeline: MetricsTimeline) -> None:
+async def poll(
+    client: httpx.AsyncClient, interval_s: float, stop: asyncio.Event, t0: float, timeline: MetricsTimeline
+) -> None:
     """Scrape `/metrics` into `timeline` every `interval_s` until `stop` is set, then once more.
 
     Times are loop time minus `t0`; `timeline` fills as the run goes, so the
@@ -190,8 +218,9 @@ async def poll(client: httpx.AsyncClient, interval_s: float, stop: asyncio.Event
         return
 
 
-async def _scrape_into(timeline: MetricsTimeline, client: httpx.AsyncClient, loop: asyncio.AbstractEventLoop,
-                       t0: float) -> None:
+async def _scrape_into(
+    timeline: MetricsTimeline, client: httpx.AsyncClient, loop: asyncio.AbstractEventLoop, t0: float
+) -> None:
     """Append one scrape to `timeline`, or one line to its errors if the scrape failed."""
     try:
         response = await client.get("/metrics")

@@ -24,9 +24,11 @@ from dataclasses import dataclass
 
 FAULTS = ("http500", "die", "stall", "malformed", "truncate")
 MOCK_BUILD = "b0-mock"
-MOCK_ERROR = ("mock failure: the engine raised an internal error while scheduling this request, so no tokens were "
-              "generated for it; this message is longer than two hundred characters, as a real server's explanation "
-              "of a failure often is.")  # what an http500 fault answers, as {"error": {"message": ...}}
+MOCK_ERROR = (
+    "mock failure: the engine raised an internal error while scheduling this request, so no tokens were "
+    "generated for it; this message is longer than two hundred characters, as a real server's explanation "
+    "of a failure often is."
+)  # what an http500 fault answers, as {"error": {"message": ...}}
 
 
 @dataclass(frozen=True)
@@ -131,10 +133,13 @@ class MockServer:
 
     def metrics(self) -> str:
         """llama-server's `/metrics` series, from what the mock has served."""
-        rows = (("prompt_tokens_total", "counter", self.prompt_tokens),
-                ("prompt_tokens_cached_total", "counter", self.cached_tokens),
-                ("tokens_predicted_total", "counter", self.predicted_tokens),
-                ("requests_processing", "gauge", self.processing), ("requests_deferred", "gauge", 0))
+        rows = (
+            ("prompt_tokens_total", "counter", self.prompt_tokens),
+            ("prompt_tokens_cached_total", "counter", self.cached_tokens),
+            ("tokens_predicted_total", "counter", self.predicted_tokens),
+            ("requests_processing", "gauge", self.processing),
+            ("requests_deferred", "gauge", 0),
+        )
         return "".join(f"# TYPE llamacpp:{name} {kind}\nllamacpp:{name} {value}\n" for name, kind, value in rows)
 
     async def _complete(self, request: dict, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> bool:
@@ -168,18 +173,30 @@ class MockServer:
                 self.predicted_tokens += k
                 events += 1
                 blank = b.blank_every and events % b.blank_every == 0
-                choice = {"index": 0, "text": "" if blank else " tok" * k, "logprobs": None,
-                          "finish_reason": "length" if sent == n_out else None}
-                writer.write(_event({"id": "cmpl-mock", "object": "text_completion", "model": "mock",
-                                     "choices": [choice]}))
+                choice = {
+                    "index": 0,
+                    "text": "" if blank else " tok" * k,
+                    "logprobs": None,
+                    "finish_reason": "length" if sent == n_out else None,
+                }
+                writer.write(
+                    _event({"id": "cmpl-mock", "object": "text_completion", "model": "mock", "choices": [choice]})
+                )
                 if b.token_s and sent < n_out:
                     await writer.drain()
                     await asyncio.sleep(b.token_s)
             if b.usage and (request.get("stream_options") or {}).get("include_usage"):
-                usage = {"prompt_tokens": n_prompt, "completion_tokens": n_out, "total_tokens": n_prompt + n_out,
-                         "prompt_tokens_details": {"cached_tokens": n_cached}}
-                writer.write(_event({"id": "cmpl-mock", "object": "text_completion", "model": "mock", "choices": [],
-                                     "usage": usage}))
+                usage = {
+                    "prompt_tokens": n_prompt,
+                    "completion_tokens": n_out,
+                    "total_tokens": n_prompt + n_out,
+                    "prompt_tokens_details": {"cached_tokens": n_cached},
+                }
+                writer.write(
+                    _event(
+                        {"id": "cmpl-mock", "object": "text_completion", "model": "mock", "choices": [], "usage": usage}
+                    )
+                )
             writer.write(DONE)
             await writer.drain()
             return True
@@ -217,8 +234,9 @@ def main() -> None:
     parser.add_argument("--fault", choices=FAULTS, default=None, help="misbehave on some completions")
     parser.add_argument("--fault-every", type=int, default=1, help="the fault hits requests 1, 1 + K, 1 + 2K, ...")
     args = parser.parse_args()
-    behaviour = Behaviour(first_token_s=args.first_token_s, token_s=args.token_s, fault=args.fault,
-                          fault_every=args.fault_every)
+    behaviour = Behaviour(
+        first_token_s=args.first_token_s, token_s=args.token_s, fault=args.fault, fault_every=args.fault_every
+    )
     asyncio.run(_serve_forever(behaviour, args.port))
 
 

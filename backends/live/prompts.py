@@ -22,12 +22,15 @@ import numpy as np
 from ..errors import ConfigError
 
 DEFAULT_TOKEN_IDS = (100, 1000)
-WORDS = tuple(" " + word for word in (
-    "the of and to in is that for it as was with be by on not he this are or his from at which but have an they"
-    " you were her she there one all we their has been if more when will would who so no time people year way day"
-    " man thing woman life child world school state family student group country problem hand part place case"
-    " week company system program question work government number night point home water room mother area money"
-    ).split())
+WORDS = tuple(
+    " " + word
+    for word in (
+        "the of and to in is that for it as was with be by on not he this are or his from at which but have an they"
+        " you were her she there one all we their has been if more when will would who so no time people year way day"
+        " man thing woman life child world school state family student group country problem hand part place case"
+        " week company system program question work government number night point home water room mother area money"
+    ).split()
+)
 
 
 def token_range(requested: tuple[int, int] | None, n_vocab: int | None) -> tuple[int, int]:
@@ -43,13 +46,16 @@ def token_range(requested: tuple[int, int] | None, n_vocab: int | None) -> tuple
     if n_vocab is not None:
         high = min(high, n_vocab)
         if high - low < 10:
-            raise ConfigError(f"token_ids: the server's vocabulary ({n_vocab} tokens) is too small for the default "
-                              f"range {DEFAULT_TOKEN_IDS}; pass token_ids")
+            raise ConfigError(
+                f"token_ids: the server's vocabulary ({n_vocab} tokens) is too small for the default "
+                f"range {DEFAULT_TOKEN_IDS}; pass token_ids"
+            )
     return low, high
 
 
-def token_prompt(seed: int, request_id: int, length: int, ids: tuple[int, int], fresh_at: float | None = None
-                 ) -> list[int]:
+def token_prompt(
+    seed: int, request_id: int, length: int, ids: tuple[int, int], fresh_at: float | None = None
+) -> list[int]:
     """`length` token ids in [ids[0], ids[1]), the same for the same seed and request (and `fresh_at` rate)."""
     return prompt_stream(seed, request_id, fresh_at).integers(ids[0], ids[1], length).tolist()
 

@@ -46,8 +46,9 @@ class LiveRequest(NamedTuple):
         """The common record (arrival = send time) of a served request; None if it failed."""
         if self.error is not None or self.first_token_s is None:
             return None
-        return RequestRecord(self.id, self.send_s, self.prompt_tokens, self.output_tokens, self.first_token_s,
-                             self.end_s)
+        return RequestRecord(
+            self.id, self.send_s, self.prompt_tokens, self.output_tokens, self.first_token_s, self.end_s
+        )
 
 
 UNSENT = "not sent (run time limit)"  # the kind of a request the run's time limit left unsent
@@ -143,30 +144,49 @@ def live_to_dict(run: LiveRun) -> dict[str, object]:
     """The whole live run as plain JSON data (histogram bounds of +inf written "+Inf", as Prometheus does)."""
     server = run.server
     return {
-        "requests": [r._asdict() for r in run.requests], "unsent": run.unsent, "loadgen_cpu_s": run.loadgen_cpu_s,
-        "engine_version": run.engine_version, "served_model": run.served_model,
-        "server": None if server is None else {
-            "engine": server.engine, "errors": server.errors,
-            "samples": [{"time_s": s.time_s, "values": {k: _value_to_json(v) for k, v in s.values.items()}}
-                        for s in server.samples]},
+        "requests": [r._asdict() for r in run.requests],
+        "unsent": run.unsent,
+        "loadgen_cpu_s": run.loadgen_cpu_s,
+        "engine_version": run.engine_version,
+        "served_model": run.served_model,
+        "server": None
+        if server is None
+        else {
+            "engine": server.engine,
+            "errors": server.errors,
+            "samples": [
+                {"time_s": s.time_s, "values": {k: _value_to_json(v) for k, v in s.values.items()}}
+                for s in server.samples
+            ],
+        },
     }
 
 
 def live_from_dict(data: dict) -> LiveRun:
     """Inverse of `live_to_dict`."""
     server = data["server"]
-    timeline = None if server is None else MetricsTimeline(
-        server["engine"], [Sample(s["time_s"], {k: _value_from_json(v) for k, v in s["values"].items()})
-                           for s in server["samples"]], list(server["errors"]))
+    timeline = (
+        None
+        if server is None
+        else MetricsTimeline(
+            server["engine"],
+            [Sample(s["time_s"], {k: _value_from_json(v) for k, v in s["values"].items()}) for s in server["samples"]],
+            list(server["errors"]),
+        )
+    )
     requests = [LiveRequest(**{**r, "gaps_s": tuple(r["gaps_s"])}) for r in data["requests"]]
-    return LiveRun(requests, data["unsent"], data["loadgen_cpu_s"], timeline, data.get("engine_version"),
-                   data.get("served_model"))
+    return LiveRun(
+        requests, data["unsent"], data["loadgen_cpu_s"], timeline, data.get("engine_version"), data.get("served_model")
+    )
 
 
 def _value_to_json(value: float | Histogram) -> object:
     if isinstance(value, Histogram):
-        return {"buckets": [["+Inf" if math.isinf(le) else le, n] for le, n in value.buckets],
-                "sum": value.sum, "count": value.count}
+        return {
+            "buckets": [["+Inf" if math.isinf(le) else le, n] for le, n in value.buckets],
+            "sum": value.sum,
+            "count": value.count,
+        }
     return value
 
 

@@ -15,8 +15,11 @@ from __future__ import annotations
 
 import httpx
 
-PROBES = (("/version", "version", "vllm"), ("/get_server_info", "version", "sglang"),
-          ("/props", "build_info", "llama.cpp"))
+PROBES = (
+    ("/version", "version", "vllm"),
+    ("/get_server_info", "version", "sglang"),
+    ("/props", "build_info", "llama.cpp"),
+)
 
 
 async def engine_version(client: httpx.AsyncClient, timeout_s: float = 5.0) -> str | None:

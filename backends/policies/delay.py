@@ -44,8 +44,9 @@ AUTO_SWITCH = 0.9  # auto: tpot_first once observed TPOT reaches this x the SLO
 class DelayScheduler:
     """Chooses which ready decodes join the next micro-batch."""
 
-    def __init__(self, pp: int, slo_tpot_s: float, waiting_tok_threshold: int, load_alpha: float,
-                 base_unit: int, mode: str):
+    def __init__(
+        self, pp: int, slo_tpot_s: float, waiting_tok_threshold: int, load_alpha: float, base_unit: int, mode: str
+    ):
         self.pp, self.slo_tpot_s = pp, slo_tpot_s
         self.waiting_tok_threshold, self.load_alpha, self.base_unit = waiting_tok_threshold, load_alpha, base_unit
         self.mode = mode
@@ -68,10 +69,10 @@ class DelayScheduler:
         if hold <= 0:
             return list(ready), []
         ordered = again + self._order([q for q in ready if q.seq not in held_before], now)
-        later = ordered[n - hold:]
+        later = ordered[n - hold :]
         self._held = {q.seq for q in later}
         self.delayed += hold
-        return ordered[:n - hold], later
+        return ordered[: n - hold], later
 
     def _order(self, ready: Sequence[R], now: float) -> list[R]:
         """`ready` reordered so the requests to delay come last."""

@@ -109,8 +109,7 @@ class PredictiveChunkController:
         table = self._linear
         return float(table[min(tokens, len(table) - 1)])
 
-    def predict(self, prefill: int, decodes: int, chunk_prefix: float, chunk_sq: float,
-                decode_context: float) -> float:
+    def predict(self, prefill: int, decodes: int, chunk_prefix: float, chunk_sq: float, decode_context: float) -> float:
         """Predicted entry-stage seconds of a step with this composition."""
         x = self._features(prefill, chunk_prefix, chunk_sq, decode_context)
         return self.linear(prefill + decodes) + self.model.predict(x) / RESIDUAL_UNIT
@@ -127,8 +126,16 @@ class PredictiveChunkController:
         self._decodes, self._context = r.decode_tokens, r.decode_context
         self._prefix = r.chunk_prefix / r.prefill_tokens if r.prefill_tokens else 0.0
         self._prefilled += r.prefill_tokens
-        self._samples.append(_Sample(r.finished_at, r.arrived, r.backlog_tokens, r.admissible_tokens,
-                                     r.finished_prompt_tokens, self._prefilled))
+        self._samples.append(
+            _Sample(
+                r.finished_at,
+                r.arrived,
+                r.backlog_tokens,
+                r.admissible_tokens,
+                r.finished_prompt_tokens,
+                self._prefilled,
+            )
+        )
         while self._samples[0].at < r.finished_at - self.window_s:
             self._samples.popleft()
         self._steps += 1
@@ -169,8 +176,9 @@ class PredictiveChunkController:
         for c in self.candidates:  # predict(), unrolled: this runs every step
             decodes = min(self._decodes, c) if shared else self._decodes
             prefill = c - decodes if shared else c
-            attention = (t_prefix * prefill * self._prefix + t_sq * prefill * prefill
-                         + t_context * decodes * context_each) / PAIR_UNIT
+            attention = (
+                t_prefix * prefill * self._prefix + t_sq * prefill * prefill + t_context * decodes * context_each
+            ) / PAIR_UNIT
             stage = self.linear(prefill + decodes) + attention + (t_eager if prefill else 0.0)
             if self.pp * stage > self.tpot_budget:
                 continue

@@ -80,24 +80,66 @@ def _adaptive(env: PolicyEnv) -> ChunkPolicy:
     return AdaptiveChunk(c.chunk, c.adaptive_threshold, c.adaptive_fit_chunks, env.entry_stage_time)
 
 
-register_mode(ModeSpec(
-    "cpp", "chunked prefill PP: fixed chunks, stage i on rank i",
-    "linear", True, 0, False, _fixed))
-register_mode(ModeSpec(
-    "dcpp", "dynamic chunk PP (vLLM-Ascend profiling chunk): later chunks shrink to equal time",
-    "linear", True, 0, False, _dcpp, params=("smooth_factor", "min_chunk")))
-register_mode(ModeSpec(
-    "vpp-sync", "V-shaped fold-back, blocking transfers in program order, one prompt's chunk per step",
-    "foldback", True, 1, False, _fixed, pack_prompts=False))
-register_mode(ModeSpec(
-    "vpp-async", "fold-back with overlapped transfers and the entry rank's swapped order",
-    "foldback", False, 1, True, _fixed, pack_prompts=False))
-register_mode(ModeSpec(
-    "vpp", "vpp-async plus cross-request packing: a step's leftover budget takes the next prompts' leading chunks",
-    "foldback", False, 1, True, _fixed))
-register_mode(ModeSpec(
-    "vpp-adaptive", "vpp whose chunks are resized locally when stage times leave the linear law (e.g. DSA)",
-    "foldback", False, 1, True, _adaptive, params=("adaptive_threshold", "adaptive_fit_chunks")))
+register_mode(ModeSpec("cpp", "chunked prefill PP: fixed chunks, stage i on rank i", "linear", True, 0, False, _fixed))
+register_mode(
+    ModeSpec(
+        "dcpp",
+        "dynamic chunk PP (vLLM-Ascend profiling chunk): later chunks shrink to equal time",
+        "linear",
+        True,
+        0,
+        False,
+        _dcpp,
+        params=("smooth_factor", "min_chunk"),
+    )
+)
+register_mode(
+    ModeSpec(
+        "vpp-sync",
+        "V-shaped fold-back, blocking transfers in program order, one prompt's chunk per step",
+        "foldback",
+        True,
+        1,
+        False,
+        _fixed,
+        pack_prompts=False,
+    )
+)
+register_mode(
+    ModeSpec(
+        "vpp-async",
+        "fold-back with overlapped transfers and the entry rank's swapped order",
+        "foldback",
+        False,
+        1,
+        True,
+        _fixed,
+        pack_prompts=False,
+    )
+)
+register_mode(
+    ModeSpec(
+        "vpp",
+        "vpp-async plus cross-request packing: a step's leftover budget takes the next prompts' leading chunks",
+        "foldback",
+        False,
+        1,
+        True,
+        _fixed,
+    )
+)
+register_mode(
+    ModeSpec(
+        "vpp-adaptive",
+        "vpp whose chunks are resized locally when stage times leave the linear law (e.g. DSA)",
+        "foldback",
+        False,
+        1,
+        True,
+        _adaptive,
+        params=("adaptive_threshold", "adaptive_fit_chunks"),
+    )
+)
 
 
 def _fastpp_greedy(env: PolicyEnv) -> ChunkPolicy:
@@ -111,12 +153,45 @@ def _fastpp_alp(env: PolicyEnv) -> ChunkPolicy:
     return PredictiveChunkController(env)
 
 
-register_mode(ModeSpec(
-    "fastpp-greedy", "FastPP greedy: every pp steps reset, shrink or grow the chunk on free KV and observed TTFT/TPOT",
-    "linear", False, 0, False, _fastpp_greedy,
-    params=("slo_ttft_s", "slo_tpot_s", "controller_min_chunk", "controller_base_chunk", "controller_step",
-     "kv_free_threshold", "tpot_violation", "ttft_low", "ttft_high", "tpot_safe")))
-register_mode(ModeSpec(
-    "fastpp-alp", "FastPP ALP: the smallest chunk whose RLS-predicted latency keeps TPOT and prefill throughput",
-    "linear", False, 0, False, _fastpp_alp,
-    params=("slo_tpot_s", "controller_min_chunk", "controller_step", "alp_window_s", "slo_tpot_coeff", "rls_forgetting")))
+register_mode(
+    ModeSpec(
+        "fastpp-greedy",
+        "FastPP greedy: every pp steps reset, shrink or grow the chunk on free KV and observed TTFT/TPOT",
+        "linear",
+        False,
+        0,
+        False,
+        _fastpp_greedy,
+        params=(
+            "slo_ttft_s",
+            "slo_tpot_s",
+            "controller_min_chunk",
+            "controller_base_chunk",
+            "controller_step",
+            "kv_free_threshold",
+            "tpot_violation",
+            "ttft_low",
+            "ttft_high",
+            "tpot_safe",
+        ),
+    )
+)
+register_mode(
+    ModeSpec(
+        "fastpp-alp",
+        "FastPP ALP: the smallest chunk whose RLS-predicted latency keeps TPOT and prefill throughput",
+        "linear",
+        False,
+        0,
+        False,
+        _fastpp_alp,
+        params=(
+            "slo_tpot_s",
+            "controller_min_chunk",
+            "controller_step",
+            "alp_window_s",
+            "slo_tpot_coeff",
+            "rls_forgetting",
+        ),
+    )
+)

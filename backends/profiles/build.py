@@ -15,16 +15,28 @@ P = TypeVar("P", ModelProfile, HardwareProfile)
 ATTENTION_KINDS = ("gqa", "mla")
 _POSITIVE = {
     ModelProfile: (
-        "num_layers", "hidden_size", "vocab_size", "num_heads", "num_kv_heads",
-        "head_dim", "weight_bytes", "kv_bytes",
+        "num_layers",
+        "hidden_size",
+        "vocab_size",
+        "num_heads",
+        "num_kv_heads",
+        "head_dim",
+        "weight_bytes",
+        "kv_bytes",
     ),
     HardwareProfile: (
-        "memory_gb", "memory_bandwidth_gbs", "peak_tflops", "collective_bandwidth_gbs",
+        "memory_gb",
+        "memory_bandwidth_gbs",
+        "peak_tflops",
+        "collective_bandwidth_gbs",
         "p2p_bandwidth_gbs",
     ),
 }
 _FRACTIONS = (
-    "matmul_efficiency", "attention_efficiency", "memory_efficiency", "memory_utilization",
+    "matmul_efficiency",
+    "attention_efficiency",
+    "memory_efficiency",
+    "memory_utilization",
 )
 # Tables a profile file may carry as a record for its readers; the cost model reads none of them.
 # [calibration]: the runs `pipedeck calibrate` fitted the hardware's constants to, and its errors.
@@ -39,9 +51,12 @@ def numeric_fields(cls: type[ModelProfile] | type[HardwareProfile]) -> tuple[str
 
 # A field a profile may leave out, taking another field's value: (that field, the source recorded for it).
 _FALLBACKS: dict[type, dict[str, tuple[str, str]]] = {
-    HardwareProfile: {"graph_collective_latency_us": (
-        "collective_latency_us", "not in the profile: decode steps pay the eager collective latency (no graph "
-                                 "replay figure was given)")},
+    HardwareProfile: {
+        "graph_collective_latency_us": (
+            "collective_latency_us",
+            "not in the profile: decode steps pay the eager collective latency (no graph replay figure was given)",
+        )
+    },
 }
 
 
@@ -123,25 +138,20 @@ def _checkpoints(label: str, raw: Any) -> dict[str, Checkpoint]:
     return found
 
 
-def _sources(
-    label: str, raw: Any, values: Mapping[str, Any], numeric: tuple[str, ...]
-) -> dict[str, str]:
+def _sources(label: str, raw: Any, values: Mapping[str, Any], numeric: tuple[str, ...]) -> dict[str, str]:
     """Check the sources table: known fields, non-empty text, one per numeric field given."""
     if not isinstance(raw, Mapping):
-        raise ProfileError(f"{label}: [sources] must be a table of field = \"where it comes from\"")
+        raise ProfileError(f'{label}: [sources] must be a table of field = "where it comes from"')
     for key, text in raw.items():
         if key not in numeric:
             raise ProfileError(
-                f"{label}: [sources] names {key!r}, which is not a numeric field; "
-                f"allowed: {', '.join(numeric)}"
+                f"{label}: [sources] names {key!r}, which is not a numeric field; allowed: {', '.join(numeric)}"
             )
         if not isinstance(text, str) or not text.strip():
             raise ProfileError(f"{label}: [sources] entry {key!r} must be a non-empty string")
     for key in numeric:
         if key in values and key not in raw:
-            raise ProfileError(
-                f"{label}: field {key!r} has no entry in [sources]; every numeric field needs one"
-            )
+            raise ProfileError(f"{label}: field {key!r} has no entry in [sources]; every numeric field needs one")
     return dict(raw)
 
 
@@ -165,15 +175,13 @@ def _check_model(model: ModelProfile, label: str) -> None:
     """Cross-field rules of a model: attention kind, MLA ranks, experts, layer counts."""
     if model.attention not in ATTENTION_KINDS:
         raise ProfileError(
-            f"{label}: field 'attention' must be one of {', '.join(ATTENTION_KINDS)}, "
-            f"got {model.attention!r}"
+            f"{label}: field 'attention' must be one of {', '.join(ATTENTION_KINDS)}, got {model.attention!r}"
         )
     if model.attention == "mla" and (model.kv_lora_rank == 0 or model.v_head_dim == 0):
         raise ProfileError(f"{label}: attention 'mla' needs kv_lora_rank > 0 and v_head_dim > 0")
     if model.num_experts and not 0 < model.experts_per_token <= model.num_experts:
         raise ProfileError(
-            f"{label}: field 'experts_per_token' must be in 1..{model.num_experts}, "
-            f"got {model.experts_per_token}"
+            f"{label}: field 'experts_per_token' must be in 1..{model.num_experts}, got {model.experts_per_token}"
         )
     if model.num_experts and model.moe_intermediate_size == 0:
         raise ProfileError(f"{label}: field 'moe_intermediate_size' must be > 0 for a MoE model")
@@ -183,19 +191,18 @@ def _check_model(model: ModelProfile, label: str) -> None:
     for key in ("first_dense_layers", "indexer_layers"):
         if getattr(model, key) > model.num_layers:
             raise ProfileError(
-                f"{label}: field {key!r} must be <= num_layers ({model.num_layers}), "
-                f"got {getattr(model, key)}"
+                f"{label}: field {key!r} must be <= num_layers ({model.num_layers}), got {getattr(model, key)}"
             )
     if model.index_topk and (model.index_n_heads == 0 or model.index_head_dim == 0):
-        raise ProfileError(
-            f"{label}: index_topk > 0 needs index_n_heads > 0 and index_head_dim > 0"
-        )
+        raise ProfileError(f"{label}: index_topk > 0 needs index_n_heads > 0 and index_head_dim > 0")
 
 
 def _check_hardware(hardware: HardwareProfile, label: str) -> None:
     """Cross-field rules of a hardware profile: a known platform; a graph-replayed collective is no slower than an eager one."""
     if hardware.platform not in ("", *PLATFORMS):
-        raise ProfileError(f"{label}: field 'platform' must be one of {', '.join(PLATFORMS)}, got {hardware.platform!r}")
+        raise ProfileError(
+            f"{label}: field 'platform' must be one of {', '.join(PLATFORMS)}, got {hardware.platform!r}"
+        )
     if hardware.graph_collective_latency_us > hardware.collective_latency_us:
         raise ProfileError(
             f"{label}: field 'graph_collective_latency_us' must be <= collective_latency_us "

@@ -20,8 +20,12 @@ from .params import count_params
 from .schema import ModelProfile
 
 _DTYPE_BYTES = {
-    "bfloat16": 2.0, "float16": 2.0, "float32": 2.0,
-    "float8_e4m3fn": 1.0, "float8_e5m2": 1.0, "int8": 1.0,
+    "bfloat16": 2.0,
+    "float16": 2.0,
+    "float32": 2.0,
+    "float8_e4m3fn": 1.0,
+    "float8_e5m2": 1.0,
+    "int8": 1.0,
 }
 _EXPERT_KEYS = ("n_routed_experts", "num_experts", "num_local_experts")
 
@@ -105,8 +109,7 @@ def _read_gqa(r: _Reader) -> None:
     hidden, heads = r.fields["hidden_size"], r.fields["num_heads"]
     if not heads or hidden % heads:
         raise r.fail(
-            f"missing key 'head_dim' and hidden_size {hidden} is not a multiple of "
-            f"num_attention_heads {heads}"
+            f"missing key 'head_dim' and hidden_size {hidden} is not a multiple of num_attention_heads {heads}"
         )
     r.set("head_dim", hidden // heads, "computed: hidden_size / num_attention_heads (no head_dim)")
 
@@ -163,8 +166,7 @@ def _read_shared_experts(r: _Reader, expert_size: int) -> None:
     shared_size = r.integer("shared_expert_intermediate_size")
     if shared_size % expert_size:
         raise r.fail(
-            f"key 'shared_expert_intermediate_size' ({shared_size}) must be a multiple of "
-            f"the expert size {expert_size}"
+            f"key 'shared_expert_intermediate_size' ({shared_size}) must be a multiple of the expert size {expert_size}"
         )
     r.set(
         "num_shared_experts",
@@ -215,9 +217,7 @@ def _read_dsa(r: _Reader) -> None:
         return
     valid = isinstance(kinds, list) and len(kinds) == num_layers
     if not valid or not all(kind in ("full", "shared") for kind in kinds):
-        raise r.fail(
-            f"key 'indexer_types' must list 'full' or 'shared' for each of {num_layers} layers"
-        )
+        raise r.fail(f"key 'indexer_types' must list 'full' or 'shared' for each of {num_layers} layers")
     r.set("indexer_layers", kinds.count("full"), "config.json key indexer_types: count of 'full'")
 
 
@@ -246,4 +246,3 @@ def _read_precision(r: _Reader) -> None:
             source += " (float32 is served in 16 bits)"
         r.set("weight_bytes", _DTYPE_BYTES[dtype], source)
     r.set("kv_bytes", 2.0, "default: 16-bit KV cache (kv-cache-dtype auto)")
-

@@ -13,7 +13,9 @@ from .errors import ProfileError
 from .hf_import import model_from_hf_config
 from .schema import HardwareProfile, ModelProfile
 
-PACKAGED = Path(__file__).parent  # models/ and hardware/ ship beside this module (pipedeck installs as files, not a zip)
+PACKAGED = Path(
+    __file__
+).parent  # models/ and hardware/ ship beside this module (pipedeck installs as files, not a zip)
 
 
 def model_names() -> list[str]:
@@ -59,8 +61,7 @@ def load_hardware(name_or_path: str | os.PathLike[str]) -> HardwareProfile:
         label = f"hardware {path}"
         return build_profile(HardwareProfile, _read_toml(path, label), label)
     raise ProfileError(
-        f"hardware: unknown hardware {text!r}; known: {', '.join(hardware_names())} "
-        "(or a path to a .toml file)"
+        f"hardware: unknown hardware {text!r}; known: {', '.join(hardware_names())} (or a path to a .toml file)"
     )
 
 

@@ -18,8 +18,9 @@ from .build import numeric_fields
 from .schema import HardwareProfile, ModelProfile
 
 
-def profile_toml(profile: ModelProfile | HardwareProfile, records: Mapping[str, Mapping[str, Any]] | None = None,
-                 comment: str = "") -> str:
+def profile_toml(
+    profile: ModelProfile | HardwareProfile, records: Mapping[str, Mapping[str, Any]] | None = None, comment: str = ""
+) -> str:
     """The TOML text of `profile`, with `records` as extra tables and `comment` as leading # lines.
 
     Every numeric field needs a source in `profile.sources`; a ValueError names the first without one.
@@ -33,7 +34,9 @@ def profile_toml(profile: ModelProfile | HardwareProfile, records: Mapping[str, 
         if not source:
             raise ValueError(f"{name}: no source to write for {profile.name}")
         lines.append(f"{name} = {_value(source)}")
-    checkpoints = {platform: dataclasses.asdict(entry) for platform, entry in getattr(profile, "checkpoints", {}).items()}
+    checkpoints = {
+        platform: dataclasses.asdict(entry) for platform, entry in getattr(profile, "checkpoints", {}).items()
+    }
     for name, table in (({"checkpoints": checkpoints} if checkpoints else {}) | dict(records or {})).items():
         _table(lines, name, table)
     return "\n".join(lines) + "\n"

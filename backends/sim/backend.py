@@ -36,9 +36,16 @@ class SimBackend:
     def __init__(self, exact_decode: bool = False):
         self.exact_decode = exact_decode
 
-    def run(self, scenario: Scenario, config: ServingConfig, rate: float | None = None, seed: int = 0,
-            num_requests: int | None = None, observer: RunObserver | None = None,
-            timeline: bool = True) -> RunResult:
+    def run(
+        self,
+        scenario: Scenario,
+        config: ServingConfig,
+        rate: float | None = None,
+        seed: int = 0,
+        num_requests: int | None = None,
+        observer: RunObserver | None = None,
+        timeline: bool = True,
+    ) -> RunResult:
         """Simulate `scenario` under `config` and return every record."""
         config = config.resolve()
         check_footprint(self.name, scenario, config, num_requests, seed, rate, timeline)  # before any is drawn
@@ -47,16 +54,29 @@ class SimBackend:
         requests = [SimRequest(r.id, r.arrival_s, r.prompt_tokens, r.output_tokens) for r in workload.requests]
         makespan = engine.run(requests, workload.concurrency)
         return RunResult(
-            config=config.to_dict(), scenario=scenario.name, backend=self.name, seed=seed, rate=rate,
-            records=sorted(engine.records), ranks=engine.rank_times(makespan),  # records by id, their first field
-            makespan_s=makespan, steps=engine.steps, chunks=engine.sched.chunks,
-            stage_executions=engine.stage_execs, spans=engine.span_list() if timeline else [],
+            config=config.to_dict(),
+            scenario=scenario.name,
+            backend=self.name,
+            seed=seed,
+            rate=rate,
+            records=sorted(engine.records),
+            ranks=engine.rank_times(makespan),  # records by id, their first field
+            makespan_s=makespan,
+            steps=engine.steps,
+            chunks=engine.sched.chunks,
+            stage_executions=engine.stage_execs,
+            spans=engine.span_list() if timeline else [],
             preemptions=engine.sched.preemptions,
         )
 
 
-def build_engine(config: ResolvedConfig, timeline: bool = False, observer: RunObserver | None = None,
-                 cost: CostModel | None = None, exact_decode: bool = False) -> Engine:
+def build_engine(
+    config: ResolvedConfig,
+    timeline: bool = False,
+    observer: RunObserver | None = None,
+    cost: CostModel | None = None,
+    exact_decode: bool = False,
+) -> Engine:
     """Wire a resolved config's cost model (or the one given), policies and scheduler into an engine."""
     spec = config.mode_spec
     if cost is None:
@@ -77,9 +97,31 @@ def build_engine(config: ResolvedConfig, timeline: bool = False, observer: RunOb
 
     env = PolicyEnv(config, chunk_latency, entry_stage_time, decode_stage_time)
     in_flight = config.pp + spec.extra_in_flight
-    delay = DelayScheduler(in_flight, config.slo_tpot_s, config.waiting_tok_threshold, config.load_alpha,
-                           config.base_unit, config.delay_mode) if config.delay_scheduling else None
-    scheduler = StepScheduler(cost, spec.chunk_policy(env), config.max_running, config.kv_capacity, in_flight, topk,
-                              delay, config.decode_in_budget, config.mixed_batches, config.output_reserve,
-                              spec.pack_prompts, config.sticky_decodes, exact_decode)
+    delay = (
+        DelayScheduler(
+            in_flight,
+            config.slo_tpot_s,
+            config.waiting_tok_threshold,
+            config.load_alpha,
+            config.base_unit,
+            config.delay_mode,
+        )
+        if config.delay_scheduling
+        else None
+    )
+    scheduler = StepScheduler(
+        cost,
+        spec.chunk_policy(env),
+        config.max_running,
+        config.kv_capacity,
+        in_flight,
+        topk,
+        delay,
+        config.decode_in_budget,
+        config.mixed_batches,
+        config.output_reserve,
+        spec.pack_prompts,
+        config.sticky_decodes,
+        exact_decode,
+    )
     return Engine(cost, scheduler, ranks, spec.sync_transfers, in_flight, spec.entry_first, timeline, observer)

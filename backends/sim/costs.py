@@ -48,12 +48,30 @@ ACT_BYTES = 2  # bf16 activations on the wire
 class BatchShape:
     """What a micro-batch asks of the model, independent of the stage (a plain class: it is made every step)."""
 
-    __slots__ = ("tokens", "prefill_tokens", "prefill_pairs", "prefill_pairs_capped", "decode_pairs",
-                 "decode_pairs_capped", "prefix_tokens", "sampled", "prefill_chunks")
+    __slots__ = (
+        "tokens",
+        "prefill_tokens",
+        "prefill_pairs",
+        "prefill_pairs_capped",
+        "decode_pairs",
+        "decode_pairs_capped",
+        "prefix_tokens",
+        "sampled",
+        "prefill_chunks",
+    )
 
-    def __init__(self, tokens: int, prefill_tokens: int, prefill_pairs: float, prefill_pairs_capped: float,
-                 decode_pairs: float, decode_pairs_capped: float, prefix_tokens: int, sampled: int,
-                 prefill_chunks: int = 1):
+    def __init__(
+        self,
+        tokens: int,
+        prefill_tokens: int,
+        prefill_pairs: float,
+        prefill_pairs_capped: float,
+        decode_pairs: float,
+        decode_pairs_capped: float,
+        prefix_tokens: int,
+        sampled: int,
+        prefill_chunks: int = 1,
+    ):
         self.tokens = tokens  # all tokens (prefill chunk tokens + one per decode)
         self.prefill_tokens = prefill_tokens  # tokens of the prefill chunks
         self.prefill_pairs = prefill_pairs  # causal query-key pairs of the prefill chunks

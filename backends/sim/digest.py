@@ -9,6 +9,14 @@ from ..result import RunResult
 
 def run_digest(result: RunResult) -> str:
     """SHA-256 of every record, rank time, counter and span of `result` (floats by their exact repr)."""
-    fields = (result.records, result.ranks, result.makespan_s, result.steps, result.chunks, result.stage_executions,
-              result.spans, result.preemptions)
+    fields = (
+        result.records,
+        result.ranks,
+        result.makespan_s,
+        result.steps,
+        result.chunks,
+        result.stage_executions,
+        result.spans,
+        result.preemptions,
+    )
     return hashlib.sha256(repr(fields).encode()).hexdigest()

@@ -82,8 +82,18 @@ class Handoff:
 class Rank:
     """One rank's state, its work and its time so far."""
 
-    __slots__ = ("state", "idle_since", "blocked_since", "wake_at", "compute", "comm", "program", "ready",
-                 "incoming", "sending")
+    __slots__ = (
+        "state",
+        "idle_since",
+        "blocked_since",
+        "wake_at",
+        "compute",
+        "comm",
+        "program",
+        "ready",
+        "incoming",
+        "sending",
+    )
 
     def __init__(self) -> None:
         self.state = FREE
@@ -101,9 +111,17 @@ class Rank:
 class Engine:
     """Runs one workload through one pipeline; build a new one per run."""
 
-    def __init__(self, cost: StageCosts, scheduler: StepScheduler, stage_ranks: tuple[int, ...],
-                 sync: bool, in_flight: int, entry_first: bool,
-                 timeline: bool, observer: RunObserver | None):
+    def __init__(
+        self,
+        cost: StageCosts,
+        scheduler: StepScheduler,
+        stage_ranks: tuple[int, ...],
+        sync: bool,
+        in_flight: int,
+        entry_first: bool,
+        timeline: bool,
+        observer: RunObserver | None,
+    ):
         self.cost, self.sched = cost, scheduler
         self.stage_ranks = stage_ranks
         order = program_order(stage_ranks, entry_first)
@@ -143,7 +161,8 @@ class Engine:
             if q.prompt + q.output > self.sched.kv_capacity:
                 raise ConfigError(
                     f"kv_capacity: request {q.id} needs {q.prompt + q.output} tokens of KV cache but the "
-                    f"cluster holds {self.sched.kv_capacity}; use more devices or a smaller scenario")
+                    f"cluster holds {self.sched.kv_capacity}; use more devices or a smaller scenario"
+                )
         self.pending = requests
         self.next_arrival = 0
         self.open_loop = concurrency is None
@@ -417,12 +436,24 @@ class Engine:
         """What a learning policy may know about a completed step."""
         s = self.sched
         return StepReport(
-            finished_at=t, latency_s=t - b.created, stage_s=b.busy[0], prefill_tokens=b.prefill_tokens,
-            decode_tokens=b.tokens - b.prefill_tokens, chunk_prefix=b.chunk_prefix, chunk_sq=b.chunk_sq,
-            decode_context=b.decode_context, ttfts=tuple(s.ttfts), token_gaps=tuple(s.gaps),
-            kv_free=1.0 - s.kv_used / s.kv_capacity, running=s.running, waiting=len(s.waiting),
-            backlog_tokens=s.backlog_tokens(), admissible_tokens=s.admissible_tokens(),
-            finished_prompt_tokens=s.finished_prompt, arrived=self.next_arrival)
+            finished_at=t,
+            latency_s=t - b.created,
+            stage_s=b.busy[0],
+            prefill_tokens=b.prefill_tokens,
+            decode_tokens=b.tokens - b.prefill_tokens,
+            chunk_prefix=b.chunk_prefix,
+            chunk_sq=b.chunk_sq,
+            decode_context=b.decode_context,
+            ttfts=tuple(s.ttfts),
+            token_gaps=tuple(s.gaps),
+            kv_free=1.0 - s.kv_used / s.kv_capacity,
+            running=s.running,
+            waiting=len(s.waiting),
+            backlog_tokens=s.backlog_tokens(),
+            admissible_tokens=s.admissible_tokens(),
+            finished_prompt_tokens=s.finished_prompt,
+            arrived=self.next_arrival,
+        )
 
     def _finish(self, q: SimRequest, t: float) -> None:
         q.finish = t
@@ -441,8 +472,10 @@ class Engine:
         if self.pp == 1:  # between steps it waits for the host's next one (step overhead): no bubble
             rank = self.ranks[0]
             return [RankTime(0, rank.compute, rank.comm, 0.0, max(0.0, makespan - rank.compute - rank.comm))]
-        return [RankTime(r, rank.compute, rank.comm, max(0.0, makespan - rank.compute - rank.comm - idle), idle)
-                for r, rank in enumerate(self.ranks)]
+        return [
+            RankTime(r, rank.compute, rank.comm, max(0.0, makespan - rank.compute - rank.comm - idle), idle)
+            for r, rank in enumerate(self.ranks)
+        ]
 
     def span_list(self) -> list[Span]:
         """The recorded timeline, sorted by rank and start."""

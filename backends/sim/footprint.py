@@ -23,8 +23,14 @@ REQUEST_BYTES = 625  # per request, timeline off; measured by benchmarks/sim_mem
 SPAN_BYTES = 422  # per timeline span, kept and stored; measured by benchmarks/sim_memory.py (396-422 B)
 
 
-def footprint(scenario: Scenario, config: ResolvedConfig | None, num_requests: int | None = None, seed: int = 0,
-              rate: float | None = None, timeline: bool = True) -> int:
+def footprint(
+    scenario: Scenario,
+    config: ResolvedConfig | None,
+    num_requests: int | None = None,
+    seed: int = 0,
+    rate: float | None = None,
+    timeline: bool = True,
+) -> int:
     """Estimated bytes a simulation of `num_requests` (default: the scenario's) needs at its peak.
 
     Without a timeline the config does not matter (None: any config, as before a tune).
@@ -36,8 +42,7 @@ def footprint(scenario: Scenario, config: ResolvedConfig | None, num_requests: i
     return int(total)
 
 
-def _spans_per_request(scenario: Scenario, config: ResolvedConfig, sample: int, seed: int,
-                       rate: float | None) -> float:
+def _spans_per_request(scenario: Scenario, config: ResolvedConfig, sample: int, seed: int, rate: float | None) -> float:
     """The fewest timeline spans a request of this workload leaves, on average, under this config."""
     workload = scenario.workload(seed=seed, rate=rate, num_requests=sample)
     batch = min(config.max_running, workload.concurrency or config.max_running)
@@ -49,9 +54,17 @@ def _spans_per_request(scenario: Scenario, config: ResolvedConfig, sample: int, 
     return float(steps * (len(ranks) + (2 * hops if config.mode_spec.sync_transfers else 0)))
 
 
-def estimate(scenario: Scenario, config: ResolvedConfig | None, num_requests: int, seed: int = 0,
-             rate: float | None = None, timeline: bool = True) -> Footprint:
+def estimate(
+    scenario: Scenario,
+    config: ResolvedConfig | None,
+    num_requests: int,
+    seed: int = 0,
+    rate: float | None = None,
+    timeline: bool = True,
+) -> Footprint:
     """The simulator's `footprint`, with what it counts."""
     spans = f", {SPAN_BYTES} B a timeline span" if timeline and config is not None else ""
-    return Footprint(footprint(scenario, config, num_requests, seed, rate, timeline),
-                     f"to simulate ({REQUEST_BYTES} B a request{spans}, measured by benchmarks/sim_memory.py)")
+    return Footprint(
+        footprint(scenario, config, num_requests, seed, rate, timeline),
+        f"to simulate ({REQUEST_BYTES} B a request{spans}, measured by benchmarks/sim_memory.py)",
+    )

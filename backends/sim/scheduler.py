@@ -57,8 +57,24 @@ RESUME: Final = 3
 class SimRequest:
     """A request's progress inside the simulator."""
 
-    __slots__ = ("id", "seq", "arrival", "prompt", "output", "target", "scheduled", "held", "chunks", "emitted",
-                 "first_token", "last_token", "finish", "slot", "done_at", "cap_at")
+    __slots__ = (
+        "id",
+        "seq",
+        "arrival",
+        "prompt",
+        "output",
+        "target",
+        "scheduled",
+        "held",
+        "chunks",
+        "emitted",
+        "first_token",
+        "last_token",
+        "finish",
+        "slot",
+        "done_at",
+        "cap_at",
+    )
 
     def __init__(self, rid: int, arrival: float, prompt: int, output: int):
         self.id, self.arrival, self.prompt, self.output = rid, arrival, prompt, output
@@ -80,8 +96,25 @@ class Batch:
     groups); `entries` are its prefill chunks, each with what it yields.
     """
 
-    __slots__ = ("id", "slot", "decodes", "groups", "entries", "busy", "comm", "stage", "lead", "chunk", "kind",
-                 "tokens", "prefill_tokens", "created", "chunk_prefix", "chunk_sq", "decode_context")
+    __slots__ = (
+        "id",
+        "slot",
+        "decodes",
+        "groups",
+        "entries",
+        "busy",
+        "comm",
+        "stage",
+        "lead",
+        "chunk",
+        "kind",
+        "tokens",
+        "prefill_tokens",
+        "created",
+        "chunk_prefix",
+        "chunk_sq",
+        "decode_context",
+    )
     # set by the scheduler once the step is formed
     tokens: int
     prefill_tokens: int
@@ -92,8 +125,15 @@ class Batch:
     chunk: int  # its chunk index
     kind: str  # prefill, decode or mixed
 
-    def __init__(self, bid: int, slot: int, decodes: list[SimRequest], groups: list[DecodeGroup],
-                 entries: list[tuple[SimRequest, int]], created: float):
+    def __init__(
+        self,
+        bid: int,
+        slot: int,
+        decodes: list[SimRequest],
+        groups: list[DecodeGroup],
+        entries: list[tuple[SimRequest, int]],
+        created: float,
+    ):
         self.id, self.slot, self.created = bid, slot, created
         self.decodes, self.groups, self.entries = decodes, groups, entries
         self.stage = 0
@@ -127,10 +167,22 @@ class StepScheduler:
     `bulk`, of DecodeGroups. `exact` keeps the one-by-one queues.
     """
 
-    def __init__(self, cost: StageCosts, chunk_policy: ChunkPolicy, max_running: int, kv_capacity: int,
-                 slots: int, topk: int = 0, delay: DelayScheduler | None = None, decode_in_budget: bool = True,
-                 mixed_batches: bool = True, output_reserve: float = 1.0, pack_prompts: bool = True,
-                 sticky_decodes: bool = False, exact: bool = False):
+    def __init__(
+        self,
+        cost: StageCosts,
+        chunk_policy: ChunkPolicy,
+        max_running: int,
+        kv_capacity: int,
+        slots: int,
+        topk: int = 0,
+        delay: DelayScheduler | None = None,
+        decode_in_budget: bool = True,
+        mixed_batches: bool = True,
+        output_reserve: float = 1.0,
+        pack_prompts: bool = True,
+        sticky_decodes: bool = False,
+        exact: bool = False,
+    ):
         self.cost, self.policy = cost, chunk_policy
         self.delay = delay  # decode micro-batch rebalancing, when on
         self.decode_in_budget, self.mixed_batches = decode_in_budget, mixed_batches
@@ -200,7 +252,9 @@ class StepScheduler:
         admitted = len(prefilling)  # those admitted before this step come first, in order
         next_candidate = 0
         while budget > 0:
-            while next_candidate < admitted and prefilling[next_candidate].scheduled >= prefilling[next_candidate].target:
+            while (
+                next_candidate < admitted and prefilling[next_candidate].scheduled >= prefilling[next_candidate].target
+            ):
                 next_candidate += 1  # all of its prompt is issued
             if next_candidate < admitted:
                 q = prefilling[next_candidate]

@@ -39,25 +39,51 @@ def latency_cdfs(runs: Sequence[PlotRun], slo: SLO | None = None) -> go.Figure:
                 absent.append(run.name)
                 continue
             xs, ys = ecdf(values * scale)
-            fig.add_trace(go.Scatter(
-                x=xs, y=ys, name=run.name, legendgroup=run.name, showlegend=col == 1, line_shape="hv",
-                mode="lines+markers" if xs.size <= 20 else "lines", line=dict(**lines[i], width=2),
-                hovertemplate=f"{run.name}<br>{title} %{{x:.4g}} {unit}<br>fraction %{{y:.3f}}<extra></extra>",
-            ), row=1, col=col)
+            fig.add_trace(
+                go.Scatter(
+                    x=xs,
+                    y=ys,
+                    name=run.name,
+                    legendgroup=run.name,
+                    showlegend=col == 1,
+                    line_shape="hv",
+                    mode="lines+markers" if xs.size <= 20 else "lines",
+                    line=dict(**lines[i], width=2),
+                    hovertemplate=f"{run.name}<br>{title} %{{x:.4g}} {unit}<br>fraction %{{y:.3f}}<extra></extra>",
+                ),
+                row=1,
+                col=col,
+            )
         if absent:
-            fig.add_annotation(text=f"no {title} (one output token each): {', '.join(absent)}", showarrow=False,
-                               xref=f"x{col if col > 1 else ''} domain", yref=f"y{col if col > 1 else ''} domain",
-                               x=0.5, y=0.5, font=dict(color="#777"))
+            fig.add_annotation(
+                text=f"no {title} (one output token each): {', '.join(absent)}",
+                showarrow=False,
+                xref=f"x{col if col > 1 else ''} domain",
+                yref=f"y{col if col > 1 else ''} domain",
+                x=0.5,
+                y=0.5,
+                font=dict(color="#777"),
+            )
         fig.update_xaxes(title_text=f"{title} ({unit})", rangemode="tozero", row=1, col=col)
         fig.update_yaxes(title_text="fraction of requests" if col == 1 else None, range=[0, 1.04], row=1, col=col)
         limit = (slo or {}).get(metric)
         if limit:
             pct = float(limit.get("percentile", 90.0))
             x = float(limit["limit_s"]) * scale
-            fig.add_vline(x=x, line=dict(color="#c0392b", dash="dash", width=1.5), row=1, col=col,
-                          exclude_empty_subplots=False,
-                          annotation=dict(text=f"SLO P{pct:g} ≤ {x:g} {unit}", font=dict(color="#c0392b", size=12)),
-                          annotation_position="bottom right")
-            fig.add_hline(y=pct / 100, line=dict(color="#c0392b", dash="dot", width=1), row=1, col=col,
-                          exclude_empty_subplots=False)
+            fig.add_vline(
+                x=x,
+                line=dict(color="#c0392b", dash="dash", width=1.5),
+                row=1,
+                col=col,
+                exclude_empty_subplots=False,
+                annotation=dict(text=f"SLO P{pct:g} ≤ {x:g} {unit}", font=dict(color="#c0392b", size=12)),
+                annotation_position="bottom right",
+            )
+            fig.add_hline(
+                y=pct / 100,
+                line=dict(color="#c0392b", dash="dot", width=1),
+                row=1,
+                col=col,
+                exclude_empty_subplots=False,
+            )
     return styled(fig, "Latency CDFs", 460, legend_row=True)

@@ -58,17 +58,25 @@ def run_lines(results: Sequence[RunResult]) -> list[dict[str, str]]:
 
 def styled(fig: go.Figure, title: str, height: int, legend_row: bool = False) -> go.Figure:
     """The house style: white template, title top left, fixed height; `legend_row` puts the legend under the title."""
-    fig.update_layout(template=TEMPLATE, font=FONT, height=height,
-                      title=dict(text=title, x=0.01, xanchor="left", yref="container", y=1 - 14 / height,
-                                 yanchor="top"),
-                      margin=dict(l=70, r=30, t=TOP_PX if legend_row else 60, b=60))
+    fig.update_layout(
+        template=TEMPLATE,
+        font=FONT,
+        height=height,
+        title=dict(text=title, x=0.01, xanchor="left", yref="container", y=1 - 14 / height, yanchor="top"),
+        margin=dict(l=70, r=30, t=TOP_PX if legend_row else 60, b=60),
+    )
     if legend_row:
-        fig.update_layout(legend=dict(orientation="h", x=0, xanchor="left", yref="container", y=1 - 48 / height,
-                                      yanchor="top"))
+        fig.update_layout(
+            legend=dict(orientation="h", x=0, xanchor="left", yref="container", y=1 - 48 / height, yanchor="top")
+        )
     return fig
 
 
 def slo_from_dict(limits: Mapping[str, Mapping[str, float]]) -> SLO:
     """The SLO a study stores as {"ttft": {"limit_s": .., "percentile": ..}, ...}."""
-    return SLO(tuple(Limit(metric, float(v["limit_s"]), float(v.get("percentile", DEFAULT_PERCENTILE)))
-                     for metric, v in limits.items()))
+    return SLO(
+        tuple(
+            Limit(metric, float(v["limit_s"]), float(v.get("percentile", DEFAULT_PERCENTILE)))
+            for metric, v in limits.items()
+        )
+    )

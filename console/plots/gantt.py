@@ -74,18 +74,28 @@ def kind_trace(name: str, rank: int, kind: str, spans: Sequence[Span], min_label
     elif decode_only:
         marker = dict(color=DECODE_COLOUR)
     else:
-        marker = dict(color=np.array([s.request % len(REQUEST_COLOURS) for s in spans], dtype=np.int8),
-                      **_request_colours())
+        marker = dict(
+            color=np.array([s.request % len(REQUEST_COLOURS) for s in spans], dtype=np.int8), **_request_colours()
+        )
     marker["line"] = dict(width=0.6 if len(spans) <= 300 else 0, color="white")
     # JSON integers: as base64 typed arrays, the -1 of decode-only batches would cost far more bytes
     customdata = [[s.stage, s.batch] if decode_only else [s.stage, s.batch, s.request, s.chunk] for s in spans]
     return go.Bar(
         name=f"{name} rank {rank} {kind}" + (" (decode-only)" if decode_only and kind != "decode" else ""),
-        orientation="h", y=np.full(len(spans), rank, dtype=np.int8), base=_typed(starts),
-        x=widths.astype(np.float32), width=0.8, marker=marker, showlegend=False, customdata=customdata,
+        orientation="h",
+        y=np.full(len(spans), rank, dtype=np.int8),
+        base=_typed(starts),
+        x=widths.astype(np.float32),
+        width=0.8,
+        marker=marker,
+        showlegend=False,
+        customdata=customdata,
         hovertemplate=f"<b>{name} rank {rank}</b><br>{_what(kind, decode_only)}{_WHEN}",
         text=None if transfer else [_label(s) if w >= min_label_s else "" for s, w in zip(spans, widths)],
-        textposition="inside", textangle=0, insidetextanchor="middle", textfont=dict(size=10, color="#1a1a1a"),
+        textposition="inside",
+        textangle=0,
+        insidetextanchor="middle",
+        textfont=dict(size=10, color="#1a1a1a"),
     )
 
 
@@ -99,11 +109,22 @@ def _title(run: PlotRun, drawn: list[Span], total: int, window: float) -> str:
 
 def _legend_keys(fig: go.Figure) -> None:
     """Legend entries explaining the colours."""
-    keys = (("prefill / mixed batch: one colour per lead request", REQUEST_COLOURS[0]),
-            ("decode-only batch", DECODE_COLOUR), ("communication (send / recv / exchange / wait)", TRANSFER_COLOUR))
+    keys = (
+        ("prefill / mixed batch: one colour per lead request", REQUEST_COLOURS[0]),
+        ("decode-only batch", DECODE_COLOUR),
+        ("communication (send / recv / exchange / wait)", TRANSFER_COLOUR),
+    )
     for name, colour in keys:
-        fig.add_trace(go.Scatter(x=[None], y=[None], mode="markers", name=name, hoverinfo="skip",
-                                 marker=dict(symbol="square", size=13, color=colour)))
+        fig.add_trace(
+            go.Scatter(
+                x=[None],
+                y=[None],
+                mode="markers",
+                name=name,
+                hoverinfo="skip",
+                marker=dict(symbol="square", size=13, color=colour),
+            )
+        )
 
 
 def timelines(runs: Sequence[PlotRun], max_spans: int = MAX_SPANS) -> go.Figure:
@@ -113,9 +134,14 @@ def timelines(runs: Sequence[PlotRun], max_spans: int = MAX_SPANS) -> go.Figure:
     drawn = [[s for s in spans if s.start < window] for spans in ordered]
     heights = [ROW_PX * max(1, len(run.result.ranks)) for run in runs]
     plot_px = sum(heights) + GAP_PX * (len(runs) - 1)
-    fig = make_subplots(rows=len(runs), cols=1, row_heights=heights, shared_xaxes=True,
-                        vertical_spacing=GAP_PX / plot_px if len(runs) > 1 else 0,
-                        subplot_titles=[_title(r, d, len(s), window) for r, d, s in zip(runs, drawn, ordered)])
+    fig = make_subplots(
+        rows=len(runs),
+        cols=1,
+        row_heights=heights,
+        shared_xaxes=True,
+        vertical_spacing=GAP_PX / plot_px if len(runs) > 1 else 0,
+        subplot_titles=[_title(r, d, len(s), window) for r, d, s in zip(runs, drawn, ordered)],
+    )
     for row, (run, spans) in enumerate(zip(runs, drawn), start=1):
         ranks = [r.rank for r in run.result.ranks] or [0]
         groups: dict[tuple[int, int, bool, str], list[Span]] = {}
@@ -123,25 +149,42 @@ def timelines(runs: Sequence[PlotRun], max_spans: int = MAX_SPANS) -> go.Figure:
             groups.setdefault((span.rank, _kind_order(span.kind), span.request < 0, span.kind), []).append(span)
         for (rank, _, _, kind), mine in sorted(groups.items()):
             fig.add_trace(kind_trace(run.name, rank, kind, mine, LABEL_SHARE * window), row=row, col=1)
-        fig.update_yaxes(tickvals=ranks, ticktext=[f"rank {r}" for r in ranks], range=[max(ranks) + 0.5, -0.5],
-                         showgrid=False, zeroline=False, row=row, col=1)
+        fig.update_yaxes(
+            tickvals=ranks,
+            ticktext=[f"rank {r}" for r in ranks],
+            range=[max(ranks) + 0.5, -0.5],
+            showgrid=False,
+            zeroline=False,
+            row=row,
+            col=1,
+        )
         fig.update_xaxes(showticklabels=True, range=[0, window], row=row, col=1)
         if not spans:
             fig.update_xaxes(visible=False, row=row, col=1)
             fig.update_yaxes(visible=False, row=row, col=1)
             low, high = fig.layout[f"yaxis{row if row > 1 else ''}"].domain
-            fig.add_annotation(text="no timeline was stored for this run, so there is nothing to draw",
-                               xref="paper", yref="paper", x=0.5, y=(low + high) / 2, showarrow=False,
-                               font=dict(color="#777"))
+            fig.add_annotation(
+                text="no timeline was stored for this run, so there is nothing to draw",
+                xref="paper",
+                yref="paper",
+                x=0.5,
+                y=(low + high) / 2,
+                showarrow=False,
+                font=dict(color="#777"),
+            )
     last = max((row for row, spans in enumerate(drawn, start=1) if spans), default=len(runs))
     fig.update_xaxes(title_text="time since the start of the run (s)", row=last, col=1)
     _legend_keys(fig)
     longest = max((run.result.makespan_s for run in runs), default=0.0)
-    shown = "whole runs" if window >= longest else \
-        f"0–{window:.4g} s of runs up to {longest:.4g} s long (their first {sum(map(len, drawn))} spans)"
+    shown = (
+        "whole runs"
+        if window >= longest
+        else f"0–{window:.4g} s of runs up to {longest:.4g} s long (their first {sum(map(len, drawn))} spans)"
+    )
     fig = styled(fig, f"Pipeline timelines, {shown}; gaps are bubbles", plot_px + TOP_PX + BOTTOM_PX, legend_row=True)
-    return fig.update_layout(barmode="overlay", bargap=0, uniformtext=dict(minsize=9, mode="hide"),
-                             margin=dict(b=BOTTOM_PX))
+    return fig.update_layout(
+        barmode="overlay", bargap=0, uniformtext=dict(minsize=9, mode="hide"), margin=dict(b=BOTTOM_PX)
+    )
 
 
 def _kind_order(kind: str) -> int:

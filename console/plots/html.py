@@ -34,19 +34,26 @@ class Section:
 
 def page(title: str, meta: Sequence[str], sections: Sequence[Section], warnings: Sequence[str] = ()) -> str:
     """The HTML text of a page: title, warnings, meta lines, then each section; plotly.js is inlined once."""
-    parts = [f"<h1>{html.escape(title)}</h1>",
-             *(f'<p class="warn">warning: {html.escape(line)}</p>' for line in warnings),
-             *(f'<p class="meta">{html.escape(line)}</p>' for line in meta)]
+    parts = [
+        f"<h1>{html.escape(title)}</h1>",
+        *(f'<p class="warn">warning: {html.escape(line)}</p>' for line in warnings),
+        *(f'<p class="meta">{html.escape(line)}</p>' for line in meta),
+    ]
     inlined = False
     for section in sections:
         parts.append(f"<section><h2>{html.escape(section.heading)}</h2>")
         if section.note:
             parts.append(f'<p class="note">{html.escape(section.note)}</p>')
         if section.figure is not None:
-            parts.append(section.figure.to_html(full_html=False, include_plotlyjs=not inlined, config=PLOT_CONFIG,
-                                                div_id=section.key or None))
+            parts.append(
+                section.figure.to_html(
+                    full_html=False, include_plotlyjs=not inlined, config=PLOT_CONFIG, div_id=section.key or None
+                )
+            )
             inlined = True
         parts.append("</section>")
     body = "\n".join(parts)
-    return (f'<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n<title>{html.escape(title)}</title>\n'
-            f"<style>{_STYLE}</style>\n</head>\n<body>\n<main>\n{body}\n</main>\n</body>\n</html>\n")
+    return (
+        f'<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n<title>{html.escape(title)}</title>\n'
+        f"<style>{_STYLE}</style>\n</head>\n<body>\n<main>\n{body}\n</main>\n</body>\n</html>\n"
+    )

@@ -26,6 +26,7 @@ def _knob(field: str) -> Callable[[RunResult], str | None]:
 
     def show(value: object) -> str:
         return f"{flag} {setting_text(bool(value) if field in _BOOLS else value)}"
+
     return _config(field, show)
 
 
@@ -82,8 +83,10 @@ def legend_names(ids: Sequence[int], results: Sequence[RunResult], labels: Seque
 
 def run_heads(ids: Sequence[int], results: Sequence[RunResult], labels: Sequence[str | None]) -> list[str]:
     """`run <id> [<backend>] [<label>]`: what a legend name starts with, and a table column's header."""
-    return [" ".join(filter(None, (f"run {run_id}", None if result.backend == "sim" else result.backend, label)))
-            for run_id, result, label in zip(ids, results, labels)]
+    return [
+        " ".join(filter(None, (f"run {run_id}", None if result.backend == "sim" else result.backend, label)))
+        for run_id, result, label in zip(ids, results, labels)
+    ]
 
 
 def mismatch_warnings(ids: Sequence[int], results: Sequence[RunResult]) -> list[str]:
@@ -98,7 +101,10 @@ def mismatch_warnings(ids: Sequence[int], results: Sequence[RunResult]) -> list[
         if name not in WARNED or (name == "rate" and paired):
             continue
         each = "; ".join(f"run {run_id}: {value}" for run_id, value in zip(ids, values))
-        why = ("latency grows with load, so their latencies are not like for like" if name == "rate"
-               else "their latencies are not comparable")
+        why = (
+            "latency grows with load, so their latencies are not like for like"
+            if name == "rate"
+            else "their latencies are not comparable"
+        )
         lines.append(f"the runs differ in {name} ({each}): {why}")
     return lines

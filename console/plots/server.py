@@ -14,8 +14,11 @@ GAUGES = (("running", "running requests"), ("waiting", "waiting requests"), ("kv
 
 def scraped(runs: Sequence[PlotRun]) -> list[tuple[int, PlotRun]]:
     """The runs (with their index, for colours) whose server metrics were scraped at least once."""
-    return [(i, run) for i, run in enumerate(runs)
-            if run.result.live is not None and run.result.live.server is not None and run.result.live.server.samples]
+    return [
+        (i, run)
+        for i, run in enumerate(runs)
+        if run.result.live is not None and run.result.live.server is not None and run.result.live.server.samples
+    ]
 
 
 def server_gauges(runs: Sequence[PlotRun]) -> go.Figure:
@@ -26,18 +29,32 @@ def server_gauges(runs: Sequence[PlotRun]) -> go.Figure:
     shown = scraped(runs)
     lines = run_lines([run.result for run in runs])
     gauges = [g for g in GAUGES if any(g[0] in s.values for _, run in shown for s in run.result.live.server.samples)]
-    fig = make_subplots(rows=len(gauges) or 1, cols=1, shared_xaxes=True, vertical_spacing=0.08,
-                        subplot_titles=[label for _, label in gauges])
+    fig = make_subplots(
+        rows=len(gauges) or 1,
+        cols=1,
+        shared_xaxes=True,
+        vertical_spacing=0.08,
+        subplot_titles=[label for _, label in gauges],
+    )
     for row, (key, label) in enumerate(gauges, start=1):
         for index, run in shown:
             samples = [s for s in run.result.live.server.samples if key in s.values]
             if not samples:
                 continue
-            fig.add_trace(go.Scatter(
-                x=[s.time_s for s in samples], y=[float(s.values[key]) for s in samples], name=run.name,
-                legendgroup=run.name, showlegend=row == 1, mode="lines", line=dict(**lines[index], shape="hv"),
-                hovertemplate=f"{run.name}<br>%{{x:.3g}} s: {label} %{{y}}<extra></extra>",
-            ), row=row, col=1)
+            fig.add_trace(
+                go.Scatter(
+                    x=[s.time_s for s in samples],
+                    y=[float(s.values[key]) for s in samples],
+                    name=run.name,
+                    legendgroup=run.name,
+                    showlegend=row == 1,
+                    mode="lines",
+                    line=dict(**lines[index], shape="hv"),
+                    hovertemplate=f"{run.name}<br>%{{x:.3g}} s: {label} %{{y}}<extra></extra>",
+                ),
+                row=row,
+                col=1,
+            )
         if key == "kv_usage":
             fig.update_yaxes(tickformat=".0%", rangemode="tozero", row=row, col=1)
         else:

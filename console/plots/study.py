@@ -44,12 +44,26 @@ def history_from_trials(trials: Sequence[TrialRow], direction: str, label: str) 
     numbers = [t.number for t in done]
     values = np.array([t.objective for t in done], dtype=float)
     best = np.maximum.accumulate(values) if direction == "maximize" else np.minimum.accumulate(values)
-    fig = go.Figure([
-        go.Scatter(x=numbers, y=values, mode="markers", name=label, marker=dict(color=run_colour(0), size=8),
-                   hovertemplate="trial %{x}<br>%{y:.4g}<extra></extra>"),
-        go.Scatter(x=numbers, y=best, mode="lines", name="best value", line=dict(color=run_colour(1), shape="hv"),
-                   hovertemplate="best after trial %{x}: %{y:.4g}<extra></extra>"),
-    ])
+    fig = go.Figure(
+        [
+            go.Scatter(
+                x=numbers,
+                y=values,
+                mode="markers",
+                name=label,
+                marker=dict(color=run_colour(0), size=8),
+                hovertemplate="trial %{x}<br>%{y:.4g}<extra></extra>",
+            ),
+            go.Scatter(
+                x=numbers,
+                y=best,
+                mode="lines",
+                name="best value",
+                line=dict(color=run_colour(1), shape="hv"),
+                hovertemplate="best after trial %{x}: %{y:.4g}<extra></extra>",
+            ),
+        ]
+    )
     return _history_axes(fig, label, max(numbers, default=0))
 
 
@@ -63,26 +77,32 @@ def _history_axes(fig: go.Figure, label: str, last: int) -> go.Figure:
 def optuna_importances(study: optuna.Study) -> go.Figure | str:
     """Optuna's parameter importances over the completed trials (at least `MIN_TRIALS`), or why they are not shown."""
     done = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
-    varying = {name for name in {p for t in done for p in t.params}
-               if len({repr(t.params.get(name)) for t in done}) > 1}
+    varying = {
+        name for name in {p for t in done for p in t.params} if len({repr(t.params.get(name)) for t in done}) > 1
+    }
     if len(done) < MIN_TRIALS:
         return f"{too_few_text(len(done))}."
     if not varying:
-        return f"Parameter importances need parameters that differ; no parameter differs among the {len(done)} " \
-               "completed trials."
+        return (
+            f"Parameter importances need parameters that differ; no parameter differs among the {len(done)} "
+            "completed trials."
+        )
     try:
         with warnings.catch_warnings():  # "some regimes have less than 2 trials" on small studies
             warnings.simplefilter("ignore")
             fig = optuna.visualization.plot_param_importances(study)
     except (ValueError, RuntimeError) as err:
         return f"Optuna could not compute parameter importances: {str(err).splitlines()[0]}"
-    return styled(fig, f"Parameter importances over {len(done)} completed trials (share of the objective's variance)",
-                  120 + 36 * len(varying))
+    return styled(
+        fig,
+        f"Parameter importances over {len(done)} completed trials (share of the objective's variance)",
+        120 + 36 * len(varying),
+    )
 
 
 def _chunk_ticks(chunks: Sequence[int]) -> list[int]:
     low, high = int(np.log2(min(chunks))), int(np.ceil(np.log2(max(chunks))))
-    return [2 ** k for k in range(low, high + 1)]
+    return [2**k for k in range(low, high + 1)]
 
 
 def chunk_vs_objective(trials: Sequence[TrialRow], label: str, best: TrialRow | None = None) -> go.Figure:
@@ -91,13 +111,18 @@ def chunk_vs_objective(trials: Sequence[TrialRow], label: str, best: TrialRow | 
     pruned = [t for t in trials if t.state == "PRUNED" and t.config and t.metrics.get("fails_slo_at_rps") is not None]
     fig = go.Figure()
     if pruned:
-        fig.add_trace(go.Scatter(
-            x=[t.config["chunk"] for t in pruned], y=[t.metrics["fails_slo_at_rps"] for t in pruned], mode="markers",
-            name="pruned: fails the SLO at this rate", marker=dict(symbol="x-thin", size=9, color=PRUNED_COLOUR,
-                                                                   line=dict(width=1.5, color=PRUNED_COLOUR)),
-            customdata=[[t.number, t.config["mode"]] for t in pruned],
-            hovertemplate="trial %{customdata[0]} (%{customdata[1]}), pruned<br>chunk %{x} tokens<br>"
-                          "fails the SLO at %{y:.4g}<extra></extra>"))
+        fig.add_trace(
+            go.Scatter(
+                x=[t.config["chunk"] for t in pruned],
+                y=[t.metrics["fails_slo_at_rps"] for t in pruned],
+                mode="markers",
+                name="pruned: fails the SLO at this rate",
+                marker=dict(symbol="x-thin", size=9, color=PRUNED_COLOUR, line=dict(width=1.5, color=PRUNED_COLOUR)),
+                customdata=[[t.number, t.config["mode"]] for t in pruned],
+                hovertemplate="trial %{customdata[0]} (%{customdata[1]}), pruned<br>chunk %{x} tokens<br>"
+                "fails the SLO at %{y:.4g}<extra></extra>",
+            )
+        )
     known = list(MODES)
 
     def order(mode: str) -> int:
@@ -105,21 +130,41 @@ def chunk_vs_objective(trials: Sequence[TrialRow], label: str, best: TrialRow | 
 
     for mode in sorted({str(t.config["mode"]) for t in done}, key=lambda m: (order(m), m)):
         mine = [t for t in done if t.config["mode"] == mode]
-        fig.add_trace(go.Scatter(
-            x=[t.config["chunk"] for t in mine], y=[t.objective for t in mine], mode="markers", name=mode,
-            marker=dict(color=run_colour(order(mode)), size=10, opacity=0.85, line=dict(width=1, color="white")),
-            customdata=[[t.number, f"{t.config['tp']}×{t.config['pp']}", ",".join(map(str, t.config["layer_split"]))]
-                        for t in mine],
-            hovertemplate=(f"{mode}, trial %{{customdata[0]}}<br>chunk %{{x}} tokens, tp×pp %{{customdata[1]}}<br>"
-                           f"layer split %{{customdata[2]}}<br>{label} %{{y:.4g}}<extra></extra>"),
-        ))
+        fig.add_trace(
+            go.Scatter(
+                x=[t.config["chunk"] for t in mine],
+                y=[t.objective for t in mine],
+                mode="markers",
+                name=mode,
+                marker=dict(color=run_colour(order(mode)), size=10, opacity=0.85, line=dict(width=1, color="white")),
+                customdata=[
+                    [t.number, f"{t.config['tp']}×{t.config['pp']}", ",".join(map(str, t.config["layer_split"]))]
+                    for t in mine
+                ],
+                hovertemplate=(
+                    f"{mode}, trial %{{customdata[0]}}<br>chunk %{{x}} tokens, tp×pp %{{customdata[1]}}<br>"
+                    f"layer split %{{customdata[2]}}<br>{label} %{{y:.4g}}<extra></extra>"
+                ),
+            )
+        )
     if best is not None and best.config:
-        fig.add_trace(go.Scatter(x=[best.config["chunk"]], y=[best.objective], mode="markers",
-                                 name=f"best (trial {best.number})", hoverinfo="skip",
-                                 marker=dict(symbol="circle-open", size=20, color="#222", line=dict(width=2.5))))
+        fig.add_trace(
+            go.Scatter(
+                x=[best.config["chunk"]],
+                y=[best.objective],
+                mode="markers",
+                name=f"best (trial {best.number})",
+                hoverinfo="skip",
+                marker=dict(symbol="circle-open", size=20, color="#222", line=dict(width=2.5)),
+            )
+        )
     ticks = _chunk_ticks([int(t.config["chunk"]) for t in done + pruned]) if done + pruned else []
-    fig.update_xaxes(type="log", title_text="chunk size (tokens, log scale)", tickvals=ticks,
-                     ticktext=[format_tokens(v) for v in ticks])
+    fig.update_xaxes(
+        type="log",
+        title_text="chunk size (tokens, log scale)",
+        tickvals=ticks,
+        ticktext=[format_tokens(v) for v in ticks],
+    )
     fig.update_yaxes(title_text=label, rangemode="tozero")
     fig = styled(fig, f"Chunk size against {label} by pipeline mode", 460)
     fig.update_layout(legend=dict(title_text="mode"))
@@ -131,16 +176,24 @@ _CONFIG_ROWS: tuple[tuple[str, Callable[[dict], str]], ...] = (
     ("tp × pp", lambda c: f"{c['tp']} × {c['pp']}"),
     ("chunk (tokens)", lambda c: format_tokens(int(c["chunk"]))),
     ("layer split", lambda c: ",".join(map(str, c["layer_split"]))),
-    ("DCPP smooth factor / min chunk", lambda c: f"{c['smooth_factor']:.3g} / {format_tokens(int(c['min_chunk']))}"
-     if c["mode"] == "dcpp" else "-"),
+    (
+        "DCPP smooth factor / min chunk",
+        lambda c: f"{c['smooth_factor']:.3g} / {format_tokens(int(c['min_chunk']))}" if c["mode"] == "dcpp" else "-",
+    ),
     ("max running requests", lambda c: str(c["max_running"])),
 )
 
 
-_METRIC_ROWS = (("goodput_rps", "goodput (req/s)", 1.0, ".4g"), ("attainment", "SLO attainment", 1.0, ".1%"),
-                ("ttft_p90_s", "TTFT P90 (s)", 1.0, ".4g"), ("ttft_p99_s", "TTFT P99 (s)", 1.0, ".4g"),
-                ("tpot_p90_s", "TPOT P90 (ms)", 1e3, ".4g"), ("tpot_p99_s", "TPOT P99 (ms)", 1e3, ".4g"),
-                ("throughput_tok_s", "throughput (tok/s)", 1.0, ",.0f"), ("bubble_ratio", "bubble ratio", 1.0, ".1%"))
+_METRIC_ROWS = (
+    ("goodput_rps", "goodput (req/s)", 1.0, ".4g"),
+    ("attainment", "SLO attainment", 1.0, ".1%"),
+    ("ttft_p90_s", "TTFT P90 (s)", 1.0, ".4g"),
+    ("ttft_p99_s", "TTFT P99 (s)", 1.0, ".4g"),
+    ("tpot_p90_s", "TPOT P90 (ms)", 1e3, ".4g"),
+    ("tpot_p99_s", "TPOT P99 (ms)", 1e3, ".4g"),
+    ("throughput_tok_s", "throughput (tok/s)", 1.0, ",.0f"),
+    ("bubble_ratio", "bubble ratio", 1.0, ".1%"),
+)
 
 
 def _measured(key: str, metrics: dict[str, object]) -> float | None:
@@ -157,8 +210,9 @@ def improvement(best: float, default: float, direction: str) -> float | None:
     return best / default if direction == "maximize" else default / best
 
 
-def _gain_cell(best: TrialRow, default: TrialRow | None, gain: float | None, objective: str | None,
-               direction: str) -> str:
+def _gain_cell(
+    best: TrialRow, default: TrialRow | None, gain: float | None, objective: str | None, direction: str
+) -> str:
     """How much better the best is, in the objective's terms (in bold unless the paired seeds say it is not a
     clear win, as `tune` says it)."""
     if gain is None or default is None:
@@ -176,7 +230,13 @@ def best_vs_default(best: TrialRow, default: TrialRow | None, objective: str | N
     for name, cell in _CONFIG_ROWS:
         rows.append([name, *(cell(t.config) if t.config else "-" for t in shown), ""])
     gain = improvement(best.objective, default.objective, direction) if default is not None else None
-    rows.append([f"<b>{label}</b>", *(f"<b>{t.objective:.4g}</b>" for t in shown), _gain_cell(best, default, gain, objective, direction)])
+    rows.append(
+        [
+            f"<b>{label}</b>",
+            *(f"<b>{t.objective:.4g}</b>" for t in shown),
+            _gain_cell(best, default, gain, objective, direction),
+        ]
+    )
     for key, name, scale, fmt in _METRIC_ROWS:
         if key == OBJECTIVE_METRICS.get(objective or "") or not any(key in t.metrics for t in shown):
             continue
@@ -184,17 +244,35 @@ def best_vs_default(best: TrialRow, default: TrialRow | None, objective: str | N
         ratio = ""
         if default is not None and None not in values and values[1]:
             ratio = f"{values[0] / values[1]:.2f}×"
-        rows.append([name, *(("n/a" if key in t.metrics else "-") if v is None else format(v * scale, fmt)
-                             for v, t in zip(values, shown)), ratio])
-    headers = ["", f"best (trial {best.number})"] + ([f"default (trial {default.number})", "best / default"]
-                                                     if default is not None else [])
+        rows.append(
+            [
+                name,
+                *(
+                    ("n/a" if key in t.metrics else "-") if v is None else format(v * scale, fmt)
+                    for v, t in zip(values, shown)
+                ),
+                ratio,
+            ]
+        )
+    headers = ["", f"best (trial {best.number})"] + (
+        [f"default (trial {default.number})", "best / default"] if default is not None else []
+    )
     columns = [list(col) for col in zip(*rows)]
-    fig = go.Figure(go.Table(
-        columnwidth=[1.4, 1, 1, 0.8],
-        header=dict(values=[f"<b>{h}</b>" for h in headers], fill_color="#eef1f5", align="left", font=dict(size=13)),
-        cells=dict(values=columns[:len(headers)], align="left", height=CELL_PX, font=dict(size=13),
-                   fill_color=[["#ffffff", "#f8f9fb"] * len(rows)]),
-    ))
+    fig = go.Figure(
+        go.Table(
+            columnwidth=[1.4, 1, 1, 0.8],
+            header=dict(
+                values=[f"<b>{h}</b>" for h in headers], fill_color="#eef1f5", align="left", font=dict(size=13)
+            ),
+            cells=dict(
+                values=columns[: len(headers)],
+                align="left",
+                height=CELL_PX,
+                font=dict(size=13),
+                fill_color=[["#ffffff", "#f8f9fb"] * len(rows)],
+            ),
+        )
+    )
     fig = styled(fig, "Best config against the engine default", 90 + (CELL_PX + 1) * (len(rows) + 1))
     fig.update_layout(margin=dict(l=20, r=20, t=60, b=10))
     return fig

@@ -72,8 +72,10 @@ def _verdict(slo: SLO, result: RunResult) -> str:
 
 
 def _slo_rows(slo: SLO) -> tuple[Row, ...]:
-    return (Row(f"SLO {slo.text()}", lambda r, s: _verdict(slo, r)),
-            Row("SLO attainment", lambda r, s: slo.attainment(r), ".1%", "high", points=True))
+    return (
+        Row(f"SLO {slo.text()}", lambda r, s: _verdict(slo, r)),
+        Row("SLO attainment", lambda r, s: slo.attainment(r), ".1%", "high", points=True),
+    )
 
 
 def _delta(row: Row, value: float, base: float) -> tuple[str, str]:
@@ -152,13 +154,21 @@ def metrics_table(runs: Sequence[PlotRun], slo: SLO | None = None) -> go.Figure:
     columns = [[row.label for row in rows], *([c.text for c in column] for column in cells)]
     colours = [[PLAIN] * len(rows), *([c.colour for c in column] for column in cells)]
     shares = [1.3] + [1.0] * len(runs)
-    fig = go.Figure(go.Table(
-        columnwidth=shares,
-        header=dict(values=[f"<b>{text}</b>" for text in header], fill_color="#eef1f5", align="left",
-                    font=dict(size=13)),
-        cells=dict(values=[[f"<b>{label}</b>" for label in columns[0]], *columns[1:]], align="left",
-                   font=dict(color=colours, size=13), height=CELL_PX, fill_color=[["#ffffff", "#f8f9fb"] * len(rows)]),
-    ))
+    fig = go.Figure(
+        go.Table(
+            columnwidth=shares,
+            header=dict(
+                values=[f"<b>{text}</b>" for text in header], fill_color="#eef1f5", align="left", font=dict(size=13)
+            ),
+            cells=dict(
+                values=[[f"<b>{label}</b>" for label in columns[0]], *columns[1:]],
+                align="left",
+                font=dict(color=colours, size=13),
+                height=CELL_PX,
+                fill_color=[["#ffffff", "#f8f9fb"] * len(rows)],
+            ),
+        )
+    )
     margin = dict(l=20, r=20, t=60, b=10)
     height = margin["t"] + margin["b"] + 20 + rows_px([header, *zip(*columns)], shares, margin["l"] + margin["r"])
     fig = styled(fig, f"Metrics ({DELTAS_NOTE})", height)

@@ -29,8 +29,10 @@ class PipedeckApp(App[None]):
     TITLE = "pipedeck"
     CSS_PATH = ["app.tcss", "live.tcss", "tune.tcss", "runs.tcss", "config.tcss", "compare.tcss"]  # parsed once
     MODES = {mode: mode for mode in VIEWS}
-    BINDINGS = [Binding(str(n), f"switch_mode('{mode}')", title, show=False)  # the navigation bar shows them
-                for n, (mode, (title, _)) in enumerate(VIEWS.items(), start=1)]
+    BINDINGS = [
+        Binding(str(n), f"switch_mode('{mode}')", title, show=False)  # the navigation bar shows them
+        for n, (mode, (title, _)) in enumerate(VIEWS.items(), start=1)
+    ]
 
     def __init__(self, db: Path, config: ServingConfig | None = None) -> None:
         super().__init__()

@@ -45,8 +45,16 @@ class CompareScreen(ModalScreen[None]):
 
     BINDINGS = [Binding("o", "open", "Open report"), Binding("escape,q", "dismiss", "Close")]
 
-    def __init__(self, names: list[str], heads: list[str], rows: list[str], cells: list[list[Cell]], report: Path,
-                 warnings: list[str] | None = None, notes: list[str] | None = None) -> None:
+    def __init__(
+        self,
+        names: list[str],
+        heads: list[str],
+        rows: list[str],
+        cells: list[list[Cell]],
+        report: Path,
+        warnings: list[str] | None = None,
+        notes: list[str] | None = None,
+    ) -> None:
         super().__init__()
         self.names, self.heads, self.rows, self.cells, self.report = names, heads, rows, cells, report
         self.warnings, self.notes = warnings or [], notes or []
@@ -56,11 +64,20 @@ class CompareScreen(ModalScreen[None]):
         legends = [Text(name, style="dim") for name, head in zip(self.names, self.heads) if name != head]
         with Vertical(id="compare-panel", classes="panel"):
             if self.warnings or self.notes or legends:
-                yield Static(Text("\n").join([*(Text(f"warning: {w}", style="bold yellow") for w in self.warnings),
-                                               *(Text(n) for n in self.notes), *legends]), id="compare-notes")
+                yield Static(
+                    Text("\n").join(
+                        [
+                            *(Text(f"warning: {w}", style="bold yellow") for w in self.warnings),
+                            *(Text(n) for n in self.notes),
+                            *legends,
+                        ]
+                    ),
+                    id="compare-notes",
+                )
             yield DataTable(id="compare-table", cursor_type="row", zebra_stripes=True)
-            yield Static(Text(f"report: {shown_path(self.report)}   o opens it in a browser, esc closes"),
-                         id="compare-report")
+            yield Static(
+                Text(f"report: {shown_path(self.report)}   o opens it in a browser, esc closes"), id="compare-report"
+            )
         yield Footer()
 
     def on_mount(self) -> None:
@@ -68,13 +85,20 @@ class CompareScreen(ModalScreen[None]):
         table = self.query_one(DataTable)
         # a head longer than its column's figures (a long label) wraps over the header's lines, never widening the
         # table past the edge, where a header would be cut
-        heads = [textwrap.wrap(head, max(MIN_HEAD, *(len(cell.text) for cell in column)))
-                 for head, column in zip(self.heads, self.cells)]
+        heads = [
+            textwrap.wrap(head, max(MIN_HEAD, *(len(cell.text) for cell in column)))
+            for head, column in zip(self.heads, self.cells)
+        ]
         table.header_height = max((len(lines) for lines in heads), default=1)
         table.add_columns("metric", *(Text("\n".join(lines)) for lines in heads))
         for index, label in enumerate(self.rows):
-            table.add_row(label, *(Text(column[index].text, style="" if column[index].colour == PLAIN
-                                        else column[index].colour) for column in self.cells))
+            table.add_row(
+                label,
+                *(
+                    Text(column[index].text, style="" if column[index].colour == PLAIN else column[index].colour)
+                    for column in self.cells
+                ),
+            )
 
     def action_open(self) -> None:
         """Open the HTML report in a graphical browser, or say there is none."""

@@ -30,15 +30,26 @@ def field_widget(field: FormField, value: object) -> Widget:
     """The control for one field: a picker for choices and switches, a text input otherwise; its help as tooltip."""
     widget: Widget
     if field.kind == "bool":  # Select takes no falsy values: "on" and "off" stand for True and False
-        widget = Select([("on", "on"), ("off", "off")], value="on" if value else "off", allow_blank=False,
-                        compact=True, id=f"f-{field.name}")
+        widget = Select(
+            [("on", "on"), ("off", "off")],
+            value="on" if value else "off",
+            allow_blank=False,
+            compact=True,
+            id=f"f-{field.name}",
+        )
     elif field.kind == "choice":
         choices = list(field.choices) + ([str(value)] if value is not None and value not in field.choices else [])
-        widget = Select([(c, c) for c in choices], value=Select.BLANK if value is None else str(value),
-                        allow_blank=field.optional, compact=True, id=f"f-{field.name}")
+        widget = Select(
+            [(c, c) for c in choices],
+            value=Select.BLANK if value is None else str(value),
+            allow_blank=field.optional,
+            compact=True,
+            id=f"f-{field.name}",
+        )
     else:
-        widget = Input(to_text(value), placeholder="derived" if field.optional else "", compact=True,
-                       id=f"f-{field.name}")
+        widget = Input(
+            to_text(value), placeholder="derived" if field.optional else "", compact=True, id=f"f-{field.name}"
+        )
     widget.tooltip = field.help or None
     return widget
 
@@ -47,8 +58,11 @@ class ConfigScreen(View):
     """Every ServingConfig field with its validation message; save as a named config, run it, or tune around it."""
 
     MODE = "config"
-    BINDINGS = [Binding("ctrl+s", "save", "Save"), Binding("ctrl+r", "run", "Run in Live"),
-                Binding("ctrl+t", "tune", "Tune from it")]
+    BINDINGS = [
+        Binding("ctrl+s", "save", "Save"),
+        Binding("ctrl+r", "run", "Run in Live"),
+        Binding("ctrl+t", "tune", "Tune from it"),
+    ]
 
     def __init__(self, *args: object, **kwargs: object) -> None:
         super().__init__(*args, **kwargs)
@@ -84,8 +98,9 @@ class ConfigScreen(View):
 
     def palette_commands(self) -> Iterable[SystemCommand]:
         yield SystemCommand("Run this config", "Switch to Live with the form's config", self.action_run)
-        yield SystemCommand("Tune from this config", "Switch to Tune with its model, hardware and tp x pp",
-                            self.action_tune)
+        yield SystemCommand(
+            "Tune from this config", "Switch to Tune with its model, hardware and tp x pp", self.action_tune
+        )
         yield SystemCommand("Save config", "Save the form's config under the name given", self.action_save)
 
     # -- actions ------------------------------------------------------------------------------
@@ -198,15 +213,24 @@ class ConfigScreen(View):
         mode = str(values.get("mode"))
         for field in self.fields:
             error = errors.get(field.name)
-            self._show(field, error is not None or shown_for(field.name, mode),
-                       error if error is not None else self._hint(field, resolved), error is not None)
+            self._show(
+                field,
+                error is not None or shown_for(field.name, mode),
+                error if error is not None else self._hint(field, resolved),
+                error is not None,
+            )
         self.problem = next(iter(errors.values()), None)
         summary = self.query_one("#config-summary", Static)
         if draft is not None and resolved is not None:
             self.session.config = normalised(draft, resolved)
-            summary.update(Text(f"valid: {resolved.devices} devices, layer split "
-                                f"{','.join(map(str, resolved.layer_split or ()))}, KV cache {resolved.kv_capacity:,} "
-                                "tokens", style="green"))
+            summary.update(
+                Text(
+                    f"valid: {resolved.devices} devices, layer split "
+                    f"{','.join(map(str, resolved.layer_split or ()))}, KV cache {resolved.kv_capacity:,} "
+                    "tokens",
+                    style="green",
+                )
+            )
         else:
             summary.update(Text(f"invalid: {self.problem}", style="bold red"))
 

@@ -14,8 +14,11 @@ from ...backends.knobs import KNOB_BY_FIELD
 from ...backends.policies.modes import MODES
 from ...backends.profiles import hardware_names, model_names
 
-CHOICES: dict[str, Callable[[], list[str]]] = {"model": model_names, "hardware": hardware_names,
-                                               "mode": lambda: list(MODES)}
+CHOICES: dict[str, Callable[[], list[str]]] = {
+    "model": model_names,
+    "hardware": hardware_names,
+    "mode": lambda: list(MODES),
+}
 
 
 @dataclass(frozen=True)
@@ -87,8 +90,9 @@ def parse(field: FormField, text: str) -> object:
         try:
             return tuple(int(part) for part in text.split(","))
         except ValueError:
-            raise ConfigError(f"{field.name}: expected comma-separated whole numbers such as 31,30, got {text!r}") \
-                from None
+            raise ConfigError(
+                f"{field.name}: expected comma-separated whole numbers such as 31,30, got {text!r}"
+            ) from None
     if field.value_type in (int, float):
         try:
             return field.value_type(text)
@@ -105,5 +109,6 @@ def error_field(message: str, names: Iterable[str]) -> str | None:
 
 def normalised(draft: ServingConfig, resolved: ServingConfig) -> ServingConfig:
     """The draft with every value it gives replaced by its resolved form (24k -> 24576); derived fields stay None."""
-    return draft.replace(**{f.name: getattr(resolved, f.name) for f in dataclasses.fields(draft)
-                            if getattr(draft, f.name) is not None})
+    return draft.replace(
+        **{f.name: getattr(resolved, f.name) for f in dataclasses.fields(draft) if getattr(draft, f.name) is not None}
+    )

@@ -37,8 +37,7 @@ SPEEDS = (("0.5x", "0.5"), ("1x", "1"), ("2x", "2"), ("5x", "5"), ("10x", "10"),
 LIVE_SCENARIO = "long-64k"
 ENDPOINT_HINT = "http://127.0.0.1:8080"
 WINDOWS_S = (0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0)
-PROGRESS_ROWS = (("running", "running"), ("waiting", "waiting"), ("throughput", "throughput"),
-                 ("kv", "KV cache"))
+PROGRESS_ROWS = (("running", "running"), ("waiting", "waiting"), ("throughput", "throughput"), ("kv", "KV cache"))
 ATTACH = "attach"  # the server picker's value for "a server already running at the endpoint"
 SERVE_LOG = "pipedeck-serve.log"  # a server the console launches logs here, beside the run store
 STRIP_KEY = "digit: stage · colour: request · grey: decode · ─ transfer · blank: bubble"  # fits 80 columns
@@ -133,8 +132,12 @@ class LiveScreen(View):
     """Controls for one run, its progress and latencies against the SLO, and the per-rank pipeline strip."""
 
     MODE = "live"
-    BINDINGS = [Binding("s", "start", "Start"), Binding("x", "stop", "Stop"),
-                Binding("[", "zoom(-1)", "Zoom in"), Binding("]", "zoom(1)", "Zoom out")]
+    BINDINGS = [
+        Binding("s", "start", "Start"),
+        Binding("x", "stop", "Stop"),
+        Binding("[", "zoom(-1)", "Zoom in"),
+        Binding("]", "zoom(1)", "Zoom out"),
+    ]
 
     def __init__(self, *args: object, **kwargs: object) -> None:
         super().__init__(*args, **kwargs)
@@ -149,13 +152,23 @@ class LiveScreen(View):
     def body(self) -> ComposeResult:
         with Grid(id="live-controls", classes="controls"):
             yield Label("backend")
-            yield Select([(f"{e.name}: {e.title}", e.name) for e in BACKENDS.values()], value="sim",
-                         allow_blank=False, compact=True, id="backend")
+            yield Select(
+                [(f"{e.name}: {e.title}", e.name) for e in BACKENDS.values()],
+                value="sim",
+                allow_blank=False,
+                compact=True,
+                id="backend",
+            )
             yield Label("speed")
             yield Select(SPEEDS, value="1", allow_blank=False, compact=True, id="speed")
             yield Label("scenario")
-            yield Select([(name, name) for name in catalog()], value=LIVE_SCENARIO, allow_blank=False,
-                         compact=True, id="scenario")
+            yield Select(
+                [(name, name) for name in catalog()],
+                value=LIVE_SCENARIO,
+                allow_blank=False,
+                compact=True,
+                id="scenario",
+            )
             yield Label("requests")
             yield Input(placeholder="scenario's", compact=True, id="requests")
             yield Label("or file")
@@ -163,14 +176,24 @@ class LiveScreen(View):
             yield Label("rate")
             yield Input(placeholder="scenario's (req/s)", compact=True, id="rate")
             yield Label("config")  # the whole row: a config's label is long, and it must show what Config handed over
-            yield Select([(f"form: {describe(self.session.config)}", FORM)], value=FORM, allow_blank=False,
-                         compact=True, id="config")
+            yield Select(
+                [(f"form: {describe(self.session.config)}", FORM)],
+                value=FORM,
+                allow_blank=False,
+                compact=True,
+                id="config",
+            )
             yield Label("SLO")
             yield Input(DEFAULT_SLO, compact=True, id="slo")
         with Grid(id="live-server", classes="controls"):
             yield Label("server")
-            yield Select([("attach", ATTACH)] + [(f"launch {name}", name) for name in ENGINES],
-                         value=ATTACH, allow_blank=False, compact=True, id="server")
+            yield Select(
+                [("attach", ATTACH)] + [(f"launch {name}", name) for name in ENGINES],
+                value=ATTACH,
+                allow_blank=False,
+                compact=True,
+                id="server",
+            )
             yield Label("endpoint", id="target-label")
             yield Input(placeholder=ENDPOINT_HINT, compact=True, id="target")
         with Horizontal(classes="actions"):
@@ -257,11 +280,23 @@ class LiveScreen(View):
         speed = str(self.query_one("#speed", Select).value)
         server, target = str(self.query_one("#server", Select).value), self.query_one("#target", Input).value.strip()
         if backend_entry(backend).capabilities.endpoint and not target:
-            raise ValueError(f"endpoint: give the server's URL, e.g. {ENDPOINT_HINT}" if server == ATTACH else
-                             f"model: give the weights {server} serves (a path or hub id)")
+            raise ValueError(
+                f"endpoint: give the server's URL, e.g. {ENDPOINT_HINT}"
+                if server == ATTACH
+                else f"model: give the weights {server} serves (a path or hub id)"
+            )
         paced = backend_entry(backend).capabilities.paced  # a real server keeps wall time itself
-        return LiveJob(backend, scenario, str(self.query_one("#config", Select).value), rate, requests, total,
-                       None if speed == "max" or paced else float(speed), server, target)
+        return LiveJob(
+            backend,
+            scenario,
+            str(self.query_one("#config", Select).value),
+            rate,
+            requests,
+            total,
+            None if speed == "max" or paced else float(speed),
+            server,
+            target,
+        )
 
     @work(thread=True, group="live-run")
     def _run(self, job: LiveJob) -> None:
@@ -283,9 +318,15 @@ class LiveScreen(View):
                 options["endpoint"] = server.url if server else job.target
             ranks = config.pp if backend_entry(job.backend).capabilities.timeline else 0  # strip rows
             self.post_message(RunStarted(job.scenario.name, ranks, job.total))
-            result = make_backend(job.backend, **options).run(job.scenario, config, rate=job.rate, seed=job.seed,
-                                                              num_requests=job.requests, observer=observer,
-                                                              timeline=True)
+            result = make_backend(job.backend, **options).run(
+                job.scenario,
+                config,
+                rate=job.rate,
+                seed=job.seed,
+                num_requests=job.requests,
+                observer=observer,
+                timeline=True,
+            )
         except RunCancelled:
             observer.flush()
             self.post_message(RunStopped(observer.sim_time))
@@ -402,9 +443,15 @@ class LiveScreen(View):
         assert stats is not None
         last = stats.last
         self.query_one("#v-done", Static).update(f"{stats.done}/{stats.total}")
-        values = {"running": "-", "waiting": "-", "kv": "-"} if last is None else {
-            "running": known(last.running, str), "waiting": known(last.waiting, str),
-            "kv": known(last.kv_used, "{:.1%}".format)}
+        values = (
+            {"running": "-", "waiting": "-", "kv": "-"}
+            if last is None
+            else {
+                "running": known(last.running, str),
+                "waiting": known(last.waiting, str),
+                "kv": known(last.kv_used, "{:.1%}".format),
+            }
+        )
         values["throughput"] = f"{stats.throughput:,.0f} tok/s"
         for key, text in values.items():
             self.query_one(f"#v-{key}", Static).update(text)
@@ -425,4 +472,3 @@ class LiveScreen(View):
         strip = self.query_one(PipelineStrip)
         now = f" at {self.stats.now:.4g} s" if self.stats else ""
         strip.border_title = f"pipeline, last {WINDOWS_S[self.window]:g} s{now}   [ ] zoom"
-

@@ -52,8 +52,15 @@ class LiveStats:
     def finish(self, result: RunResult) -> None:
         """Close the run at its makespan: nothing running or waiting, the KV cache empty (where they are known)."""
         seen = self.last or Snapshot(0.0, 0, 0, 0, 0.0)
-        self._tick(Snapshot(result.makespan_s, len(result.records), None if seen.running is None else 0,
-                            None if seen.waiting is None else 0, None if seen.kv_used is None else 0.0))
+        self._tick(
+            Snapshot(
+                result.makespan_s,
+                len(result.records),
+                None if seen.running is None else 0,
+                None if seen.waiting is None else 0,
+                None if seen.kv_used is None else 0.0,
+            )
+        )
 
     def latency(self, metric: str) -> tuple[float, float, float] | None:
         """P50, P90 and P99 of `ttft` or `tpot` over the finished requests, None before the first."""
@@ -83,8 +90,14 @@ class LiveStats:
     def _tick(self, snap: Snapshot) -> None:
         self.now, self.last = snap.time_s, snap
         ttft, tpot = self.latency("ttft"), self.latency("tpot")
-        point = {"running": snap.running, "waiting": snap.waiting, "throughput": self.throughput,
-                 "kv": snap.kv_used, "ttft_p90": ttft[1] if ttft else None, "tpot_p90": tpot[1] if tpot else None}
+        point = {
+            "running": snap.running,
+            "waiting": snap.waiting,
+            "throughput": self.throughput,
+            "kv": snap.kv_used,
+            "ttft_p90": ttft[1] if ttft else None,
+            "tpot_p90": tpot[1] if tpot else None,
+        }
         for name, value in point.items():
             if value is not None:  # a figure the backend cannot see has no history, not a line at 0
                 self.history[name].append(float(value))

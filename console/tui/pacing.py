@@ -32,8 +32,13 @@ class PacedObserver(RunObserver):
     frame, at most FRAMES_PER_S times a second.
     """
 
-    def __init__(self, speed: float | None, emit: Callable[[Frame], None], stop: threading.Event,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        speed: float | None,
+        emit: Callable[[Frame], None],
+        stop: threading.Event,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.speed, self.emit, self.stop, self.clock = speed, emit, stop, clock
         self.started = clock()
         self.sim_time = 0.0

@@ -43,15 +43,25 @@ def run_detail(row: RunRow) -> str:
     """What the runs table has no room for: the run's model, when it was stored, its label cell (backend, failed
     requests, label, trial) and its study."""
     _, created, _, model, *_, label = row_cells(row)
-    parts = [f"run {row.id}: {model or 'model unknown'}", f"created {created}", label,
-             f"study {row.study}" if row.study else ""]
+    parts = [
+        f"run {row.id}: {model or 'model unknown'}",
+        f"created {created}",
+        label,
+        f"study {row.study}" if row.study else "",
+    ]
     return ", ".join(part for part in parts if part)
 
 
 def study_cells(study: StudyRow) -> tuple[str, ...]:
     """A study as text cells: trials, completed trials, objective, scenario, created, name."""
-    return (str(study.trials), str(study.completed), study.objective or "", study.scenario or "",
-            local_time(study.created_at), study.name)
+    return (
+        str(study.trials),
+        str(study.completed),
+        study.objective or "",
+        study.scenario or "",
+        local_time(study.created_at),
+        study.name,
+    )
 
 
 class RunsScreen(View):
@@ -59,9 +69,13 @@ class RunsScreen(View):
 
     MODE = "runs"
     AUTO_FOCUS = "#runs-table"
-    BINDINGS = [Binding("space", "toggle", "Select"), Binding("c", "compare", "Compare"),
-                Binding("o", "open", "Open report"), Binding("slash", "filter", "Filter"),
-                Binding("r", "reload", "Reload")]
+    BINDINGS = [
+        Binding("space", "toggle", "Select"),
+        Binding("c", "compare", "Compare"),
+        Binding("o", "open", "Open report"),
+        Binding("slash", "filter", "Filter"),
+        Binding("r", "reload", "Reload"),
+    ]
 
     def __init__(self, *args: object, **kwargs: object) -> None:
         super().__init__(*args, **kwargs)
@@ -196,14 +210,26 @@ class RunsScreen(View):
         except Exception as err:  # noqa: BLE001 - store, file and plotting errors are shown, never a crash
             self.post_message(WorkFailed(one_line(err)))
             return
-        self.post_message(Compared(chosen.names, chosen.heads, [row.label for row in metric_rows(slo)], cells, out,
-                                   chosen.warnings, chosen.notes))
+        self.post_message(
+            Compared(
+                chosen.names,
+                chosen.heads,
+                [row.label for row in metric_rows(slo)],
+                cells,
+                out,
+                chosen.warnings,
+                chosen.notes,
+            )
+        )
 
     def on_compared(self, message: Compared) -> None:
         self.report = message.path
         self._status(f"report: {shown_path(message.path)} (o opens it)")
-        self.app.push_screen(CompareScreen(message.names, message.heads, message.rows, message.cells, message.path,
-                                           message.warnings, message.notes))
+        self.app.push_screen(
+            CompareScreen(
+                message.names, message.heads, message.rows, message.cells, message.path, message.warnings, message.notes
+            )
+        )
 
     def on_work_failed(self, message: WorkFailed) -> None:
         """Say it in the status line too; View's handler (called after this one) shows the error."""
@@ -239,8 +265,7 @@ class RunsScreen(View):
             cells = study_cells(study)
             if matches(words, cells):
                 studies.add_row(*cells, key=study.name)
-        self.query_one("#runs-count", Static).update(
-            f"{shown} of {len(self.runs)} runs, {len(self.selected)} selected")
+        self.query_one("#runs-count", Static).update(f"{shown} of {len(self.runs)} runs, {len(self.selected)} selected")
 
     def _status(self, text: str) -> None:
         self.query_one("#report", Static).update(Text(text))

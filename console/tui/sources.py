@@ -25,10 +25,23 @@ def source_options(form: ServingConfig, configs: Sequence[ConfigRow], runs: Sequ
     """(label, value) pairs for a picker: the form's config, then named configs, then the newest stored runs."""
     options = [(f"form: {describe(form)}", FORM)]
     options += [(f"named {row.name}: {_named(row)}", f"named:{row.name}") for row in configs]
-    options += [(f"run {row.id}: " + describe(ServingConfig(model=row.model or "?", hardware=row.hardware or "?",
-                                                            tp=row.tp, pp=row.pp, mode=row.mode or "?",
-                                                            chunk=row.chunk)), f"run:{row.id}")
-                for row in runs[:RUN_CHOICES]]
+    options += [
+        (
+            f"run {row.id}: "
+            + describe(
+                ServingConfig(
+                    model=row.model or "?",
+                    hardware=row.hardware or "?",
+                    tp=row.tp,
+                    pp=row.pp,
+                    mode=row.mode or "?",
+                    chunk=row.chunk,
+                )
+            ),
+            f"run:{row.id}",
+        )
+        for row in runs[:RUN_CHOICES]
+    ]
     return options
 
 

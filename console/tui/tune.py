@@ -63,12 +63,20 @@ def trial_settings(trial: TrialRow) -> dict[str, object]:
 def trial_cells(trial: TrialRow, objective: str) -> tuple[str, ...]:
     """A trial as table cells, figures first: number, state, objective (its unit in the header), tp x pp, chunk,
     mode."""
-    value = "-" if trial.objective is None or trial.state != "COMPLETE" else \
-        value_text(objective, trial.objective).partition(" ")[0]
+    value = (
+        "-"
+        if trial.objective is None or trial.state != "COMPLETE"
+        else value_text(objective, trial.objective).partition(" ")[0]
+    )
     known = trial_settings(trial)
-    return (str(trial.number), STATES.get(trial.state, trial.state.lower()), value,
-            f"{known['tp']}×{known['pp']}" if "tp" in known and "pp" in known else "-",
-            format_tokens(int(known["chunk"])) if "chunk" in known else "-", str(known.get("mode", "-")))
+    return (
+        str(trial.number),
+        STATES.get(trial.state, trial.state.lower()),
+        value,
+        f"{known['tp']}×{known['pp']}" if "tp" in known and "pp" in known else "-",
+        format_tokens(int(known["chunk"])) if "chunk" in known else "-",
+        str(known.get("mode", "-")),
+    )
 
 
 def trial_detail(trial: TrialRow) -> str:
@@ -97,10 +105,15 @@ def best_text(trial: TrialRow | None, objective: str, ratio: float | None) -> Te
     if ratio is not None:
         text.append(f"\n{better_by(objective, ratio)} than the default config", style="bold")
     split = ",".join(map(str, config.get("layer_split") or ()))
-    text.append(f"\n{config.get('mode')} {config.get('tp')}×{config.get('pp')} chunk "
-                f"{format_tokens(int(config.get('chunk', 0)))}\nsplit {split}")
-    for key, label, fmt in (("attainment", "attainment", "{:.1%}"), ("ttft_p90_s", "TTFT P90", "{:.3g} s"),
-                            ("tpot_p90_s", "TPOT P90", "{:.3g} s")):
+    text.append(
+        f"\n{config.get('mode')} {config.get('tp')}×{config.get('pp')} chunk "
+        f"{format_tokens(int(config.get('chunk', 0)))}\nsplit {split}"
+    )
+    for key, label, fmt in (
+        ("attainment", "attainment", "{:.1%}"),
+        ("ttft_p90_s", "TTFT P90", "{:.3g} s"),
+        ("tpot_p90_s", "TPOT P90", "{:.3g} s"),
+    ):
         if key in metrics:
             text.append(f"\n{label} {'n/a' if metrics[key] is None else fmt.format(metrics[key])}")
     knobs = knob_settings(config) if config else []
@@ -113,8 +126,12 @@ class TuneScreen(View):
     """Study settings, start / pause / resume / stop, the trials table, the best so far, a chart, and export."""
 
     MODE = "tune"
-    BINDINGS = [Binding("s", "start", "Start/Resume"), Binding("p", "pause", "Pause"), Binding("x", "stop", "Stop"),
-                Binding("e", "export", "Export")]
+    BINDINGS = [
+        Binding("s", "start", "Start/Resume"),
+        Binding("p", "pause", "Pause"),
+        Binding("x", "stop", "Stop"),
+        Binding("e", "export", "Export"),
+    ]
     INPUTS = ("scenario", "objective", "slo", "requests", "model", "hardware", "devices", "trials", "fix", "study")
 
     def __init__(self, *args: object, **kwargs: object) -> None:
@@ -130,21 +147,33 @@ class TuneScreen(View):
         defaults = ServingConfig()
         with Grid(id="tune-controls", classes="controls"):
             yield Label("scenario")
-            yield Select([(name, name) for name in catalog()], value=DEFAULT_SCENARIO, allow_blank=False,
-                         compact=True, id="scenario")
+            yield Select(
+                [(name, name) for name in catalog()],
+                value=DEFAULT_SCENARIO,
+                allow_blank=False,
+                compact=True,
+                id="scenario",
+            )
             yield Label("objective")
-            yield Select([(name, name) for name in OBJECTIVES], value="goodput", allow_blank=False, compact=True,
-                         id="objective")
+            yield Select(
+                [(name, name) for name in OBJECTIVES], value="goodput", allow_blank=False, compact=True, id="objective"
+            )
             yield Label("SLO")
             yield Input(DEFAULT_SLO, compact=True, id="slo")
             yield Label("requests")
             yield Input(placeholder="scenario's", compact=True, id="requests")
             yield Label("model")
-            yield Select([(n, n) for n in model_names()], value=defaults.model, allow_blank=False, compact=True,
-                         id="model")
+            yield Select(
+                [(n, n) for n in model_names()], value=defaults.model, allow_blank=False, compact=True, id="model"
+            )
             yield Label("hardware")
-            yield Select([(n, n) for n in hardware_names()], value=defaults.hardware, allow_blank=False,
-                         compact=True, id="hardware")
+            yield Select(
+                [(n, n) for n in hardware_names()],
+                value=defaults.hardware,
+                allow_blank=False,
+                compact=True,
+                id="hardware",
+            )
             yield Label("devices")
             yield Input(placeholder="what the model needs", compact=True, id="devices")
             yield Label("trials")
@@ -167,8 +196,13 @@ class TuneScreen(View):
                 yield TrialChart(id="chart")
         with Horizontal(classes="actions", id="export-row"):
             yield Label("export")
-            yield Select([(name, name) for name in ENGINES], value=default_engine(defaults.hardware),
-                         allow_blank=False, compact=True, id="engine")
+            yield Select(
+                [(name, name) for name in ENGINES],
+                value=default_engine(defaults.hardware),
+                allow_blank=False,
+                compact=True,
+                id="engine",
+            )
             yield Input("deploy", compact=True, id="out")
             yield Button("Export", id="export", compact=True)
             yield Static("", id="export-status")
@@ -183,8 +217,9 @@ class TuneScreen(View):
         yield SystemCommand("Start or resume study", "Run the study the Tune settings describe", self.action_start)
         yield SystemCommand("Pause study", "Stop starting trials; Start resumes the same study", self.action_pause)
         yield SystemCommand("Stop study", "End the study and store its best and default runs", self.action_stop)
-        yield SystemCommand("Export best config", "Write serve.sh, engine YAML and pipedeck-best.json",
-                            self.action_export)
+        yield SystemCommand(
+            "Export best config", "Write serve.sh, engine YAML and pipedeck-best.json", self.action_export
+        )
 
     def use_config(self, config: ServingConfig) -> None:
         """Tune around a config: its model and hardware, its devices, and its tp x pp pinned."""
@@ -246,22 +281,32 @@ class TuneScreen(View):
         self._tune(spec, resume)
 
     def _inputs(self) -> TuneInputs:
-        text = {name: self.query_one(f"#{name}", Input).value.strip()
-                for name in ("slo", "requests", "devices", "trials", "fix", "study")}
+        text = {
+            name: self.query_one(f"#{name}", Input).value.strip()
+            for name in ("slo", "requests", "devices", "trials", "fix", "study")
+        }
         return TuneInputs(
-            scenario=str(self.query_one("#scenario", Select).value), model=str(self.query_one("#model", Select).value),
+            scenario=str(self.query_one("#scenario", Select).value),
+            model=str(self.query_one("#model", Select).value),
             hardware=str(self.query_one("#hardware", Select).value),
-            devices=typed_number(text["devices"], int, "devices"), slo=text["slo"] or None,
-            objective=str(self.query_one("#objective", Select).value), fixes=tuple(text["fix"].split()),
-            trials=typed_number(text["trials"], int, "trials"), study=text["study"] or None,
-            requests=typed_number(text["requests"], int, "requests"))
+            devices=typed_number(text["devices"], int, "devices"),
+            slo=text["slo"] or None,
+            objective=str(self.query_one("#objective", Select).value),
+            fixes=tuple(text["fix"].split()),
+            trials=typed_number(text["trials"], int, "trials"),
+            study=text["study"] or None,
+            requests=typed_number(text["requests"], int, "requests"),
+        )
 
     def _invalid(self, err: Exception) -> None:
         """Show an input error and mark the field it names (a config field can only come from the pins)."""
         message = f"{err.field}: {err}" if isinstance(err, TuneInputError) else one_line(err)
         config_fields = [f.name for f in form_fields()]
-        name = ALIASES.get(message.partition(": ")[0]) or error_field(message, self.INPUTS) or \
-            ("fix" if error_field(message, config_fields) else None)
+        name = (
+            ALIASES.get(message.partition(": ")[0])
+            or error_field(message, self.INPUTS)
+            or ("fix" if error_field(message, config_fields) else None)
+        )
         if name is not None:
             self.query_one(f"#{name}", Widget).add_class("-invalid")
         self.error(message)
@@ -275,8 +320,12 @@ class TuneScreen(View):
 
     @on(Button.Pressed)
     def _pressed(self, event: Button.Pressed) -> None:
-        actions = {"start": self.action_start, "pause": self.action_pause, "stop": self.action_stop,
-                   "export": self.action_export}
+        actions = {
+            "start": self.action_start,
+            "pause": self.action_pause,
+            "stop": self.action_stop,
+            "export": self.action_export,
+        }
         actions[str(event.button.id)]()
 
     # -- workers --------------------------------------------------------------------------
@@ -367,12 +416,14 @@ class TuneScreen(View):
         key = cursor_key(self.query_one("#trials-table", DataTable))
         trial = self.trials.get(int(key)) if key is not None else None
         self.query_one("#trial-detail", Static).update(
-            Text(trial_detail(trial)) if trial else Text(NO_DETAIL, style="dim"))
+            Text(trial_detail(trial)) if trial else Text(NO_DETAIL, style="dim")
+        )
 
     def on_exported(self, message: Exported) -> None:
         folder = shown_path(message.paths[0].parent)
         self.query_one("#export-status", Static).update(
-            Text(f"wrote {folder}/: {', '.join(p.name for p in message.paths)}"))
+            Text(f"wrote {folder}/: {', '.join(p.name for p in message.paths)}")
+        )
         for warning in message.warnings:  # as serve.sh opens with them
             self.notify(warning.removeprefix("WARNING: "), severity="warning", timeout=12, markup=False)
 
@@ -415,5 +466,3 @@ class TuneScreen(View):
 
     def _status(self, text: str) -> None:
         self.query_one("#tune-status", Static).update(Text(text))
-
-

@@ -20,10 +20,12 @@ from ...tuner.study import open_store
 from .messages import StoreListed, WorkFailed
 
 DEFAULT_SLO = "ttft=2s,tpot=200ms"
-VIEWS = {"live": ("Live", "Run a scenario on a backend and watch it"),
-         "tune": ("Tune", "Search configs for SLO goodput"),
-         "runs": ("Runs", "Stored runs and studies; compare runs"),
-         "config": ("Config", "Edit a serving config; save it, run it or tune from it")}
+VIEWS = {
+    "live": ("Live", "Run a scenario on a backend and watch it"),
+    "tune": ("Tune", "Search configs for SLO goodput"),
+    "runs": ("Runs", "Stored runs and studies; compare runs"),
+    "config": ("Config", "Edit a serving config; save it, run it or tune from it"),
+}
 
 
 @dataclass
@@ -46,11 +48,17 @@ class NavBar(Static):
     """The views as numbered tabs (the active one highlighted, each clickable) and the run store's file."""
 
     def __init__(self, active: str, db: Path) -> None:
-        tabs = [Content.from_markup(f"[@click=app.switch_mode('{mode}')] {n} {title} [/]")
-                for n, (mode, (title, _)) in enumerate(VIEWS.items(), start=1)]
+        tabs = [
+            Content.from_markup(f"[@click=app.switch_mode('{mode}')] {n} {title} [/]")
+            for n, (mode, (title, _)) in enumerate(VIEWS.items(), start=1)
+        ]
         tabs = [tab.stylize("reverse bold") if mode == active else tab for tab, mode in zip(tabs, VIEWS)]
-        super().__init__(Content(" pipedeck ").stylize("bold") + Content(" ").join(tabs)
-                         + Content(f"  db {shown_path(db)}").stylize("dim"), classes="navbar")
+        super().__init__(
+            Content(" pipedeck ").stylize("bold")
+            + Content(" ").join(tabs)
+            + Content(f"  db {shown_path(db)}").stylize("dim"),
+            classes="navbar",
+        )
 
 
 class View(Screen[None]):

@@ -181,8 +181,7 @@ def _build(version: str, target: Path, tools: dict[str, str], log: IO[str]) -> N
         shutil.rmtree(stale, ignore_errors=True)
     work = Path(tempfile.mkdtemp(prefix=f"llama-server-{version}-build-", dir=target.parent.parent))
     jobs = str(int(os.environ.get("PIPEDECK_BUILD_JOBS", 0)) or os.cpu_count() or 2)
-    print(f"llama-server: building from llama-cpp-python {version} (once; cached as {target})",
-          file=log, flush=True)
+    print(f"llama-server: building from llama-cpp-python {version} (once; cached as {target})", file=log, flush=True)
     print(f"llama-server: full build log in {build_log}", file=log, flush=True)
     staged = target.parent / f".llama-server.{os.getpid()}.tmp"
     try:
@@ -194,12 +193,22 @@ def _build(version: str, target: Path, tools: dict[str, str], log: IO[str]) -> N
             generator = ["-G", "Ninja"] if shutil.which("ninja") else []
             env = dict(os.environ)
             env["CC"], env["CXX"] = tools["C compiler"], tools["C++ compiler"]
-            _run("configure",
-                 [tools["cmake"], "-S", str(source), "-B", str(build_dir), *generator, *CMAKE_OPTIONS],
-                 out, log, build_log, env)
-            _run(f"compile (-j{jobs})",
-                 [tools["cmake"], "--build", str(build_dir), "--target", "llama-server", "-j", jobs],
-                 out, log, build_log, env)
+            _run(
+                "configure",
+                [tools["cmake"], "-S", str(source), "-B", str(build_dir), *generator, *CMAKE_OPTIONS],
+                out,
+                log,
+                build_log,
+                env,
+            )
+            _run(
+                f"compile (-j{jobs})",
+                [tools["cmake"], "--build", str(build_dir), "--target", "llama-server", "-j", jobs],
+                out,
+                log,
+                build_log,
+                env,
+            )
         built = build_dir / "bin" / "llama-server"
         if not _usable(built):
             raise LlamaServerError(f"llama-server build finished but {built} is missing; see {build_log}")
@@ -213,18 +222,32 @@ def _build(version: str, target: Path, tools: dict[str, str], log: IO[str]) -> N
 
 def _download_sdist(version: str, work: Path, out: IO[str], log: IO[str], build_log: Path) -> Path:
     """``pip download`` the llama-cpp-python sdist into ``work`` and check its SHA-256."""
-    _run("download sdist",
-         [sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:",
-          "--disable-pip-version-check", "-d", str(work), f"llama-cpp-python=={version}"],
-         out, log, build_log)
+    _run(
+        "download sdist",
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "download",
+            "--no-deps",
+            "--no-binary",
+            ":all:",
+            "--disable-pip-version-check",
+            "-d",
+            str(work),
+            f"llama-cpp-python=={version}",
+        ],
+        out,
+        log,
+        build_log,
+    )
     sdists = list(work.glob(f"llama_cpp_python-{version}.tar.gz"))
     if not sdists:
         raise LlamaServerError(f"pip download left no llama_cpp_python-{version}.tar.gz; see {build_log}")
     if version == LLAMA_CPP_PYTHON_VERSION:
         digest = hashlib.sha256(sdists[0].read_bytes()).hexdigest()
         if digest != SDIST_SHA256:
-            raise LlamaServerError(
-                f"llama_cpp_python-{version}.tar.gz has SHA-256 {digest}, expected {SDIST_SHA256}")
+            raise LlamaServerError(f"llama_cpp_python-{version}.tar.gz has SHA-256 {digest}, expected {SDIST_SHA256}")
     return sdists[0]
 
 
@@ -241,15 +264,23 @@ def _extract_llama_cpp(sdist: Path, work: Path) -> Path:
     return work / "src" / prefix
 
 
-def _run(step: str, cmd: list[str], out: IO[str], log: IO[str], build_log: Path,
-         env: dict[str, str] | None = None) -> None:
+def _run(
+    step: str, cmd: list[str], out: IO[str], log: IO[str], build_log: Path, env: dict[str, str] | None = None
+) -> None:
     """Run ``cmd``, its output to the build log; echo progress lines (``[n/N]``, ``[ n%]``) to ``log``."""
     print(f"llama-server: {step}", file=log, flush=True)
     print(f"$ {' '.join(cmd)}", file=out, flush=True)
     try:
         # Its own process group, so that an interruption can stop cmake, ninja and the compilers.
-        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                errors="replace", env=env, start_new_session=True)
+        proc = subprocess.Popen(
+            cmd,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            errors="replace",
+            env=env,
+            start_new_session=True,
+        )
     except OSError as exc:
         raise LlamaServerError(f"llama-server {step} could not start {cmd[0]}: {exc}") from None
     assert proc.stdout is not None
@@ -330,7 +361,7 @@ def make_model(path: str | os.PathLike[str], *, seed: int = 0) -> Path:
     output = matrix(N_VOCAB, N_EMBD, 0.3)
     output[:, 0] = 0.0
     banned = np.ones(N_VOCAB, dtype=bool)
-    banned[PIECE_IDS.start:] = False
+    banned[PIECE_IDS.start :] = False
     output[banned, :] = 0.0
     output[banned, 0] = -100.0  # logit = -100 * (normalised dim 0, about 6) for these rows
 
@@ -344,24 +375,30 @@ def make_model(path: str | os.PathLike[str], *, seed: int = 0) -> Path:
         attn_out[0, :] = 0.0
         ffn_down = matrix(N_EMBD, N_FF, 0.1)
         ffn_down[0, :] = 0.0
-        tensors.update({
-            f"blk.{i}.attn_norm.weight": np.ones(N_EMBD, dtype=np.float32),
-            f"blk.{i}.attn_q.weight": matrix(N_EMBD, N_EMBD, 0.1),
-            f"blk.{i}.attn_k.weight": matrix(N_EMBD, N_EMBD, 0.1),
-            f"blk.{i}.attn_v.weight": matrix(N_EMBD, N_EMBD, 0.1),
-            f"blk.{i}.attn_output.weight": attn_out,
-            f"blk.{i}.ffn_norm.weight": np.ones(N_EMBD, dtype=np.float32),
-            f"blk.{i}.ffn_gate.weight": matrix(N_FF, N_EMBD, 0.1),
-            f"blk.{i}.ffn_up.weight": matrix(N_FF, N_EMBD, 0.1),
-            f"blk.{i}.ffn_down.weight": ffn_down,
-        })
+        tensors.update(
+            {
+                f"blk.{i}.attn_norm.weight": np.ones(N_EMBD, dtype=np.float32),
+                f"blk.{i}.attn_q.weight": matrix(N_EMBD, N_EMBD, 0.1),
+                f"blk.{i}.attn_k.weight": matrix(N_EMBD, N_EMBD, 0.1),
+                f"blk.{i}.attn_v.weight": matrix(N_EMBD, N_EMBD, 0.1),
+                f"blk.{i}.attn_output.weight": attn_out,
+                f"blk.{i}.ffn_norm.weight": np.ones(N_EMBD, dtype=np.float32),
+                f"blk.{i}.ffn_gate.weight": matrix(N_FF, N_EMBD, 0.1),
+                f"blk.{i}.ffn_up.weight": matrix(N_FF, N_EMBD, 0.1),
+                f"blk.{i}.ffn_down.weight": ffn_down,
+            }
+        )
 
     tokens = ["<unk>", "<s>", "</s>"] + [f"<0x{b:02X}>" for b in range(256)] + PIECES
-    types = ([gguf.TokenType.UNKNOWN, gguf.TokenType.CONTROL, gguf.TokenType.CONTROL]
-             + [gguf.TokenType.BYTE] * 256 + [gguf.TokenType.NORMAL] * len(PIECES))
+    types = (
+        [gguf.TokenType.UNKNOWN, gguf.TokenType.CONTROL, gguf.TokenType.CONTROL]
+        + [gguf.TokenType.BYTE] * 256
+        + [gguf.TokenType.NORMAL] * len(PIECES)
+    )
     # SentencePiece scores: longer pieces win merges; letters and bytes rank below words.
-    scores = [0.0] * (3 + 256) + [-1000.0 - i if len(p.lstrip("\u2581")) <= 1 else -float(i)
-                                  for i, p in enumerate(PIECES)]
+    scores = [0.0] * (3 + 256) + [
+        -1000.0 - i if len(p.lstrip("\u2581")) <= 1 else -float(i) for i, p in enumerate(PIECES)
+    ]
 
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     writer = gguf.GGUFWriter(str(tmp), "llama")
@@ -407,10 +444,18 @@ def make_config(path: str | os.PathLike[str]) -> Path:
     if not path.parent.is_dir():
         raise FileNotFoundError(f"cannot write {path}: no directory {path.parent}")
     config = {
-        "architectures": ["LlamaForCausalLM"], "model_type": "llama", "num_hidden_layers": N_LAYER,
-        "hidden_size": N_EMBD, "num_attention_heads": N_HEAD, "num_key_value_heads": N_HEAD,
-        "intermediate_size": N_FF, "vocab_size": N_VOCAB, "max_position_embeddings": N_CTX,
-        "rms_norm_eps": 1e-5, "tie_word_embeddings": False, "torch_dtype": "float16",  # make_model's matrices
+        "architectures": ["LlamaForCausalLM"],
+        "model_type": "llama",
+        "num_hidden_layers": N_LAYER,
+        "hidden_size": N_EMBD,
+        "num_attention_heads": N_HEAD,
+        "num_key_value_heads": N_HEAD,
+        "intermediate_size": N_FF,
+        "vocab_size": N_VOCAB,
+        "max_position_embeddings": N_CTX,
+        "rms_norm_eps": 1e-5,
+        "tie_word_embeddings": False,
+        "torch_dtype": "float16",  # make_model's matrices
     }
     path.write_text(json.dumps(config, indent=2) + "\n")
     return path
@@ -422,11 +467,15 @@ def make_config(path: str | os.PathLike[str]) -> Path:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     group = parser.add_mutually_exclusive_group(required=True)
-    group.add_argument("--print-path", action="store_true",
-                       help="build llama-server if it is not cached; print its absolute path")
+    group.add_argument(
+        "--print-path", action="store_true", help="build llama-server if it is not cached; print its absolute path"
+    )
     group.add_argument("--make-model", metavar="FILE", help="write the tiny test model (GGUF) to FILE")
-    group.add_argument("--make-config", metavar="FILE",
-                       help="write the tiny model's Hugging Face config.json (pipedeck's --model reads it) to FILE")
+    group.add_argument(
+        "--make-config",
+        metavar="FILE",
+        help="write the tiny model's Hugging Face config.json (pipedeck's --model reads it) to FILE",
+    )
     parser.add_argument("--seed", type=int, default=0, help="random seed of --make-model (default 0)")
     args = parser.parse_args(argv)
     # A CI job cancelled with SIGTERM cleans up like Ctrl-C: no temporary build tree left.

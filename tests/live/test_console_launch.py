@@ -43,7 +43,9 @@ def test_the_console_launches_the_engine_for_a_run_and_stops_it(on_path, tiny_mo
         app = PipedeckApp(db, ServingConfig(**CPU))
         async with app.run_test(size=SIZE) as pilot:
             live = app.screen
-            fill(live, {"backend": "live", "scenario": "sharegpt", "rate": "4", "requests": "40" if stop_early else "12"})
+            fill(
+                live, {"backend": "live", "scenario": "sharegpt", "rate": "4", "requests": "40" if stop_early else "12"}
+            )
             await pilot.pause()
             fill(live, {"server": "llama-server", "target": str(tiny_model)})
             await pilot.press("s")

@@ -33,17 +33,40 @@ LIMIT = 0.25  # the issue's bar: held-out P50 TTFT and TPOT within 25%
 
 
 def argv(binary: Path, model: Path, config: Path, tmp_path: Path) -> list[str]:
-    return ["calibrate", "--launch", "llama-server", "--program", str(binary), "--model-path", str(model),
-            "--model", str(config), "--hardware", START, *CONFIG, "--out", str(tmp_path / "tiny-cpu.toml"),
-            "--log", str(tmp_path / "server.log"), "--db", str(tmp_path / "runs.duckdb")]
+    return [
+        "calibrate",
+        "--launch",
+        "llama-server",
+        "--program",
+        str(binary),
+        "--model-path",
+        str(model),
+        "--model",
+        str(config),
+        "--hardware",
+        START,
+        *CONFIG,
+        "--out",
+        str(tmp_path / "tiny-cpu.toml"),
+        "--log",
+        str(tmp_path / "server.log"),
+        "--db",
+        str(tmp_path / "runs.duckdb"),
+    ]
 
 
-def test_a_calibrated_profile_predicts_the_held_out_runs_within_25_percent(llama_server_binary, tiny_model,
-                                                                         tiny_config, tmp_path):
+def test_a_calibrated_profile_predicts_the_held_out_runs_within_25_percent(
+    llama_server_binary, tiny_model, tiny_config, tmp_path
+):
     # A process of its own, as an operator runs it: the load generator's timings are not shared with the
     # test session's interpreter (its garbage collections over everything the suite has loaded).
-    done = subprocess.run([PIPEDECK, *argv(llama_server_binary, tiny_model, tiny_config, tmp_path), "--json"],
-                          capture_output=True, text=True, env={**os.environ, "LLAMA_ARG_THREADS": "1"}, timeout=600)
+    done = subprocess.run(
+        [PIPEDECK, *argv(llama_server_binary, tiny_model, tiny_config, tmp_path), "--json"],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "LLAMA_ARG_THREADS": "1"},
+        timeout=600,
+    )
     assert done.returncode == 0, done.stderr
     report = json.loads(done.stdout)
     profile = load_hardware(tmp_path / "tiny-cpu.toml")
@@ -72,8 +95,9 @@ def _listening(log: Path, deadline: float) -> str:
 
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
-def test_an_interrupted_calibration_stops_its_server_and_writes_nothing(llama_server_binary, tiny_model, tiny_config,
-                                                                        tmp_path, sig):
+def test_an_interrupted_calibration_stops_its_server_and_writes_nothing(
+    llama_server_binary, tiny_model, tiny_config, tmp_path, sig
+):
     command = [PIPEDECK, *argv(llama_server_binary, tiny_model, tiny_config, tmp_path)]
     calibrate = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:

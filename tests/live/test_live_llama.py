@@ -27,16 +27,36 @@ CPU = dict(model="qwen2.5-14b", hardware="a100-40g-pcie", tp=1, pp=1, chunk=512,
 
 @pytest.fixture()
 def server(llama_server_binary, tiny_model, tmp_path):
-    with start_server(ServingConfig(**CPU).resolve(), "llama-server", str(tiny_model), tmp_path / "server.log",
-                      program=(str(llama_server_binary),), health_timeout_s=30) as running:
+    with start_server(
+        ServingConfig(**CPU).resolve(),
+        "llama-server",
+        str(tiny_model),
+        tmp_path / "server.log",
+        program=(str(llama_server_binary),),
+        health_timeout_s=30,
+    ) as running:
         yield running
 
 
 def test_a_live_run_counts_what_the_server_counted(server, capsys, tmp_path):
     db = tmp_path / "runs.duckdb"
-    argv = ["run", "--backend", "live", "--endpoint", server.url, "--scenario", "sharegpt", "--rate", "8",
-            "--requests", "24", "--db", str(db), "--json", *[arg for k, v in CPU.items()
-                                                               for arg in ("--" + k.replace("_", "-"), str(v))]]
+    argv = [
+        "run",
+        "--backend",
+        "live",
+        "--endpoint",
+        server.url,
+        "--scenario",
+        "sharegpt",
+        "--rate",
+        "8",
+        "--requests",
+        "24",
+        "--db",
+        str(db),
+        "--json",
+        *[arg for k, v in CPU.items() for arg in ("--" + k.replace("_", "-"), str(v))],
+    ]
     assert run_cli(cli, argv) == 0, capsys.readouterr().err
     out = json.loads(capsys.readouterr().out)
     assert out["requests"] == 24 and out["live"]["failed"] == 0 and out["server_metrics"]["engine"] == "llamacpp"
@@ -59,8 +79,13 @@ def test_a_server_killed_mid_run_fails_the_requests_in_flight_with_one_line(serv
     failed = result.live.failed()
     assert failed and len(result.records) + len(failed) + result.live.unsent == 60
     assert all("\n" not in r.error for r in failed)
-    assert {r.error.split(":")[0] for r in failed} <= {"connection refused", "connect", "stream broken", "http 500",
-                                                        "ended early"}
+    assert {r.error.split(":")[0] for r in failed} <= {
+        "connection refused",
+        "connect",
+        "stream broken",
+        "http 500",
+        "ended early",
+    }
     assert server.process.wait(5) == -signal.SIGKILL
 
 

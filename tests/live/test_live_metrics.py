@@ -64,11 +64,24 @@ def test_sglang_retracted_requests_are_its_preemptions():
 def test_llamacpp_has_queue_and_tokens_only_and_the_rest_is_missing_not_zero():
     got = scrape("llamacpp")
     assert got.engine == "llamacpp"
-    assert got.values == {"running": 2.0, "waiting": 5.0, "prompt_tokens_total": 6886.0,
-                          "generation_tokens_total": 3469.0, "prefix_cache_hits_total": 2114.0,
-                          "prefix_cache_queries_total": 2114.0 + 6886.0}  # its prompt count leaves out cached tokens
-    assert set(got.missing) == {"kv_usage", "preemptions_total", "ttft_s", "tpot_s", "itl_s", "e2e_s", "queue_s",
-                                "prefix_cache_hit_rate"}
+    assert got.values == {
+        "running": 2.0,
+        "waiting": 5.0,
+        "prompt_tokens_total": 6886.0,
+        "generation_tokens_total": 3469.0,
+        "prefix_cache_hits_total": 2114.0,
+        "prefix_cache_queries_total": 2114.0 + 6886.0,
+    }  # its prompt count leaves out cached tokens
+    assert set(got.missing) == {
+        "kv_usage",
+        "preemptions_total",
+        "ttft_s",
+        "tpot_s",
+        "itl_s",
+        "e2e_s",
+        "queue_s",
+        "prefix_cache_hit_rate",
+    }
     assert all(isinstance(value, float) for value in got.values.values())
 
 
@@ -79,22 +92,31 @@ def test_a_page_of_no_known_engine_reports_everything_missing():
 
 def test_text_that_is_not_prometheus_raises_value_error():
     with pytest.raises(ValueError):
-        parse("vllm:num_requests_running{engine=\"0\" 3\n")
+        parse('vllm:num_requests_running{engine="0" 3\n')
 
 
 def test_timeline_counters_are_the_last_value_and_the_growth_since_the_first_scrape():
-    timeline = MetricsTimeline("vllm", [Sample(0.0, {"running": 1.0, "generation_tokens_total": 100.0}),
-                                        Sample(1.0, {"generation_tokens_total": 160.0, "preemptions_total": 2.0}),
-                                        Sample(2.0, {"generation_tokens_total": 250.0, "preemptions_total": 5.0})])
+    timeline = MetricsTimeline(
+        "vllm",
+        [
+            Sample(0.0, {"running": 1.0, "generation_tokens_total": 100.0}),
+            Sample(1.0, {"generation_tokens_total": 160.0, "preemptions_total": 2.0}),
+            Sample(2.0, {"generation_tokens_total": 250.0, "preemptions_total": 5.0}),
+        ],
+    )
     assert timeline.final_counters() == {"generation_tokens_total": 250.0, "preemptions_total": 5.0}
     assert timeline.counter_deltas() == {"generation_tokens_total": 150.0, "preemptions_total": 3.0}
     assert "running" not in timeline.missing and "kv_usage" in timeline.missing
 
 
 def test_poll_keeps_scraping_past_failures_and_scrapes_once_more_on_stop():
-    pages = iter([httpx.Response(200, text="llamacpp:tokens_predicted_total 10\nllamacpp:requests_processing 1\n"),
-                  httpx.Response(500, text="boom"),
-                  httpx.Response(200, text="llamacpp:requests_processing{ 1\n")])
+    pages = iter(
+        [
+            httpx.Response(200, text="llamacpp:tokens_predicted_total 10\nllamacpp:requests_processing 1\n"),
+            httpx.Response(500, text="boom"),
+            httpx.Response(200, text="llamacpp:requests_processing{ 1\n"),
+        ]
+    )
 
     def answer(request: httpx.Request) -> httpx.Response:
         assert request.url.path == "/metrics"

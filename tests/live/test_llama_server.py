@@ -48,8 +48,23 @@ def stop(proc: subprocess.Popen) -> None:
 def running_server(binary: Path, model: Path, log: Path, *extra: str) -> Iterator[str]:
     """Start llama-server on a free loopback port; yield its base URL once /health is OK."""
     port = free_port()
-    cmd = [str(binary), "-m", str(model), "--host", "127.0.0.1", "--port", str(port),
-           "--metrics", "--parallel", "4", "-c", "4096", "--threads", "1", *extra]
+    cmd = [
+        str(binary),
+        "-m",
+        str(model),
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--metrics",
+        "--parallel",
+        "4",
+        "-c",
+        "4096",
+        "--threads",
+        "1",
+        *extra,
+    ]
     with open(log, "w") as out:
         proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
     base = f"http://127.0.0.1:{port}"
@@ -75,14 +90,13 @@ def stream_completion(base: str, body: dict) -> tuple[list[dict], bool]:
     """POST a streaming /v1/completions; return its JSON events and whether ``[DONE]`` ended it."""
     events: list[dict] = []
     done = False
-    with httpx.stream("POST", f"{base}/v1/completions", json={**body, "stream": True},
-                      timeout=30.0) as response:
+    with httpx.stream("POST", f"{base}/v1/completions", json={**body, "stream": True}, timeout=30.0) as response:
         assert response.status_code == 200, response.read()
         for line in response.iter_lines():
             if not line.startswith("data: "):
                 continue
             assert not done, "an event after [DONE]"
-            data = line[len("data: "):]
+            data = line[len("data: ") :]
             if data == "[DONE]":
                 done = True
             else:
@@ -95,7 +109,8 @@ def test_streams_exactly_max_tokens(llama_server_binary, tiny_model, tmp_path, i
     prompt = list(PIECE_IDS[:16])
     with running_server(llama_server_binary, tiny_model, tmp_path / "server.log") as base:
         events, done = stream_completion(
-            base, {"prompt": prompt, "max_tokens": 32, "ignore_eos": ignore_eos, "seed": 1})
+            base, {"prompt": prompt, "max_tokens": 32, "ignore_eos": ignore_eos, "seed": 1}
+        )
     assert done
     texts = [c["text"] for e in events for c in e.get("choices", []) if c.get("text")]
     finish = [c["finish_reason"] for e in events for c in e.get("choices", []) if c.get("finish_reason")]

@@ -34,11 +34,13 @@ def workload(n: int, gap_s: float = 0.0, output: int = 4, concurrency: int | Non
 
 def drive(behaviour: Behaviour, load: Workload, observer: RunObserver | None = None, **options):
     """Replay `load` against a fresh mock; return the LiveRun and the mock."""
+
     async def main():
         mock = MockServer(behaviour)
         async with mock as url:
             live = await replay(load, url, LoadOptions(**{**QUIET, **options}), observer=observer)
         return live, mock
+
     return asyncio.run(main())
 
 
@@ -81,11 +83,16 @@ def test_closed_loop_keeps_at_most_concurrency_requests_in_flight():
     assert live.requests[2].send_s >= first_two_end
 
 
-@pytest.mark.parametrize("fault, kind", [
-    ("http500", "http 500: "), ("die", "stream broken: "), ("stall", "stalled: no event for 0.2 s after 1 token event"),
-    ("malformed", "malformed stream: not JSON: "),
-    ("truncate", "ended early: the stream closed without [DONE] after 1 token event"),
-])
+@pytest.mark.parametrize(
+    "fault, kind",
+    [
+        ("http500", "http 500: "),
+        ("die", "stream broken: "),
+        ("stall", "stalled: no event for 0.2 s after 1 token event"),
+        ("malformed", "malformed stream: not JSON: "),
+        ("truncate", "ended early: the stream closed without [DONE] after 1 token event"),
+    ],
+)
 def test_each_fault_is_one_line_on_its_request_and_the_others_are_served(fault, kind):
     live, _ = drive(Behaviour(fault=fault, fault_every=2, fault_after=1), workload(4, output=3), stall_s=0.2)
     failed = live.failed()
@@ -204,8 +211,14 @@ def test_a_scenario_run_scrapes_the_server_and_fills_a_run_result():
     async def main():
         async with MockServer() as url:
             return await asyncio.to_thread(
-                run_scenario, load_scenario("sharegpt"), url, rate=50.0, num_requests=8,
-                options=LoadOptions(metrics_interval_s=0.02), config={"model": "mock"})
+                run_scenario,
+                load_scenario("sharegpt"),
+                url,
+                rate=50.0,
+                num_requests=8,
+                options=LoadOptions(metrics_interval_s=0.02),
+                config={"model": "mock"},
+            )
 
     result = asyncio.run(main())
     assert result.backend == "live" and len(result.records) == 8 and result.ranks == [] and result.spans == []
@@ -226,8 +239,10 @@ def test_options_are_checked_before_anything_is_sent():
 
 
 def test_server_error_events_in_either_shape_are_read_as_errors():
-    for payload in (b'{"error": {"message": "out of KV cache", "code": 500}}',
-                    b'{"object": "error", "message": "out of KV cache", "code": 500}'):
+    for payload in (
+        b'{"error": {"message": "out of KV cache", "code": 500}}',
+        b'{"object": "error", "message": "out of KV cache", "code": 500}',
+    ):
         assert _event(payload, _Stream(), 0.0) == "server error: out of KV cache"
 
 
@@ -242,7 +257,8 @@ def test_the_requests_not_served_are_counted_by_kind_most_first_with_the_unsent(
     assert live.summary()["errors"] == {"connection refused": 47, "http 400": 2}
     served = LiveRequest(9, 0.0, 0.0, 0.05, 0.1, 16, 4, 4, "usage", (0.02,) * 3)
     assert LiveRun([served, failed(1, "stalled: no event")], 3, 0.0).served_line() == (
-        "1 of 5 requests served: 3 not sent (run time limit), 1 stalled")
+        "1 of 5 requests served: 3 not sent (run time limit), 1 stalled"
+    )
     assert LiveRun([served], 0, 0.0).served_line() == "1 of 1 requests served"
 
 
@@ -254,9 +270,13 @@ def test_an_http_error_line_keeps_the_servers_whole_message_on_one_line():
 
 def test_every_event_with_a_choice_is_a_token_time_as_vllm_bench_serve_counts_them():
     stream = _Stream()
-    events = [(1.0, {"choices": [{"text": "Hello"}]}), (2.0, {"choices": [{"text": ""}]}),  # a token with no text yet
-              (4.0, {"choices": [{"text": " a b c"}]}), (5.0, {"choices": [{"text": "", "finish_reason": "length"}]}),
-              (6.0, {"choices": [], "usage": {"prompt_tokens": 3, "completion_tokens": 7}})]  # usage: no token
+    events = [
+        (1.0, {"choices": [{"text": "Hello"}]}),
+        (2.0, {"choices": [{"text": ""}]}),  # a token with no text yet
+        (4.0, {"choices": [{"text": " a b c"}]}),
+        (5.0, {"choices": [{"text": "", "finish_reason": "length"}]}),
+        (6.0, {"choices": [], "usage": {"prompt_tokens": 3, "completion_tokens": 7}}),
+    ]  # usage: no token
     for now, event in events:
         assert _event(json.dumps(event).encode(), stream, now) is None
     assert stream.times == [1.0, 2.0, 4.0, 5.0] and stream.text_events == 2
@@ -283,8 +303,10 @@ def test_prompts_are_drawn_afresh_for_each_rate_when_asked_and_else_replayed():
     assert at_2 == _body(request, "m", ids, 0, fresh_at=2.0)  # seeded: the same rate draws the same prompts
     first = [json.loads(at)["prompt"][0] for at in (at_2, at_4)]
     assert len(set(first)) == 2  # they differ from the first token on: no prefix in common
-    assert json.loads(_body(request, "m", None, 0, fresh_at=2.0))["prompt"] != json.loads(
-        _body(request, "m", None, 0, fresh_at=4.0))["prompt"]  # text prompts too
+    assert (
+        json.loads(_body(request, "m", None, 0, fresh_at=2.0))["prompt"]
+        != json.loads(_body(request, "m", None, 0, fresh_at=4.0))["prompt"]
+    )  # text prompts too
 
 
 def test_the_prefix_cache_hit_rate_comes_from_usage_and_fresh_prompts_defeat_the_cache():
@@ -293,8 +315,11 @@ def test_the_prefix_cache_hit_rate_comes_from_usage_and_fresh_prompts_defeat_the
             runs = []
             for rate, fresh in ((2.0, False), (4.0, False), (8.0, True)):
                 options = LoadOptions(**{**QUIET, "metrics_interval_s": 0.02, "fresh_prompts": fresh})
-                runs.append(await asyncio.to_thread(run_scenario, load_scenario("sharegpt"), url, rate=rate * 10,
-                                                    num_requests=6, options=options))
+                runs.append(
+                    await asyncio.to_thread(
+                        run_scenario, load_scenario("sharegpt"), url, rate=rate * 10, num_requests=6, options=options
+                    )
+                )
             return runs
 
     first, replayed, fresh = (run.live.summary() for run in asyncio.run(main()))

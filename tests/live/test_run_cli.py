@@ -27,8 +27,9 @@ from pipedeck.store import RunStore
 @contextmanager
 def mock_program(*flags: str) -> Iterator[str]:
     """A fresh mock server as a program, started with `flags`; its URL."""
-    process = subprocess.Popen([sys.executable, "-m", "pipedeck.backends.live.mock_server", *flags],
-                               stdout=subprocess.PIPE, text=True)
+    process = subprocess.Popen(
+        [sys.executable, "-m", "pipedeck.backends.live.mock_server", *flags], stdout=subprocess.PIPE, text=True
+    )
     try:
         yield process.stdout.readline().strip()
     finally:
@@ -54,10 +55,28 @@ def cli_json(capsys, argv: list[str]) -> dict:
 
 def test_a_live_run_prints_the_simulators_keys_and_the_servers_metrics_and_is_stored(capsys, tmp_path, mock_server):
     db = tmp_path / "runs.duckdb"
-    live = cli_json(capsys, ["run", "--backend", "live", "--endpoint", mock_server, "--scenario", "sharegpt",
-                             "--rate", "30", "--requests", "20", "--db", str(db), "--json"])
-    sim = cli_json(capsys, ["simulate", "--scenario", "sharegpt", "--rate", "30", "--requests", "20", "--no-store",
-                            "--json"])
+    live = cli_json(
+        capsys,
+        [
+            "run",
+            "--backend",
+            "live",
+            "--endpoint",
+            mock_server,
+            "--scenario",
+            "sharegpt",
+            "--rate",
+            "30",
+            "--requests",
+            "20",
+            "--db",
+            str(db),
+            "--json",
+        ],
+    )
+    sim = cli_json(
+        capsys, ["simulate", "--scenario", "sharegpt", "--rate", "30", "--requests", "20", "--no-store", "--json"]
+    )
     assert set(sim) | {"live", "server_metrics"} == set(live)
     assert live["requests"] == 20 and live["live"]["failed"] == 0 and live["backend"] == "live"
     assert live["server_metrics"]["engine"] == "llamacpp" and "kv_usage" in live["server_metrics"]["missing"]
@@ -69,18 +88,38 @@ def test_a_live_run_prints_the_simulators_keys_and_the_servers_metrics_and_is_st
 
 
 def test_a_live_runs_table_names_the_server_and_what_its_metrics_lack(capsys, mock_server):
-    assert run_cli(cli, ["run", "--backend", "live", "--endpoint", mock_server, "--scenario", "sharegpt",
-                         "--requests", "4", "--no-store"]) == 0
+    assert (
+        run_cli(
+            cli,
+            [
+                "run",
+                "--backend",
+                "live",
+                "--endpoint",
+                mock_server,
+                "--scenario",
+                "sharegpt",
+                "--requests",
+                "4",
+                "--no-store",
+            ],
+        )
+        == 0
+    )
     out = capsys.readouterr().out
     assert "live: sent 4, failed 0, unsent 0" in out and "server: llama.cpp b0-mock" in out
     assert "server metrics: llamacpp; missing: kv_usage" in " ".join(out.split())
 
 
 def test_a_live_run_without_a_server_is_one_line(capsys):
-    assert run_cli(cli, ["run", "--backend", "live", "--endpoint", "http://127.0.0.1:9", "--requests", "2",
-                         "--no-store"]) == 2
+    assert (
+        run_cli(cli, ["run", "--backend", "live", "--endpoint", "http://127.0.0.1:9", "--requests", "2", "--no-store"])
+        == 2
+    )
     assert capsys.readouterr().err.startswith("pipedeck: error: endpoint: http://127.0.0.1:9/v1/models lists no model")
-    assert run_cli(cli, ["run", "--backend", "live", "--timeline", "t.json", "--endpoint", "http://x", "--no-store"]) == 2
+    assert (
+        run_cli(cli, ["run", "--backend", "live", "--timeline", "t.json", "--endpoint", "http://x", "--no-store"]) == 2
+    )
     assert "draws no per-rank timeline" in capsys.readouterr().err
 
 
@@ -109,8 +148,14 @@ def test_compare_puts_a_live_run_beside_a_simulated_one(capsys, tmp_path, mock_s
 def test_a_live_run_with_failed_requests_is_stored_with_them_and_listed_as_failed(tmp_path):
     async def main():
         async with MockServer(Behaviour(fault="http500", fault_every=3)) as url:
-            return await asyncio.to_thread(run_scenario, load_scenario("sharegpt"), url, rate=50.0, num_requests=9,
-                                           options=LoadOptions(metrics_interval_s=None))
+            return await asyncio.to_thread(
+                run_scenario,
+                load_scenario("sharegpt"),
+                url,
+                rate=50.0,
+                num_requests=9,
+                options=LoadOptions(metrics_interval_s=None),
+            )
 
     result = asyncio.run(main())
     with RunStore.open(tmp_path / "runs.duckdb") as store:
@@ -123,8 +168,24 @@ def test_a_live_run_with_failed_requests_is_stored_with_them_and_listed_as_faile
 
 
 def run_live(endpoint: str, db, *extra: str) -> list[str]:
-    return ["run", "--backend", "live", "--endpoint", endpoint, "--served-model", "mock", "--scenario", "sharegpt",
-            "--rate", "50", "--requests", "6", "--db", str(db), *extra]
+    return [
+        "run",
+        "--backend",
+        "live",
+        "--endpoint",
+        endpoint,
+        "--served-model",
+        "mock",
+        "--scenario",
+        "sharegpt",
+        "--rate",
+        "50",
+        "--requests",
+        "6",
+        "--db",
+        str(db),
+        *extra,
+    ]
 
 
 def test_a_run_against_a_closed_port_fails_in_one_line_counting_the_refusals_and_is_stored(capsys, tmp_path):
@@ -168,13 +229,24 @@ def test_a_run_where_some_requests_fail_warns_in_one_line_and_exits_0(capsys, tm
 def test_a_live_run_of_more_requests_than_memory_holds_is_refused_as_a_simulation_is(capsys, monkeypatch):
     monkeypatch.setattr(footprint, "available_bytes", lambda: 20e9)
     for backend in ("live", "sim"):
-        argv = ["run", "--backend", backend, "--scenario", "sharegpt", "--requests", "1000000000", "--no-store",
-                *(["--endpoint", f"http://127.0.0.1:{closed_port()}", "--served-model", "mock"] * (backend == "live"))]
+        argv = [
+            "run",
+            "--backend",
+            backend,
+            "--scenario",
+            "sharegpt",
+            "--requests",
+            "1000000000",
+            "--no-store",
+            *(["--endpoint", f"http://127.0.0.1:{closed_port()}", "--served-model", "mock"] * (backend == "live")),
+        ]
         start = time.process_time()
         assert run_cli(cli, argv) == 2
         assert time.process_time() - start < 5  # refused before drawing a billion requests
         err = capsys.readouterr().err
-        assert err.startswith("pipedeck: error: requests: 1000000000 requests need about ") and len(err.splitlines()) == 1
+        assert (
+            err.startswith("pipedeck: error: requests: 1000000000 requests need about ") and len(err.splitlines()) == 1
+        )
         assert err.endswith(" more than the 20.0 GB available; use fewer requests\n"), err
     with pytest.raises(footprint.FootprintError, match=r"^requests: 1000000000 requests need about"):
         run_scenario(load_scenario("sharegpt"), "http://127.0.0.1:9", num_requests=10**9)  # the Python API too
@@ -196,11 +268,23 @@ def test_a_live_run_and_show_print_the_prefix_cache_hit_rate_and_fresh_prompts_i
     assert "--fresh-prompts" in capsys.readouterr().err
 
 
-def test_a_live_run_without_a_config_records_what_the_server_says_not_pipedeck_s_defaults(capsys, tmp_path,
-                                                                                         mock_server):
+def test_a_live_run_without_a_config_records_what_the_server_says_not_pipedeck_s_defaults(
+    capsys, tmp_path, mock_server
+):
     db = str(tmp_path / "runs.duckdb")
-    common = ["--backend", "live", "--endpoint", mock_server, "--scenario", "sharegpt", "--requests", "4", "--db", db,
-              "--json"]
+    common = [
+        "--backend",
+        "live",
+        "--endpoint",
+        mock_server,
+        "--scenario",
+        "sharegpt",
+        "--requests",
+        "4",
+        "--db",
+        db,
+        "--json",
+    ]
     first, second = (cli_json(capsys, ["run", *common]) for _ in range(2))
     assert first["config"] == {"model": "mock", "engine": "llama.cpp"}  # /v1/models' name, /props' engine; no more
     with RunStore.open(db, read_only=True) as store:
@@ -209,10 +293,12 @@ def test_a_live_run_without_a_config_records_what_the_server_says_not_pipedeck_s
     assert (row.model, row.hardware, row.tp, row.pp) == ("mock", None, None, None)
     assert row_cells(row)[3:5] == ("mock", "")  # no tp×pp made up
     out = tmp_path / "compare.html"
-    assert run_cli(cli, ["compare", str(first["run_id"]), str(second["run_id"]), "--db", db, "--out", str(out)]) == 0, \
+    assert run_cli(cli, ["compare", str(first["run_id"]), str(second["run_id"]), "--db", db, "--out", str(out)]) == 0, (
         capsys.readouterr().err
+    )
     assert "deepseek" not in out.read_text().lower()
     capsys.readouterr()
-    given = cli_json(capsys, ["run", *common, "--model", "qwen2.5-14b", "--hardware", "a100-40g-pcie", "--tp", "1",
-                              "--pp", "1"])
+    given = cli_json(
+        capsys, ["run", *common, "--model", "qwen2.5-14b", "--hardware", "a100-40g-pcie", "--tp", "1", "--pp", "1"]
+    )
     assert given["config"]["model"] == "qwen2.5-14b" and given["config"]["tp"] == 1  # a config given is recorded

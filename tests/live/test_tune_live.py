@@ -30,9 +30,27 @@ from tests.live.test_console_launch import processes_serving
 from tests.live.test_live_llama import CPU
 
 TINY = str(Path(__file__).parents[1] / "data" / "tiny-chat.toml")
-TUNE = ["tune", "--model", "qwen2.5-14b", "--hardware", "a100-40g-pcie", "--scenario", TINY, "--requests", "12",
-        "--slo", "ttft=2s,tpot=200ms", "--fix", "tp=1", "--fix", "pp=1", "--fix", "max-running=4",
-        "--fix", "kv-capacity=8192"]
+TUNE = [
+    "tune",
+    "--model",
+    "qwen2.5-14b",
+    "--hardware",
+    "a100-40g-pcie",
+    "--scenario",
+    TINY,
+    "--requests",
+    "12",
+    "--slo",
+    "ttft=2s,tpot=200ms",
+    "--fix",
+    "tp=1",
+    "--fix",
+    "pp=1",
+    "--fix",
+    "max-running=4",
+    "--fix",
+    "kv-capacity=8192",
+]
 
 
 def launch(binary: Path, model: Path) -> list[str]:
@@ -51,17 +69,21 @@ def refuses_once(llama_server_binary, tmp_path) -> Path:
     """A llama-server launcher that exits at once the first time it is started (a server failing health)."""
     script = tmp_path / "refuses-once.sh"
     marker = tmp_path / "refused"
-    script.write_text(f'#!/bin/sh\nif [ ! -e "{marker}" ]; then touch "{marker}"; echo "refusing this launch"; '
-                      f'exit 3; fi\nexec "{llama_server_binary}" "$@"\n')
+    script.write_text(
+        f'#!/bin/sh\nif [ ! -e "{marker}" ]; then touch "{marker}"; echo "refusing this launch"; '
+        f'exit 3; fi\nexec "{llama_server_binary}" "$@"\n'
+    )
     script.chmod(0o755)
     return script
 
 
-def test_confirm_live_measures_the_top_configs_and_the_default_each_on_its_own_server(llama_server_binary,
-                                                                                     tiny_model, tmp_path, capsys):
+def test_confirm_live_measures_the_top_configs_and_the_default_each_on_its_own_server(
+    llama_server_binary, tiny_model, tmp_path, capsys
+):
     db = tmp_path / "r.duckdb"
-    out = tune_json(capsys, [*TUNE, "--trials", "4", "--db", str(db), "--confirm", "live",
-                             *launch(llama_server_binary, tiny_model)])
+    out = tune_json(
+        capsys, [*TUNE, "--trials", "4", "--db", str(db), "--confirm", "live", *launch(llama_server_binary, tiny_model)]
+    )
     rows = out["confirm"]
     assert rows[0]["role"].startswith("top 1") and sum("default" in r["role"] for r in rows) == 1
     assert all(r["error"] is None and r["measured"] > 0 and r["simulated"] > 0 for r in rows)
@@ -79,8 +101,21 @@ def test_confirm_live_measures_the_top_configs_and_the_default_each_on_its_own_s
 
 
 def test_a_server_failing_health_fails_only_its_confirm_row(refuses_once, tiny_model, tmp_path, capsys):
-    out = tune_json(capsys, [*TUNE, "--trials", "3", "--confirm-top", "2", "--db", str(tmp_path / "r.duckdb"),
-                             "--confirm", "live", *launch(refuses_once, tiny_model)])
+    out = tune_json(
+        capsys,
+        [
+            *TUNE,
+            "--trials",
+            "3",
+            "--confirm-top",
+            "2",
+            "--db",
+            str(tmp_path / "r.duckdb"),
+            "--confirm",
+            "live",
+            *launch(refuses_once, tiny_model),
+        ],
+    )
     first, *rest = out["confirm"]
     assert first["measured"] is None and first["run_id"] is None and "\n" not in first["error"]
     assert first["error"].startswith("engine: llama-server exited with status 3 before it was healthy; log: ")
@@ -89,10 +124,19 @@ def test_a_server_failing_health_fails_only_its_confirm_row(refuses_once, tiny_m
     assert processes_serving(tiny_model) == []
 
 
-def test_the_text_summary_puts_simulated_and_measured_side_by_side(llama_server_binary, tiny_model, tmp_path,
-                                                                   capsys):
-    argv = [*TUNE, "--trials", "2", "--confirm-top", "1", "--db", str(tmp_path / "r.duckdb"), "--confirm", "live",
-            *launch(llama_server_binary, tiny_model)]
+def test_the_text_summary_puts_simulated_and_measured_side_by_side(llama_server_binary, tiny_model, tmp_path, capsys):
+    argv = [
+        *TUNE,
+        "--trials",
+        "2",
+        "--confirm-top",
+        "1",
+        "--db",
+        str(tmp_path / "r.duckdb"),
+        "--confirm",
+        "live",
+        *launch(llama_server_binary, tiny_model),
+    ]
     assert run_cli(cli, argv) == 0
     text = capsys.readouterr().out
     assert "simulated vs measured goodput on llama-server launched per config" in text
@@ -101,8 +145,9 @@ def test_the_text_summary_puts_simulated_and_measured_side_by_side(llama_server_
 
 def test_a_live_tune_runs_each_trial_on_a_fresh_llama_server(refuses_once, tiny_model, tmp_path, capsys):
     db = tmp_path / "r.duckdb"
-    out = tune_json(capsys, [*TUNE, "--trials", "3", "--db", str(db), "--backend", "live",
-                             *launch(refuses_once, tiny_model)])
+    out = tune_json(
+        capsys, [*TUNE, "--trials", "3", "--db", str(db), "--backend", "live", *launch(refuses_once, tiny_model)]
+    )
     (failed,) = out["server_errors"]
     assert failed["trial"] == 0 and failed["error"].endswith("(last line: refusing this launch)")
     assert out["trials"] == 3 and out["best"]["goodput_rps"] > 0
@@ -114,10 +159,18 @@ def test_a_live_tune_runs_each_trial_on_a_fresh_llama_server(refuses_once, tiny_
     assert processes_serving(tiny_model) == []
 
 
-def test_a_server_killed_mid_run_fails_that_run_and_the_next_gets_a_fresh_one(llama_server_binary, tiny_model,
-                                                                             tmp_path):
-    with make_backend("live", launch="llama-server", model_path=str(tiny_model), program=str(llama_server_binary),
-                      log_dir=str(tmp_path / "logs"), health_timeout_s=30, stall_s=5.0) as backend:
+def test_a_server_killed_mid_run_fails_that_run_and_the_next_gets_a_fresh_one(
+    llama_server_binary, tiny_model, tmp_path
+):
+    with make_backend(
+        "live",
+        launch="llama-server",
+        model_path=str(tiny_model),
+        program=str(llama_server_binary),
+        log_dir=str(tmp_path / "logs"),
+        health_timeout_s=30,
+        stall_s=5.0,
+    ) as backend:
         backend.run(load_scenario(TINY), ServingConfig(**CPU), rate=20, num_requests=4)
         pid = backend.server.process.pid
         threading.Timer(1.0, lambda: os.kill(pid, signal.SIGKILL)).start()

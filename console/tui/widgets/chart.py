@@ -33,7 +33,7 @@ class TrialChart(Widget):
         if not self._points or width < 1 or height < 1:
             return Text("no finished trial yet", style="dim")
         gap = 1 if 2 * len(self._points) <= width else 0
-        points = self._points[-(width // (1 + gap)):]
+        points = self._points[-(width // (1 + gap)) :]
         text = Text(no_wrap=True)
         for row in range(height, 0, -1):
             label = labels[0] if row == height else labels[1] if row == 1 else ""

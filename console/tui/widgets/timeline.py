@@ -13,8 +13,20 @@ from textual.widget import Widget
 
 from ....backends.result import TRANSFER_KINDS, Span
 
-REQUEST_COLOURS = ("#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f", "#edc948", "#b07aa1", "#ff9da7",
-                   "#9c755f", "#86bcb6", "#d4a6c8", "#8cd17d")
+REQUEST_COLOURS = (
+    "#4e79a7",
+    "#f28e2b",
+    "#e15759",
+    "#76b7b2",
+    "#59a14f",
+    "#edc948",
+    "#b07aa1",
+    "#ff9da7",
+    "#9c755f",
+    "#86bcb6",
+    "#d4a6c8",
+    "#8cd17d",
+)
 DECODE_COLOUR = "#7f7f7f"
 BLACK = Color(0, 0, 0)
 TALL_RANKS = 4  # up to this many ranks get two lines each on a terminal of TALL_SCREEN lines or more
@@ -47,8 +59,10 @@ def span_cells(spans: Iterable[Span], start: float, end: float, width: int) -> l
 
 def bubble_ratios(spans_by_rank: Sequence[Sequence[Span]], start: float, end: float) -> list[float]:
     """Per rank, the share of the window's busy time (some rank working) that the rank sat idle."""
-    clipped = [[(max(s.start, start), min(s.end, end)) for s in spans if s.end > start and s.start < end]
-               for spans in spans_by_rank]
+    clipped = [
+        [(max(s.start, start), min(s.end, end)) for s in spans if s.end > start and s.start < end]
+        for spans in spans_by_rank
+    ]
     active = _union_length([iv for rank in clipped for iv in rank])
     if active <= 0:
         return [0.0] * len(spans_by_rank)
