@@ -11,7 +11,6 @@ from pathlib import Path
 
 import duckdb
 
-from ..backends.config import default_layer_split
 from .connect import not_a_store
 from .errors import StoreError
 from .transaction import transaction
@@ -221,12 +220,21 @@ def _v3_params(params: dict[str, object], config: dict[str, object] | None, laye
                 named[key] = ",".join(map(str, config[field])) if field == "layer_split" else config[field]
     elif len(shifts) == 1 and layers:
         ((stages, moved),) = shifts.items()
-        split = [base + moved.get(i, 0) for i, base in enumerate(default_layer_split(layers, stages)[:-1])]
+        split = [base + moved.get(i, 0) for i, base in enumerate(_v2_even_split(layers, stages)[:-1])]
         named["layer-split"] = ",".join(map(str, [*split, layers - sum(split)]))
     if named.get("layer-split") is None:
         named.pop("layer-split", None)
         named.update({f"split{n}_{i}": shift for n, moved in shifts.items() for i, shift in moved.items()})
     return named
+
+
+def _v2_even_split(layers: int, stages: int) -> list[int]:
+    """The split schema 2's shifts were measured from, frozen as it was then (vLLM's: even, remainder layers added
+    from the second-to-last stage backwards), so that this migration never changes with today's code."""
+    split = [layers // stages] * stages
+    for i in range(2, layers % stages + 2):
+        split[-i] += 1
+    return split
 
 
 def _v4(con: duckdb.DuckDBPyConnection) -> None:
