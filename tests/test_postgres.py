@@ -162,11 +162,17 @@ def shared(postgres, tmp_path_factory) -> Shared:
         wait_until(lambda: study_created(url), 60, "the workers to create the study")  # they alone make the tables
         optuna.logging.set_verbosity(optuna.logging.WARNING)
         study = optuna.load_study(study_name="S", storage=open_storage(url))
-        wait_until(
-            lambda: counted(study) and measuring(study, victim.pid),
-            120,
-            "the victim to measure a trial after the first one finished",
-        )
+        deadline = time.monotonic() + 120
+        while True:  # stopped mid-trial, then killed: a trial is a second or so, too short to kill in by polling
+            wait_until(
+                lambda: counted(study) and measuring(study, victim.pid),
+                max(deadline - time.monotonic(), 1.0),
+                "the victim to measure a trial after the first one finished",
+            )
+            os.kill(victim.pid, signal.SIGSTOP)
+            if measuring(study, victim.pid):
+                break
+            os.kill(victim.pid, signal.SIGCONT)  # it finished that trial as it was stopped: catch the next one
         os.kill(victim.pid, signal.SIGKILL)
         victim.wait(30)
         killed = [
