@@ -142,6 +142,28 @@ def test_admission_keeps_finished_and_running_trials_within_the_target(tmp_path)
     assert admit(study, spec(tmp_path, trials=9), stop, cap=None) == DONE
 
 
+def test_a_trial_whose_worker_died_before_naming_itself_is_failed_and_retried_once(tmp_path):
+    """Killed between asking for its trial and naming itself on it: seen nameless under the lock, it is failed
+    and queued again, while a live worker's trial and a dead worker's of another host are left running."""
+    target = spec(tmp_path, trials=4)
+    study = optuna.create_study(study_name="t", storage=open_storage(target.storage))
+    study.set_user_attr("worker_processes", [{"host": socket.gethostname(), "pid": os.getpid(), "joined": 0.0}])
+    nameless = study.ask({"chunk": optuna.distributions.IntDistribution(1, 8)})
+    alive = study.ask()
+    alive.set_user_attr("worker", {"host": socket.gethostname(), "pid": os.getpid(), "number": 0})
+    elsewhere = study.ask()
+    elsewhere.set_user_attr("worker", {"host": "another-host", "pid": 1, "number": 1})
+    assert admit(study, target, threading.Event(), cap=None) == GO
+    states = {t.number: t.state for t in study.trials}
+    assert states[nameless.number] == TrialState.FAIL
+    assert states[alive.number] == states[elsewhere.number] == TrialState.RUNNING
+    retries = [t for t in study.trials if t.user_attrs.get("retry_of") == nameless.number]
+    assert len(retries) == 1 and retries[0].state == TrialState.WAITING
+    assert retries[0].system_attrs["fixed_params"] == nameless.params
+    admit(study, target, threading.Event(), cap=None)
+    assert sum(t.user_attrs.get("retry_of") == nameless.number for t in study.trials) == 1
+
+
 def test_a_trial_failed_under_its_worker_is_let_go(tmp_path):
     """A worker stalled past the heartbeat's grace finds its trial failed by another; it goes on, it does not die."""
     study = optuna.create_study(study_name="t", storage=open_storage(str(tmp_path / "j.jsonl")))

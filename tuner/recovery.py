@@ -52,9 +52,10 @@ def recover_abandoned(study: optuna.Study, heartbeat: bool) -> None:
     Take the study's lock around it. With a `heartbeat` (database storages),
     Optuna fails and queues the trials whose worker stopped beating, on any
     host. Without one (a journal file), a trial left RUNNING by a dead
-    process of this host (or, when it died before naming its worker, with no
-    worker of the study alive) is failed here. Failed trials that were
-    interrupted or abandoned are queued once.
+    process of this host is failed here. On any storage, a trial whose
+    worker died between asking for it and naming itself (no heartbeat yet)
+    is failed here. Failed trials that were interrupted or abandoned are
+    queued once.
     """
     if heartbeat:
         with warnings.catch_warnings():
@@ -63,7 +64,7 @@ def recover_abandoned(study: optuna.Study, heartbeat: bool) -> None:
     trials = study.get_trials(deepcopy=False)
     retried = {t.user_attrs.get("retry_of") for t in trials}
     for t in trials:
-        if t.state == TrialState.RUNNING and not heartbeat and _left_by_dead_worker(study, t):
+        if t.state == TrialState.RUNNING and _abandoned(t, heartbeat):
             study.tell(t.number, state=TrialState.FAIL)
         elif not (t.state == TrialState.FAIL and t.user_attrs.get("interrupted")):
             continue
@@ -71,12 +72,16 @@ def recover_abandoned(study: optuna.Study, heartbeat: bool) -> None:
             retry(study, t)
 
 
-def _left_by_dead_worker(study: optuna.Study, trial: FrozenTrial) -> bool:
-    """Whether the worker running `trial` is a dead process of this host; for a trial that never named its
-    worker, whether no worker of the study is alive (other hosts' count as alive: this host cannot tell)."""
-    host = socket.gethostname()
+def _abandoned(trial: FrozenTrial, heartbeat: bool) -> bool:
+    """Whether this RUNNING trial's worker died before naming itself on it, or (with no heartbeat to tell)
+    is a dead process of this host.
+
+    A worker asks for its trial and names itself on it under the study's
+    lock, so a trial the lock's holder sees nameless was asked by a worker
+    that died holding the lock, killed between the two steps: it never beat
+    a heartbeat either.
+    """
     worker = trial.user_attrs.get("worker")
-    if worker is not None:
-        return worker["host"] == host and not _alive(worker["pid"])
-    workers = study.user_attrs.get("worker_processes", [])
-    return not any(w["host"] != host or _alive(int(w["pid"])) for w in workers)
+    if worker is None:
+        return True
+    return not heartbeat and worker["host"] == socket.gethostname() and not _alive(worker["pid"])

@@ -50,8 +50,8 @@ def register(study: optuna.Study) -> int:
     """This worker's number in the study: 0 for the first to join, on any host, in any session.
 
     Take the study's lock around it. The worker is also listed by host and
-    PID in the study's one `worker_processes` attribute, so recovery can
-    tell, on this host, that it is gone.
+    PID in the study's one `worker_processes` attribute, for readers such as
+    optuna-dashboard.
     """
     number = int(study.user_attrs.get("workers", 0))
     study.set_user_attr("workers", number + 1)
