@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, NamedTuple
 if TYPE_CHECKING:
     import numpy as np
 
-    from .live.records import LiveRun
+    from .live_result import LiveRun
 
 
 class RequestRecord(NamedTuple):

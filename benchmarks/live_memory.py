@@ -17,7 +17,7 @@ import tracemalloc
 
 from pipedeck.backends.live.footprint import OUTPUT_TOKEN_BYTES, PROMPT_TOKEN_BYTES
 from pipedeck.backends.live.loadgen import _body
-from pipedeck.backends.live.records import LiveRequest
+from pipedeck.backends.live_result import LiveRequest
 from pipedeck.scenarios import load_scenario
 
 SCENARIOS = ("sharegpt", "azure-conv", "cnn", "short-4k")

@@ -15,7 +15,7 @@ from types import TracebackType
 import duckdb
 import numpy as np
 
-from ..backends.live.records import live_from_dict, live_to_dict
+from ..backends.live_result import live_from_dict, live_to_dict
 from ..backends.result import RankTime, RequestRecord, RunResult, Span
 from .columns import (
     RANK_COLUMNS,

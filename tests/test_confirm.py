@@ -19,7 +19,7 @@ from pathlib import Path
 import optuna
 import pytest
 
-from pipedeck.backends.live.records import LiveRequest, LiveRun
+from pipedeck.backends.live_result import LiveRequest, LiveRun
 from pipedeck.backends.result import RequestRecord, RunResult
 from pipedeck.console.cli import cli
 from pipedeck.console.errors import run_cli

@@ -25,7 +25,7 @@ from contextlib import asynccontextmanager
 
 import httpx
 
-from .records import LiveRequest
+from ..live_result import LiveRequest
 
 
 def completion_body(model: str, prompt: list[int] | str, max_tokens: int) -> bytes:

@@ -25,11 +25,11 @@ from ...scenarios import Request, Scenario, Workload
 from ..base import RunCancelled, RunObserver, Snapshot
 from ..errors import ConfigError, ServerError
 from ..footprint import check_footprint
+from ..live_result import LiveRequest, LiveRun, MetricsTimeline
 from ..result import RunResult
 from .client import ClientPool, completion_body, stream_completion
-from .metrics import MetricsTimeline, poll
+from .metrics import poll
 from .prompts import text_prompt, token_prompt, token_range
-from .records import LiveRequest, LiveRun
 from .version import engine_version
 
 PROMPT_KINDS = ("tokens", "text")

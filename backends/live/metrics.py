@@ -14,11 +14,12 @@ from __future__ import annotations
 
 import asyncio
 from collections import defaultdict
-from dataclasses import dataclass, field
 from typing import NamedTuple
 
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
+
+from ..live_result import NAMES, Histogram, MetricsTimeline, Sample
 
 ENGINES = ("vllm", "sglang", "llamacpp")
 
@@ -76,23 +77,7 @@ TABLE = (
     Series("e2e_s", "histogram", "vllm:e2e_request_latency_seconds", "sglang:e2e_request_latency_seconds", None),
     Series("queue_s", "histogram", "vllm:request_queue_time_seconds", "sglang:queue_time_seconds", None),
 )
-NAMES = tuple(s.name for s in TABLE)
-COUNTERS = (
-    "prompt_tokens_total",
-    "generation_tokens_total",
-    "preemptions_total",
-    "prefix_cache_hits_total",
-    "prefix_cache_queries_total",
-)
 STAGE_LABEL = "pp_rank"  # the pipeline stage a per-stage series belongs to (SGLang's scheduler labels)
-
-
-class Histogram(NamedTuple):
-    """A Prometheus histogram: cumulative counts per upper bound (the last is inf), sum and count."""
-
-    buckets: tuple[tuple[float, float], ...]
-    sum: float
-    count: float
 
 
 class Scrape(NamedTuple):
@@ -104,41 +89,6 @@ class Scrape(NamedTuple):
     @property
     def missing(self) -> tuple[str, ...]:
         return tuple(name for name in NAMES if name not in self.values)
-
-
-class Sample(NamedTuple):
-    """The pipedeck metrics of one scrape, at a time in seconds from the start of the run."""
-
-    time_s: float
-    values: dict[str, float | Histogram]
-
-
-@dataclass
-class MetricsTimeline:
-    """Every scrape of a run, in time order, and the scrapes that failed (one line each)."""
-
-    engine: str | None = None
-    samples: list[Sample] = field(default_factory=list)
-    errors: list[str] = field(default_factory=list)
-
-    @property
-    def missing(self) -> tuple[str, ...]:
-        """The pipedeck names absent from every scrape."""
-        seen = {name for sample in self.samples for name in sample.values}
-        return tuple(name for name in NAMES if name not in seen)
-
-    def final_counters(self) -> dict[str, float]:
-        """The counters at the last scrape that had each."""
-        return {name: value for sample in self.samples for name, value in sample.values.items() if name in COUNTERS}
-
-    def counter_deltas(self) -> dict[str, float]:
-        """How much each counter grew from its first scrape to its last (what this run added)."""
-        first: dict[str, float] = {}
-        for sample in self.samples:
-            for name in COUNTERS:
-                if name in sample.values:
-                    first.setdefault(name, sample.values[name])
-        return {name: last - first[name] for name, last in self.final_counters().items()}
 
 
 def detect_engine(names: set[str] | dict[str, object]) -> str | None:

@@ -1,16 +1,89 @@
-"""What a live run measures beyond pipedeck's common records: every request as the client saw it."""
+"""What a run against a live server measured (`RunResult.live`): every request as the client saw it, and the
+server's metrics over the run.
+
+Shared records, owned by neither backend: the live backend fills them, `RunResult` carries them and the store
+writes them (`live_to_dict`, `live_from_dict`). The live backend keeps only what is live-only: how each
+engine spells these metrics (`live/metrics.py`'s table), scraping and the load generator.
+"""
 
 from __future__ import annotations
 
 import math
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import NamedTuple
 
 import numpy as np
 
-from ..result import RequestRecord, stats
-from .metrics import Histogram, MetricsTimeline, Sample
+from .result import RequestRecord, stats
+
+# pipedeck's names for a server's metrics (live.md, "Metric names"); live/metrics.py maps each engine's series to them
+NAMES = (
+    "running",
+    "waiting",
+    "kv_usage",
+    "prompt_tokens_total",
+    "generation_tokens_total",
+    "preemptions_total",
+    "prefix_cache_hits_total",
+    "prefix_cache_queries_total",
+    "prefix_cache_hit_rate",
+    "ttft_s",
+    "tpot_s",
+    "itl_s",
+    "e2e_s",
+    "queue_s",
+)
+COUNTERS = (
+    "prompt_tokens_total",
+    "generation_tokens_total",
+    "preemptions_total",
+    "prefix_cache_hits_total",
+    "prefix_cache_queries_total",
+)
+
+
+class Histogram(NamedTuple):
+    """A Prometheus histogram: cumulative counts per upper bound (the last is inf), sum and count."""
+
+    buckets: tuple[tuple[float, float], ...]
+    sum: float
+    count: float
+
+
+class Sample(NamedTuple):
+    """The pipedeck metrics of one scrape, at a time in seconds from the start of the run."""
+
+    time_s: float
+    values: dict[str, float | Histogram]
+
+
+@dataclass
+class MetricsTimeline:
+    """Every scrape of a run, in time order, and the scrapes that failed (one line each)."""
+
+    engine: str | None = None
+    samples: list[Sample] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+
+    @property
+    def missing(self) -> tuple[str, ...]:
+        """The pipedeck names absent from every scrape."""
+        seen = {name for sample in self.samples for name in sample.values}
+        return tuple(name for name in NAMES if name not in seen)
+
+    def final_counters(self) -> dict[str, float]:
+        """The counters at the last scrape that had each."""
+        return {name: value for sample in self.samples for name, value in sample.values.items() if name in COUNTERS}
+
+    def counter_deltas(self) -> dict[str, float]:
+        """How much each counter grew from its first scrape to its last (what this run added)."""
+        first: dict[str, float] = {}
+        for sample in self.samples:
+            for name in COUNTERS:
+                if name in sample.values:
+                    first.setdefault(name, sample.values[name])
+        return {name: last - first[name] for name, last in self.final_counters().items()}
 
 
 class LiveRequest(NamedTuple):
