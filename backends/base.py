@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, NamedTuple, Protocol
 
+from ..errors import Cancelled
 from .result import RequestRecord, RunResult, Span
 
 if TYPE_CHECKING:
@@ -39,7 +40,7 @@ class RunObserver:
         return False
 
 
-class RunCancelled(Exception):
+class RunCancelled(Cancelled):
     """The observer asked the run to stop."""
 
 

@@ -1,13 +1,13 @@
 """The error types for invalid serving configurations and for servers that fail under measurement."""
 
-from ..scenarios.errors import PipedeckError
+from ..errors import InputError, RuntimeFailure
 
 
-class ConfigError(PipedeckError):
+class ConfigError(InputError):
     """A config value is not allowed; the message is one line naming the field."""
 
 
-class ServerError(PipedeckError):
+class ServerError(RuntimeFailure):
     """A server under measurement failed: it would not start, died, or served nothing; one line naming the cause.
 
     It fails the measurement of that config only (a tuner trial, a confirm row), never the whole tune.

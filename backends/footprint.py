@@ -15,7 +15,8 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple
 
-from ..scenarios import PipedeckError, Scenario
+from ..errors import InputError
+from ..scenarios import Scenario
 
 if TYPE_CHECKING:
     from .config import ResolvedConfig
@@ -24,7 +25,7 @@ SAMPLE = 1000  # requests an estimate draws to learn a workload's lengths
 MEMINFO = Path("/proc/meminfo")
 
 
-class FootprintError(PipedeckError):
+class FootprintError(InputError):
     """A run needs more memory than the machine has available."""
 
 

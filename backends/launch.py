@@ -23,14 +23,14 @@ from typing import Literal
 
 from packaging.version import InvalidVersion, Version
 
-from ..scenarios.errors import PipedeckError
+from ..errors import InputError
 from .config import ResolvedConfig, default_layer_split
 from .profiles.schema import Checkpoint
 
 Value = int | float | str | None
 
 
-class ExportError(PipedeckError):
+class ExportError(InputError):
     """A config cannot be exported as asked; the message is one line naming the field."""
 
 

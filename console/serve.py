@@ -10,12 +10,13 @@ import click
 
 from ..backends.launch import ENGINES
 from ..backends.live.launcher import LOOPBACK, LaunchError, start_server
+from ..errors import Cancelled
 from ..tuner.export import best_from_json
 from .export import read_config_json
 from .options import config_from_options, config_given, config_options
 
 
-class _Terminated(Exception):
+class _Terminated(Cancelled):
     """SIGTERM or SIGINT reached `pipedeck serve`: stop the server."""
 
 

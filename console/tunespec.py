@@ -16,7 +16,8 @@ from ..backends.memory import weight_bytes_per_device
 from ..backends.policies.modes import MODES
 from ..backends.profiles import load_hardware
 from ..backends.registry import backend_entry
-from ..scenarios import PipedeckError, load_scenario
+from ..errors import InputError
+from ..scenarios import load_scenario
 from ..tuner.objective import TuneSpec, space_context
 from ..tuner.slo import parse_slo
 from ..tuner.space import default_params, engine_search, parse_fixes, suggest_config
@@ -28,7 +29,7 @@ DEFAULT_TRIALS = 50
 DEFAULT_REPEATS = 5  # seeds per finalist: a t-interval over 5 values is about +-1.2 standard deviations
 
 
-class TuneInputError(PipedeckError):
+class TuneInputError(InputError):
     """A tune input is not allowed; `field` names the command-line flag (and the console field) it belongs to."""
 
     def __init__(self, option: str, message: str):

@@ -10,7 +10,6 @@ import importlib
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # what type checkers see; at run time __getattr__ imports each name on first use
-    from .errors import PipedeckError as PipedeckError
     from .errors import ScenarioError as ScenarioError
     from .loader import catalog as catalog
     from .loader import load_scenario as load_scenario
@@ -19,7 +18,6 @@ if TYPE_CHECKING:  # what type checkers see; at run time __getattr__ imports eac
     from .scenario import Scenario as Scenario
 
 _WHERE = {
-    "PipedeckError": "errors",
     "ScenarioError": "errors",
     "catalog": "loader",
     "load_scenario": "loader",

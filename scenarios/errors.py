@@ -1,8 +1,4 @@
-"""`PipedeckError`, the base of every input error pipedeck raises; the scenario error and its checks.
-
-The base lives here because scenarios/ is the bottom layer: every other
-package may import it, and it imports none of them.
-"""
+"""The scenario error and the checks that raise it."""
 
 from __future__ import annotations
 
@@ -10,19 +6,10 @@ import math
 import numbers
 from typing import TypeGuard, TypeVar
 
-
-class PipedeckError(ValueError):
-    """Bad input: a one-line message that starts with the field it names (`field: what is allowed`).
-
-    Callers catch this one base; the CLI turns it into one line on stderr.
-    """
-
-    def __init__(self, message: str, field: str | None = None):
-        super().__init__(message)
-        self.field = field if field is not None else message.partition(":")[0].strip()
+from ..errors import InputError
 
 
-class ScenarioError(PipedeckError):
+class ScenarioError(InputError):
     """A scenario input is invalid; the message is one line naming the field."""
 
 

@@ -10,6 +10,8 @@ import importlib
 
 _WHERE = {
     "StoreError": "errors",
+    "StoreFailure": "errors",
+    "StoreInputError": "errors",
     "ENV_VAR": "paths",
     "default_db_path": "paths",
     "ConfigRow": "rows",

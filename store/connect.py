@@ -8,33 +8,35 @@ from pathlib import Path
 
 import duckdb
 
-from .errors import StoreError
+from .errors import StoreError, StoreFailure, StoreInputError
 
 MAGIC_OFFSET, MAGIC = 8, b"DUCK"  # every DuckDB file: an 8-byte checksum, then the magic bytes
 _LOCKED = "Could not set lock on file"
 _CORRUPT = ("not a valid DuckDB database file", "Corrupt database file", "checksum", "Could not read enough bytes")
 
 
-def not_a_store(path: Path) -> StoreError:
+def not_a_store(path: Path) -> StoreInputError:
     """The error for a file that exists but is not (or no longer) a pipedeck DuckDB store."""
-    return StoreError(f"db: {path} is not a pipedeck DuckDB store (corrupt or another format); nothing was changed")
+    return StoreInputError(
+        f"db: {path} is not a pipedeck DuckDB store (corrupt or another format); nothing was changed"
+    )
 
 
 def check_path(path: Path, read_only: bool) -> None:
     """Refuse, before DuckDB touches anything, a path that cannot hold a store."""
     if path.is_dir():
-        raise StoreError(f"db: {path} is a directory, not a DuckDB file")
+        raise StoreInputError(f"db: {path} is a directory, not a DuckDB file")
     if not path.exists():
         if read_only:
-            raise StoreError(f"db: no store at {path}; pipedeck simulate creates one, or pass --db")
+            raise StoreInputError(f"db: no store at {path}; pipedeck simulate creates one, or pass --db")
         if not path.parent.is_dir():
-            raise StoreError(f"db: folder {path.parent} does not exist")
+            raise StoreInputError(f"db: folder {path.parent} does not exist")
         return
     try:
         with path.open("rb") as handle:
             head = handle.read(MAGIC_OFFSET + len(MAGIC))
     except OSError as err:
-        raise StoreError(f"db: cannot read {path}: {err.strerror or err}") from None
+        raise StoreInputError(f"db: cannot read {path}: {err.strerror or err}") from None
     if head[MAGIC_OFFSET:] != MAGIC:
         raise not_a_store(path)
 
@@ -59,12 +61,12 @@ def translate(err: duckdb.Error, path: Path) -> StoreError:
     if _LOCKED in text:
         pid = re.search(r"PID (\d+)", text)
         holder = f" (PID {pid.group(1)})" if pid else ""
-        return StoreError(
+        return StoreFailure(
             f"db: {path} is in use by another process{holder}; close it or wait for it to finish, then retry"
         )
     if any(marker in text for marker in _CORRUPT):
         return not_a_store(path)
-    return StoreError(f"db: {path}: {first_line(text)}")
+    return StoreFailure(f"db: {path}: {first_line(text)}")
 
 
 def first_line(text: str) -> str:

@@ -29,7 +29,7 @@ from .columns import (
     span_columns,
 )
 from .connect import check_path, connect, first_line, translate
-from .errors import StoreError
+from .errors import StoreFailure, StoreInputError
 from .paths import default_db_path
 from .rows import ConfigRow, RunRow, StoredRun, StudyRow, TrialRow
 from .schema import known_version, migrate, utcnow
@@ -105,7 +105,7 @@ class RunStore:
         if not resolved.exists():
             check_path(resolved, read_only=False)
             if not os.access(resolved.parent, os.W_OK | os.X_OK):
-                raise StoreError(f"db: folder {resolved.parent} is not writable")
+                raise StoreInputError(f"db: folder {resolved.parent} is not writable")
             return
         con = connect(resolved, read_only=True)
         try:
@@ -115,7 +115,7 @@ class RunStore:
         finally:
             con.close()
         if not os.access(resolved, os.W_OK):
-            raise StoreError(f"db: {resolved} is not writable")
+            raise StoreInputError(f"db: {resolved} is not writable")
 
     def close(self) -> None:
         """Close the file (idempotent); its lock is released for other processes."""
@@ -136,20 +136,20 @@ class RunStore:
     def con(self) -> duckdb.DuckDBPyConnection:
         """The open DuckDB connection, for ad-hoc SQL."""
         if self._con is None:
-            raise StoreError(f"db: {self.path} is closed")
+            raise StoreFailure(f"db: {self.path} is closed")
         return self._con
 
     @contextmanager
     def _writing(self) -> Iterator[duckdb.DuckDBPyConnection]:
         """One write transaction; DuckDB failures become one-line StoreErrors naming the file."""
         if self.read_only:
-            raise StoreError(f"db: {self.path} was opened read-only")
+            raise StoreFailure(f"db: {self.path} was opened read-only")
         con = self.con
         try:
             with _WRITING, transaction(con):
                 yield con
         except duckdb.Error as err:
-            raise StoreError(f"db: could not write to {self.path}: {first_line(str(err))}") from None
+            raise StoreFailure(f"db: could not write to {self.path}: {first_line(str(err))}") from None
 
     @contextmanager
     def _reading(self) -> Iterator[duckdb.DuckDBPyConnection]:
@@ -159,7 +159,7 @@ class RunStore:
             with transaction(con):
                 yield con
         except duckdb.Error as err:
-            raise StoreError(f"db: could not read {self.path}: {first_line(str(err))}") from None
+            raise StoreFailure(f"db: could not read {self.path}: {first_line(str(err))}") from None
 
     # -- runs --------------------------------------------------------------------------
 
@@ -179,7 +179,7 @@ class RunStore:
         stored already, checked in the same transaction, its id is returned and nothing is written.
         """
         if once and (study is None or trial is None or label is None):
-            raise StoreError(
+            raise StoreInputError(
                 f"once: a run saved once names its study, trial and label, got {study!r}, {trial!r}, {label!r}"
             )
         config = result.config
@@ -309,7 +309,7 @@ class RunStore:
         sql += " ORDER BY id DESC"
         if limit is not None:
             if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
-                raise StoreError(f"limit: must be a positive integer, got {limit!r}")
+                raise StoreInputError(f"limit: must be a positive integer, got {limit!r}")
             sql += f" LIMIT {limit}"
         with self._reading() as con:
             rows = con.execute(sql, params).fetchall()
@@ -391,9 +391,9 @@ class RunStore:
         """
         state = _trial_state(state)
         if isinstance(number, bool) or not isinstance(number, (int, np.integer)) or number < 0:
-            raise StoreError(f"number: must be a non-negative trial number, got {number!r}")
+            raise StoreInputError(f"number: must be a non-negative trial number, got {number!r}")
         if objective is not None and state != "COMPLETE":
-            raise StoreError(f"objective: only a COMPLETE trial has one, got {objective!r} for a {state} trial")
+            raise StoreInputError(f"objective: only a COMPLETE trial has one, got {objective!r} for a {state} trial")
         row = [
             study,
             int(number),
@@ -435,7 +435,7 @@ class RunStore:
                 con.execute("SELECT 1 FROM trials WHERE study = ? AND number = ?", [study, int(number)]).fetchone()
                 is None
             ):
-                raise StoreError(f"trial: no trial {number} of study {study!r} in {self.path}")
+                raise StoreInputError(f"trial: no trial {number} of study {study!r} in {self.path}")
             # (no UPDATE ... RETURNING: on DuckDB 1.1 it leaves the key index thinking the row is there twice)
             con.execute("UPDATE trials SET run_id = ? WHERE study = ? AND number = ?", [run_id, study, int(number)])
 
@@ -450,7 +450,7 @@ class RunStore:
     def best_trial(self, study: str, direction: str = "maximize") -> TrialRow | None:
         """The completed trial with the best objective (ties: lowest number); None if none completed."""
         if direction not in DIRECTIONS:
-            raise StoreError(f"direction: must be one of {', '.join(DIRECTIONS)}, got {direction!r}")
+            raise StoreInputError(f"direction: must be one of {', '.join(DIRECTIONS)}, got {direction!r}")
         order = "DESC" if direction == "maximize" else "ASC"
         with self._reading() as con:
             if con.execute("SELECT 1 FROM studies WHERE name = ?", [study]).fetchone() is None:
@@ -468,7 +468,7 @@ class RunStore:
         """Save a serving config under `name`, replacing one of the same name (its creation time is kept)."""
         _require_name(name, "config")
         if not isinstance(config, dict):
-            raise StoreError(f"config: must be a dict of config fields, got {type(config).__name__}")
+            raise StoreInputError(f"config: must be a dict of config fields, got {type(config).__name__}")
         with self._writing() as con:
             con.execute(
                 "INSERT INTO configs (name, created_at, config) VALUES (?, ?, ?) "
@@ -481,7 +481,7 @@ class RunStore:
         with self._reading() as con:
             row = con.execute("SELECT config FROM configs WHERE name = ?", [name]).fetchone()
         if row is None:
-            raise StoreError(f"config: no config named {name!r} in {self.path}")
+            raise StoreInputError(f"config: no config named {name!r} in {self.path}")
         return json.loads(row[0])
 
     def list_configs(self) -> list[ConfigRow]:
@@ -498,11 +498,11 @@ class RunStore:
         if con.execute("SELECT 1 FROM runs WHERE id = ?", [run_id]).fetchone() is None:
             raise self._no_run(run_id)
 
-    def _no_run(self, run_id: int) -> StoreError:
-        return StoreError(f"run: no run {run_id} in {self.path}")
+    def _no_run(self, run_id: int) -> StoreInputError:
+        return StoreInputError(f"run: no run {run_id} in {self.path}")
 
-    def _no_study(self, name: str) -> StoreError:
-        return StoreError(f"study: no study {name!r} in {self.path}")
+    def _no_study(self, name: str) -> StoreInputError:
+        return StoreInputError(f"study: no study {name!r} in {self.path}")
 
 
 _STUDIES_SQL = (
@@ -517,7 +517,7 @@ def dumps(value: object, field: str) -> str:
     try:
         return json.dumps(value, default=_plain)
     except (TypeError, ValueError) as err:
-        raise StoreError(f"{field}: cannot store as JSON: {err}") from None
+        raise StoreInputError(f"{field}: cannot store as JSON: {err}") from None
 
 
 def _plain(value: object) -> object:
@@ -557,13 +557,13 @@ def _opt_str(value: object) -> str | None:
 
 def _require_name(name: object, what: str) -> None:
     if not isinstance(name, str) or not name.strip():
-        raise StoreError(f"{what}: a name must be a non-empty string, got {name!r}")
+        raise StoreInputError(f"{what}: a name must be a non-empty string, got {name!r}")
 
 
 def _trial_state(state: object) -> str:
     text = str(state).rsplit(".", 1)[-1].upper()  # accepts optuna's TrialState.COMPLETE as well as "complete"
     if text not in TRIAL_STATES:
-        raise StoreError(f"state: unknown trial state {state!r}; allowed: {', '.join(TRIAL_STATES)}")
+        raise StoreInputError(f"state: unknown trial state {state!r}; allowed: {', '.join(TRIAL_STATES)}")
     return text
 
 

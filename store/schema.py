@@ -12,7 +12,7 @@ from pathlib import Path
 import duckdb
 
 from .connect import not_a_store
-from .errors import StoreError
+from .errors import StoreInputError
 from .transaction import transaction
 
 Migration = Callable[[duckdb.DuckDBPyConnection], None]
@@ -276,7 +276,7 @@ def known_version(con: duckdb.DuckDBPyConnection, path: Path) -> int:
     """The file's schema version (as `current_version`); StoreError if it is newer than this pipedeck knows."""
     found = current_version(con, path)
     if found > SCHEMA_VERSION:
-        raise StoreError(
+        raise StoreInputError(
             f"db: {path} has schema version {found}, newer than this pipedeck knows ({SCHEMA_VERSION}); upgrade pipedeck"
         )
     return found
@@ -287,7 +287,7 @@ def _migrate(con: duckdb.DuckDBPyConnection, path: Path, read_only: bool) -> int
     if found == SCHEMA_VERSION:
         return found
     if read_only:
-        raise StoreError(
+        raise StoreInputError(
             f"db: {path} has schema version {found}, older than {SCHEMA_VERSION}; open it once read-write (any pipedeck simulate) to upgrade it"
         )
     with transaction(con):

@@ -37,8 +37,9 @@ def run(capsys, argv):
     return status, out, err
 
 
-def assert_one_line_error(status, out, err, start):
-    assert status == 2
+def assert_one_line_error(status, out, err, start, *, exit_status=2):
+    """One line on stderr starting with `start`, nothing on stdout, and the exit status (2: bad input)."""
+    assert status == exit_status
     assert out == ""
     assert len(err.splitlines()) == 1, err
     assert err.startswith(f"pipedeck: error: {start}"), err
@@ -131,11 +132,11 @@ def test_a_failed_run_creates_no_store_and_leaves_an_existing_one_untouched(caps
         "--db",
         db,
     ]
-    assert_one_line_error(*run(capsys, dead), "endpoint: http://127.0.0.1:9/v1/models lists no model")
+    assert_one_line_error(*run(capsys, dead), "endpoint: http://127.0.0.1:9/v1/models lists no model", exit_status=1)
     assert not db.exists(), "nothing to store: no store file"
     run(capsys, [*SHORT, "--db", db])
     stored = db.read_bytes()
-    assert_one_line_error(*run(capsys, dead), "endpoint: http://127.0.0.1:9/v1/models lists no model")
+    assert_one_line_error(*run(capsys, dead), "endpoint: http://127.0.0.1:9/v1/models lists no model", exit_status=1)
     assert db.read_bytes() == stored
 
 

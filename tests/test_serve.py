@@ -167,7 +167,7 @@ def test_a_missing_engine_program_is_one_line_and_leaves_the_log_as_it_was(tmp_p
             str(log),
         ],
     )
-    assert status == 2
+    assert status == 1  # the server could not start: a failure while running, not a flag refused
     missing = str(tmp_path / "no-such-llama-server")
     assert capsys.readouterr().err.strip() == (
         f"pipedeck: error: engine: {missing!r} not found; install llama-server or give its program"

@@ -12,9 +12,11 @@ store/schema.py).
 from __future__ import annotations
 
 import ast
+import importlib
 import json
 import lzma
 import shutil
+import sys
 from pathlib import Path
 
 import duckdb
@@ -265,10 +267,71 @@ def test_the_migrated_store_answers_through_the_api(v2_store):
     ]
 
 
+# what a migration, and every store module it imports, may import: the standard library, DuckDB, the store's own
+# modules, and pipedeck's error base (exception classes only; it imports nothing)
+FROZEN_ROOTS = {*sys.stdlib_module_names, "__future__", "duckdb"}
+FROZEN_PIPEDECK = ("pipedeck.store", "pipedeck.errors")
+
+
+def imports_outside_the_store(source: str, module: str) -> list[str]:
+    """The modules `source` (module `module` of the store) imports, at any depth of its code, that a frozen
+    migration may not: anything but FROZEN_ROOTS and FROZEN_PIPEDECK."""
+    package = module.rpartition(".")[0]
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = package.rsplit(".", node.level - 1)[0] if node.level else ""
+            names = [".".join(part for part in (base, node.module) if part)]
+        else:
+            continue
+        found += [
+            name
+            for name in names
+            if name.split(".")[0] not in FROZEN_ROOTS
+            and not any(name == allowed or name.startswith(allowed + ".") for allowed in FROZEN_PIPEDECK)
+        ]
+    return found
+
+
+def store_modules_imported_by(module: str, seen: set[str]) -> set[str]:
+    """`module` and every store module it imports, directly or through each other."""
+    seen.add(module)
+    source = Path(importlib.import_module(module).__file__).read_text()
+    package = module.rpartition(".")[0]
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.ImportFrom) and node.level == 1 and node.module:
+            name = f"{package}.{node.module}"
+            if name not in seen:
+                store_modules_imported_by(name, seen)
+    return seen
+
+
 def test_the_migrations_are_frozen_they_import_nothing_of_pipedeck_outside_the_store():
     """A migration that called today's code (backends' layer split, say) would migrate an old store differently
-    when that code changed: the schema module imports only the store's own modules and outside libraries."""
-    tree = ast.parse(Path(schema.__file__).read_text())
-    imports = [node for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)]
-    assert [node.module for node in imports if node.level > 1] == []  # ..backends, ..tuner: past store/
-    assert not [node.module for node in imports if node.level == 0 and (node.module or "").startswith("pipedeck")]
+    when that code changed: the schema module, and every store module it imports, import only the standard
+    library, DuckDB, the store's own modules and pipedeck's error base."""
+    modules = store_modules_imported_by(schema.__name__, set())
+    assert {"pipedeck.store.schema", "pipedeck.store.connect", "pipedeck.store.transaction"} <= modules
+    outside = {
+        module: imports_outside_the_store(Path(importlib.import_module(module).__file__).read_text(), module)
+        for module in modules
+    }
+    assert {module: names for module, names in outside.items() if names} == {}
+
+
+@pytest.mark.parametrize(
+    ("line", "outside"),
+    [
+        ("from ..backends.config import default_layer_split", "pipedeck.backends.config"),
+        ("from ..backends import config", "pipedeck.backends"),
+        ("import pipedeck.tuner.space", "pipedeck.tuner.space"),
+        ("import numpy as np", "numpy"),
+        ("def _v9(con):\n    from pipedeck.backends.result import RunResult", "pipedeck.backends.result"),
+    ],
+)
+def test_a_migration_importing_todays_code_or_another_library_is_caught(line, outside):
+    """The check above is not vacuous: the imports a migration must not make are each found, even in a function."""
+    source = f"import json\nimport duckdb\nfrom .connect import not_a_store\nfrom ..errors import InputError\n{line}\n"
+    assert imports_outside_the_store(source, "pipedeck.store.schema") == [outside]

@@ -35,11 +35,12 @@ import numpy as np
 
 from ..backends.base import Backend
 from ..backends.config import ResolvedConfig
-from ..backends.errors import ConfigError
+from ..backends.errors import ConfigError, ServerError
 from ..backends.profiles.schema import HardwareProfile
 from ..backends.registry import make_backend
 from ..backends.result import RequestRecord, RunResult
-from ..scenarios import PipedeckError, Scenario
+from ..errors import InputError
+from ..scenarios import Scenario
 from ..scenarios.arrivals import ClosedLoop, Poisson
 from ..scenarios.lengths import LogNormal
 
@@ -56,8 +57,11 @@ MAX_EVALUATIONS = 300  # simulations of the fitted runs, the Jacobian's included
 FREE = math.log(1e3)  # a constant the runs pin no better than within a factor 1000 is free
 
 
-class CalibrationError(PipedeckError):
-    """The calibration cannot go on; one line naming what is missing or what failed."""
+class CalibrationError(InputError):
+    """The calibration cannot go on with what it was given; one line naming what is missing.
+
+    A server that fails the measurement (serves nothing, or no latency to fit) raises `ServerError`.
+    """
 
 
 @dataclass(frozen=True)
@@ -237,7 +241,7 @@ def measure(
             result = backend.run(point.scenario(runs.rate), config, rate=runs.rate, seed=run, timeline=False)
             if not result.records:
                 first = result.live.failed()[0].error if result.live and result.live.failed() else "none served"
-                raise CalibrationError(f"endpoint: run {point.name} (seed {run}) served no request ({first})")
+                raise ServerError(f"endpoint: run {point.name} (seed {run}) served no request ({first})")
             runs.passes.append((run, result))
             on_run(runs, pass_no, result)
     return list(measured.values())
@@ -319,7 +323,7 @@ def fit(
     latencies = [m.latency() for m in fitted]
     for m, (ttft, tpot) in zip(fitted, latencies):
         if min(ttft, tpot) <= 0:
-            raise CalibrationError(
+            raise ServerError(
                 f"endpoint: run {m.point.name} has a P50 TTFT or TPOT of 0: its tokens reached "
                 "the client all at once, so there is no latency to fit"
             )

@@ -17,8 +17,9 @@ from pathlib import Path
 
 from ..backends.config import ServingConfig
 from ..backends.registry import make_backend
-from ..scenarios import PipedeckError, load_scenario
-from ..store import RunStore, StoredRun, StoreError
+from ..errors import PipedeckError
+from ..scenarios import load_scenario
+from ..store import RunStore, StoredRun, StoreError, StoreInputError
 from .study import open_store
 
 CROSS_LABELS = {"best": "best@default-rate", "default": "default@best-rate"}
@@ -53,7 +54,9 @@ def study_runs(store: RunStore, study: str) -> list[StoredRun]:
     found = {label: next((r.id for r in rows if r.label == label), None) for label in ("best", "default")}
     missing = [label for label, run_id in found.items() if run_id is None]
     if missing:
-        raise StoreError(f"study: {study} has no stored {' or '.join(missing)} run (tune stores them when it ends)")
+        raise StoreInputError(
+            f"study: {study} has no stored {' or '.join(missing)} run (tune stores them when it ends)"
+        )
     return [store.get_run(found["best"]), store.get_run(found["default"])]
 
 

@@ -16,6 +16,7 @@ from ..backends.config import ServingConfig
 from ..backends.errors import ConfigError, ServerError
 from ..backends.registry import backend_entry, make_backend
 from ..backends.result import RunResult
+from ..errors import Cancelled
 from ..scenarios import Scenario, load_scenario
 from .goodput import MIN_RATE, find_goodput, workload_ceiling
 from .recovery import recover_abandoned, watched
@@ -56,7 +57,7 @@ SERVER_SETTINGS = ("launch", "model_path")  # backend options that change what i
 WAIT_S = 0.5  # how often a worker waiting on other workers' trials (on any host) looks again
 
 
-class TuneInterrupted(Exception):
+class TuneInterrupted(Cancelled):
     """The tune was asked to stop; the trial in progress is abandoned (and retried on resume)."""
 
 

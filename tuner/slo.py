@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..backends.result import RunResult, percentile
-from ..scenarios.errors import PipedeckError
+from ..errors import InputError
 
 METRICS = ("ttft", "tpot")
 DEFAULT_PERCENTILE = 90.0
@@ -16,7 +16,7 @@ _UNITS = {"s": 1.0, "ms": 1e-3}
 _ITEM = re.compile(r"^(?P<metric>[a-z_]+)(?:@p(?P<pct>[0-9.]+))?=(?P<value>[-+0-9.eE]+)(?P<unit>[a-z]*)$")
 
 
-class SLOError(PipedeckError):
+class SLOError(InputError):
     """An SLO string is malformed; the message is one line naming what is wrong."""
 
 

@@ -31,7 +31,7 @@ from optuna.storages.journal import JournalFileBackend
 from sqlalchemy.pool import NullPool
 
 from ..backends.errors import ConfigError
-from ..scenarios import PipedeckError
+from ..errors import RuntimeFailure
 from .journal import check_journal
 
 ALLOWED = "a journal file path, sqlite:///FILE or postgresql://USER@HOST:PORT/DATABASE"
@@ -152,7 +152,7 @@ def unreachable(url: str, err: sqlalchemy.exc.DBAPIError) -> ConfigError:
     return ConfigError(f"storage: cannot use {shown(url)}: {_driver_reason(err)}")
 
 
-class StorageLost(PipedeckError):
+class StorageLost(RuntimeFailure):
     """The study's database went away mid-tune (a restart, a failover, the network): one line, and the tune stops."""
 
 

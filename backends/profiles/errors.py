@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from ...scenarios.errors import PipedeckError
+from ...errors import InputError
 
 
-class ProfileError(PipedeckError):
+class ProfileError(InputError):
     """A profile, name or config.json is invalid; the message is one line naming the field."""

@@ -13,6 +13,7 @@ from textual.widget import AwaitMount
 
 from ...backends.config import ServingConfig
 from ...store import RunStore, StoreError
+from ..errors import exit_status
 from .config import ConfigScreen
 from .live import LiveScreen
 from .messages import ConfigChosen
@@ -42,7 +43,7 @@ class PipedeckApp(App[None]):
         try:  # create and migrate the store now: workers opening a new file at once would both migrate it
             RunStore.open(self.session.db).close()
         except StoreError as err:
-            self.exit(return_code=2, message=str(err))
+            self.exit(return_code=exit_status(err), message=str(err))
             return
         for screen in SCREENS:
             self.install_screen(screen(self.session), screen.MODE)

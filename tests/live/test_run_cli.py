@@ -111,10 +111,10 @@ def test_a_live_runs_table_names_the_server_and_what_its_metrics_lack(capsys, mo
     assert "server metrics: llamacpp; missing: kv_usage" in " ".join(out.split())
 
 
-def test_a_live_run_without_a_server_is_one_line(capsys):
+def test_a_live_run_without_a_server_is_one_line_and_exit_1_bad_flags_exit_2(capsys):
     assert (
         run_cli(cli, ["run", "--backend", "live", "--endpoint", "http://127.0.0.1:9", "--requests", "2", "--no-store"])
-        == 2
+        == 1
     )
     assert capsys.readouterr().err.startswith("pipedeck: error: endpoint: http://127.0.0.1:9/v1/models lists no model")
     assert (
@@ -190,7 +190,9 @@ def run_live(endpoint: str, db, *extra: str) -> list[str]:
 
 def test_a_run_against_a_closed_port_fails_in_one_line_counting_the_refusals_and_is_stored(capsys, tmp_path):
     db = tmp_path / "runs.duckdb"
-    assert run_cli(cli, run_live(f"http://127.0.0.1:{closed_port()}", db)) == 2
+    assert (
+        run_cli(cli, run_live(f"http://127.0.0.1:{closed_port()}", db)) == 1
+    )  # served nothing: a failure while running
     captured = capsys.readouterr()
     err = captured.err.splitlines()
     assert err == ["pipedeck: error: 0 of 6 requests served: 6 connection refused (stored as run 1)"], err
@@ -204,7 +206,7 @@ def test_a_run_against_a_closed_port_fails_in_one_line_counting_the_refusals_and
 def test_a_run_where_every_request_gets_http_500_fails_with_the_servers_whole_message(capsys, tmp_path):
     db = tmp_path / "runs.duckdb"
     with failing_mock("http500") as url:
-        assert run_cli(cli, run_live(url, db, "--json")) == 2
+        assert run_cli(cli, run_live(url, db, "--json")) == 1  # served nothing: a failure while running
     captured = capsys.readouterr()
     assert captured.err == "pipedeck: error: 0 of 6 requests served: 6 http 500 (stored as run 1)\n"
     out = json.loads(captured.out)
@@ -214,7 +216,9 @@ def test_a_run_where_every_request_gets_http_500_fails_with_the_servers_whole_me
 
 def test_a_run_whose_every_stream_is_not_json_fails_in_one_line(capsys, tmp_path):
     with failing_mock("malformed") as url:
-        assert run_cli(cli, run_live(url, tmp_path / "runs.duckdb", "--no-store")) == 2
+        assert (
+            run_cli(cli, run_live(url, tmp_path / "runs.duckdb", "--no-store")) == 1
+        )  # served nothing: a failure while running
     assert capsys.readouterr().err == "pipedeck: error: 0 of 6 requests served: 6 malformed stream\n"
 
 
