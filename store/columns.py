@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from operator import itemgetter
-from typing import NamedTuple, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 import duckdb
 import numpy as np
@@ -42,10 +42,12 @@ SPAN_COLUMNS = (
 SPAN_NONE = {"request": -1, "chunk": -1}  # a Span's "none" (a decode-only batch), stored as NULL
 
 
-def to_columns(run_id: int, rows: Sequence[tuple], layout: tuple[tuple[str, object], ...]) -> dict[str, np.ndarray]:
+def to_columns(
+    run_id: int, rows: Sequence[tuple[Any, ...]], layout: tuple[tuple[str, object], ...]
+) -> dict[str, np.ndarray]:
     """run_id, seq and one numpy array per field of `rows` (tuples in `layout`'s field order)."""
     n = len(rows)
-    columns = {"run_id": np.full(n, run_id, dtype=np.int64), "seq": np.arange(n, dtype=np.int32)}
+    columns: dict[str, np.ndarray] = {"run_id": np.full(n, run_id, dtype=np.int64), "seq": np.arange(n, dtype=np.int32)}
     for i, (name, dtype) in enumerate(layout):
         columns[name] = np.fromiter(map(itemgetter(i), rows), dtype=dtype, count=n)  # type: ignore[call-overload]
     return columns

@@ -11,6 +11,7 @@ from datetime import UTC, datetime
 from importlib import metadata
 from pathlib import Path
 from types import TracebackType
+from typing import Any
 
 import duckdb
 import numpy as np
@@ -207,7 +208,7 @@ class RunStore:
             label,
             None if result.live is None else dumps(live_to_dict(result.live), "live"),
         ]
-        tables = [
+        tables: list[tuple[str, dict[str, np.ndarray], dict[str, int] | None]] = [
             ("run_ranks", rank_columns(0, result.ranks), None),
             ("requests", request_columns(0, result.records), None),
         ]
@@ -216,12 +217,15 @@ class RunStore:
         marks = ", ".join("?" * len(row))
         with self._writing() as con:
             if once:
-                (stored,) = con.execute(
-                    "SELECT min(id) FROM runs WHERE study = ? AND trial = ? AND label = ?", [study, int(trial), label]
-                ).fetchone()  # type: ignore[arg-type]
+                ((stored,),) = con.execute(
+                    "SELECT min(id) FROM runs WHERE study = ? AND trial = ? AND label = ?",
+                    [study, _opt_int(trial), label],
+                ).fetchall()
                 if stored is not None:
                     return int(stored)
-            (run_id,) = con.execute(f"INSERT INTO runs ({_RUN_COLUMNS}) VALUES ({marks}) RETURNING id", row).fetchone()
+            ((run_id,),) = con.execute(
+                f"INSERT INTO runs ({_RUN_COLUMNS}) VALUES ({marks}) RETURNING id", row
+            ).fetchall()
             for table, columns, none in tables:
                 columns["run_id"][:] = run_id
                 insert_columns(con, table, columns, none)
@@ -319,7 +323,8 @@ class RunStore:
         """How many timeline spans the run has stored."""
         with self._reading() as con:
             self._require_run(con, run_id)
-            return int(con.execute("SELECT count(*) FROM spans WHERE run_id = ?", [run_id]).fetchone()[0])
+            ((count,),) = con.execute("SELECT count(*) FROM spans WHERE run_id = ?", [run_id]).fetchall()
+            return int(count)
 
     # -- studies and trials --------------------------------------------------------------
 
@@ -420,8 +425,8 @@ class RunStore:
                 or (None,) * 4
             )
             if row[8] is None and state in FINISHED_STATES:
-                row[8] = _utc(old[0]) or utcnow()
-            for i, kept in ((9, old[1]), (10, _utc(old[2])), (11, old[3])):
+                row[8] = _opt_utc(old[0]) or utcnow()
+            for i, kept in ((9, old[1]), (10, _opt_utc(old[2])), (11, old[3])):
                 if row[i] is None:
                     row[i] = kept
             marks = ", ".join("?" * len(row))
@@ -482,7 +487,8 @@ class RunStore:
             row = con.execute("SELECT config FROM configs WHERE name = ?", [name]).fetchone()
         if row is None:
             raise StoreInputError(f"config: no config named {name!r} in {self.path}")
-        return json.loads(row[0])
+        config: dict[str, object] = json.loads(row[0])
+        return config
 
     def list_configs(self) -> list[ConfigRow]:
         """Every named config, by name."""
@@ -530,12 +536,18 @@ def _plain(value: object) -> object:
     raise TypeError(f"{type(value).__name__} is not JSON serializable")
 
 
-def _loads(text: str | None) -> object:
+def _loads(text: str | None) -> Any:
+    """A JSON column's value as json.loads gives it (None for NULL); the row types say what each holds."""
     return None if text is None else json.loads(text)
 
 
-def _utc(value: datetime | None) -> datetime | None:
-    return None if value is None else value.replace(tzinfo=UTC)
+def _utc(value: datetime) -> datetime:
+    """A timestamp read as UTC (the queries convert with timezone('UTC', ...)) as a zoned datetime."""
+    return value.replace(tzinfo=UTC)
+
+
+def _opt_utc(value: datetime | None) -> datetime | None:
+    return None if value is None else _utc(value)
 
 
 def _zoned(value: datetime) -> datetime:
@@ -567,7 +579,7 @@ def _trial_state(state: object) -> str:
     return text
 
 
-def _run_row(row: tuple) -> RunRow:
+def _run_row(row: tuple[Any, ...]) -> RunRow:
     (
         rid,
         created,
@@ -628,7 +640,7 @@ def _tpot_p90(tpot: dict[str, float] | None) -> float | None:
     return tpot["p90"] if tpot and tpot["p90"] > 0 else None
 
 
-def _study_row(row: tuple) -> StudyRow:
+def _study_row(row: tuple[Any, ...]) -> StudyRow:
     name, created, scenario, objective, slo, settings, storage, version, trials, completed = row
     return StudyRow(
         name=name,
@@ -644,7 +656,7 @@ def _study_row(row: tuple) -> StudyRow:
     )
 
 
-def _trial_row(row: tuple) -> TrialRow:
+def _trial_row(row: tuple[Any, ...]) -> TrialRow:
     study, number, state, params, config, metrics, objective, duration, completed, run_id, started, worker = row
     return TrialRow(
         study=study,
@@ -655,8 +667,8 @@ def _trial_row(row: tuple) -> TrialRow:
         metrics=_loads(metrics),
         objective=objective,
         duration_s=duration,
-        completed_at=_utc(completed),
+        completed_at=_opt_utc(completed),
         run_id=run_id,
-        started_at=_utc(started),
+        started_at=_opt_utc(started),
         worker=worker,
     )

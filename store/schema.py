@@ -187,11 +187,13 @@ def _v3(con: duckdb.DuckDBPyConnection) -> None:
 
 
 def _column_type(con: duckdb.DuckDBPyConnection, table: str, column: str) -> str:
-    return con.execute(
+    data_type: str
+    ((data_type,),) = con.execute(
         "SELECT data_type FROM information_schema.columns WHERE table_catalog = current_database() "
         "AND table_schema = 'main' AND table_name = ? AND column_name = ?",
         [table, column],
-    ).fetchone()[0]
+    ).fetchall()
+    return data_type
 
 
 def _v3_params(params: dict[str, object], config: dict[str, object] | None, layers: int | None) -> dict[str, object]:
@@ -205,9 +207,9 @@ def _v3_params(params: dict[str, object], config: dict[str, object] | None, laye
     named: dict[str, object] = {}
     shifts: dict[int, dict[int, int]] = {}
     for name, value in params.items():
-        split = _V2_SPLIT.fullmatch(name)
-        if split:
-            shifts.setdefault(int(split[1]), {})[int(split[2])] = int(value)  # type: ignore[call-overload]
+        shift = _V2_SPLIT.fullmatch(name)
+        if shift:
+            shifts.setdefault(int(shift[1]), {})[int(shift[2])] = int(value)  # type: ignore[call-overload]
             named.setdefault("layer-split", None)
         elif name == "parallelism":
             named["tp"], named["pp"] = (int(part) for part in str(value).split("x"))
@@ -217,7 +219,7 @@ def _v3_params(params: dict[str, object], config: dict[str, object] | None, laye
         for key in named:
             field = key.replace("-", "_")
             if config.get(field) is not None:
-                named[key] = ",".join(map(str, config[field])) if field == "layer_split" else config[field]
+                named[key] = ",".join(map(str, config[field])) if field == "layer_split" else config[field]  # type: ignore[call-overload]
     elif len(shifts) == 1 and layers:
         ((stages, moved),) = shifts.items()
         split = [base + moved.get(i, 0) for i, base in enumerate(_v2_even_split(layers, stages)[:-1])]
@@ -262,7 +264,7 @@ def current_version(con: duckdb.DuckDBPyConnection, path: Path) -> int:
         if names:
             raise not_a_store(path)
         return 0
-    (version,) = con.execute("SELECT coalesce(max(version), 0) FROM schema_version").fetchone()
+    ((version,),) = con.execute("SELECT coalesce(max(version), 0) FROM schema_version").fetchall()
     return int(version)
 
 
