@@ -146,7 +146,7 @@ class RunResult:
         output = sum(r.output_tokens for r in self.records)
         span = self.makespan_s or 1.0
         breakdown = self.breakdown() if self.ranks else None
-        summary = {
+        summary: dict[str, object] = {
             "requests": len(self.records),
             "ttft_s": stats(r.ttft_s for r in self.records),
             "tpot_s": stats(r.tpot_s for r in self.records),
