@@ -32,7 +32,9 @@ def db_option(fn: FC) -> FC:
 
 def db_path(opts: dict[str, object]) -> Path:
     """The store file the --db option names, or the default."""
-    return default_db_path(opts.get("db"))  # type: ignore[arg-type]
+    db = opts.get("db")
+    assert db is None or isinstance(db, str | Path), "--db is a click.Path, a str"
+    return default_db_path(db)
 
 
 def local_time(value: datetime) -> str:
