@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import NamedTuple
+from typing import NamedTuple, TypedDict
 
 import numpy as np
 
@@ -132,6 +132,28 @@ def error_kind(error: str) -> str:
     return error.split(":", 1)[0]
 
 
+class LiveSummary(TypedDict):
+    """`LiveRun.summary()`: what only a live run measures, JSON-ready; the server's part None when not scraped."""
+
+    sent: int
+    failed: int
+    unsent: int
+    errors: dict[str, int]  # failed requests by kind, most first
+    first_error: str | None
+    short_outputs: int
+    tokens_from: dict[str, int]
+    prefix_cache_hit_rate: float | None
+    prefix_cache_from: str | None
+    itl_s: dict[str, float] | None  # `stats` of the gaps between tokens
+    send_lag_s: dict[str, float] | None  # p99 and max
+    loadgen_cpu_s: float
+    engine: str | None
+    engine_version: str | None
+    server_missing: list[str] | None
+    server_scrape_errors: int | None
+    server_counters: dict[str, float] | None
+
+
 @dataclass
 class LiveRun:
     """Every request a live run sent, the ones it could not send in time, and the server's metrics."""
@@ -168,7 +190,7 @@ class LiveRun:
         counts = ", ".join(f"{n} {kind}" for kind, n in failures.most_common())
         return f"{total - failures.total()} of {total} requests served" + (f": {counts}" if counts else "")
 
-    def summary(self) -> dict[str, object]:
+    def summary(self) -> LiveSummary:
         """The live-only part of a run's summary, JSON-ready."""
         failed = self.failed()
         served = [r for r in self.requests if r.error is None]

@@ -5,12 +5,12 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING, NamedTuple, NotRequired, TypedDict
 
 if TYPE_CHECKING:
     import numpy as np
 
-    from .live_result import LiveRun
+    from .live_result import LiveRun, LiveSummary
 
 
 class RequestRecord(NamedTuple):
@@ -95,6 +95,26 @@ def percentile(ordered: Sequence[float], pct: float) -> float:
     return (ordered[rank] * (100 - fraction) + ordered[rank + 1] * fraction) / 100
 
 
+class RunSummary(TypedDict):
+    """`RunResult.summary()`: a run's metrics, JSON-ready; None where the backend cannot measure it."""
+
+    requests: int
+    ttft_s: dict[str, float] | None  # `stats`: mean, p50, p90, p99
+    tpot_s: dict[str, float] | None
+    throughput_tok_s: float
+    output_throughput_tok_s: float
+    request_throughput_rps: float
+    makespan_s: float
+    steps: int | None
+    chunks: int | None
+    stage_executions: int | None
+    preemptions: int | None
+    breakdown_s: dict[str, float] | None  # `RunResult.breakdown()`; None without ranks (a live server)
+    bubble_ratio: float | None
+    per_rank: list[dict[str, float]]  # each `RankTime` as a dict
+    live: NotRequired[LiveSummary]  # a live run's only
+
+
 @dataclass
 class RunResult:
     """Everything one run produced.
@@ -140,13 +160,13 @@ class RunResult:
             "idle": sum(r.idle for r in self.ranks) / n,
         }
 
-    def summary(self) -> dict[str, object]:
+    def summary(self) -> RunSummary:
         """The run's metrics as one JSON-ready object."""
         prompt = sum(r.prompt_tokens for r in self.records)
         output = sum(r.output_tokens for r in self.records)
         span = self.makespan_s or 1.0
         breakdown = self.breakdown() if self.ranks else None
-        summary: dict[str, object] = {
+        summary: RunSummary = {
             "requests": len(self.records),
             "ttft_s": stats(r.ttft_s for r in self.records),
             "tpot_s": stats(r.tpot_s for r in self.records),

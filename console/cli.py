@@ -39,6 +39,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
 def short_help(module: str, function: str) -> str:
     """The first line of a command function's docstring, read from its source without importing it."""
     spec = importlib.util.find_spec(f"{__package__}.{module}")
+    assert spec is not None and spec.origin is not None, f"COMMANDS names {module}, a module with a source file"
     tree = ast.parse(Path(spec.origin).read_text(encoding="utf-8"))
     node = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == function)
     return (ast.get_docstring(node) or "").strip().splitlines()[0]
@@ -54,7 +55,9 @@ class LazyGroup(click.Group):
         if cmd_name not in COMMANDS:
             return None
         module, attribute = COMMANDS[cmd_name]
-        return getattr(importlib.import_module(f"{__package__}.{module}"), attribute)
+        command = getattr(importlib.import_module(f"{__package__}.{module}"), attribute)
+        assert isinstance(command, click.Command), f"COMMANDS names {module}.{attribute}, a click command"
+        return command
 
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         """The commands section of --help from the commands' docstrings, importing none of their modules."""

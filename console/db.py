@@ -5,19 +5,22 @@ Apart from the `runs` command, so that simulate and the others load neither its 
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
 from ..store.paths import ENV_VAR, default_db_path
 
+if TYPE_CHECKING:
+    from click.decorators import FC  # what click.option decorates: a function or a command
+
 READ_LOCK_WAIT_S = 5.0  # how long a reader waits for another process to let go of the file
 WRITE_LOCK_WAIT_S = 30.0  # how long a finished run waits to be written
 
 
-def db_option(fn: Callable) -> Callable:
+def db_option(fn: FC) -> FC:
     """--db FILE: the run store (default $PIPEDECK_DB, else ./pipedeck.duckdb)."""
     return click.option(
         "--db",
@@ -29,7 +32,9 @@ def db_option(fn: Callable) -> Callable:
 
 def db_path(opts: dict[str, object]) -> Path:
     """The store file the --db option names, or the default."""
-    return default_db_path(opts.get("db"))  # type: ignore[arg-type]
+    db = opts.get("db")
+    assert db is None or isinstance(db, str | Path), "--db is a click.Path, a str"
+    return default_db_path(db)
 
 
 def local_time(value: datetime) -> str:

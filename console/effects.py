@@ -27,11 +27,13 @@ def knob_text(knob: str, value: object) -> str:
 
 def print_effects(spec: TuneSpec, outcome: TuneOutcome, effects: list[KnobEffect], console: Console) -> None:
     """Why the best wins, largest effect first; effects inside the search's precision are called so."""
+    best = outcome.best
+    assert best is not None, "effects are measured only when a trial won"
     if not effects:
-        console.print(f"why: trial {outcome.best.number} is the default config; nothing was moved")
+        console.print(f"why: trial {best.number} is the default config; nothing was moved")
         return
     console.print(
-        f"why trial {outcome.best.number} wins: each knob it moved, put back alone to the "
+        f"why trial {best.number} wins: each knob it moved, put back alone to the "
         f"{spec.engine} default on the same traffic:"
     )
     for e in effects:

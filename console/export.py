@@ -52,7 +52,7 @@ def export(
         paths = write_export(
             best_from_json(read_config_json(config_file)), engine, out_dir, engine_version, warn_on_stderr
         )
-    else:
+    elif study is not None:
         paths = export_study(study, engine, out_dir, db, engine_version)
     for path in paths:
         click.echo(str(path))

@@ -8,9 +8,9 @@ there) prints one line per step of progress instead.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from types import TracebackType
+from typing import TYPE_CHECKING
 
 import click
 from rich.console import Console
@@ -23,11 +23,14 @@ from rich.progress import (
     TimeElapsedColumn,
 )
 
+if TYPE_CHECKING:
+    from click.decorators import FC  # what click.option decorates: a function or a command
+
 PROGRESS_MODES = ("auto", "bar", "plain", "off")
 QUIET_S = 5.0  # a plain line for a description-only change (no step done) at most this often
 
 
-def progress_option(fn: Callable) -> Callable:
+def progress_option(fn: FC) -> FC:
     """--progress auto|bar|plain|off."""
     return click.option(
         "--progress",

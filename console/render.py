@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from ..backends.result import RunResult
 from ..backends.tokens import format_tokens
 from .output import PlainReport, RichReport, output_report
+
+if TYPE_CHECKING:
+    from ..backends.live.records import LiveSummary
 
 QUANTILES = ("mean", "p50", "p90", "p99")
 
@@ -16,10 +21,11 @@ def config_line(config: dict[str, object]) -> str:
             f"{config.get('model') or 'model not reported'} on {config.get('engine') or 'an unknown engine'}"
             "  (its own config: hardware and parallelism not known)"
         )
-    split = ",".join(map(str, config.get("layer_split") or []))
+    chunk, split = config["chunk"], config.get("layer_split") or []
+    assert isinstance(chunk, int) and isinstance(split, list), "a resolved config's chunk and layer split"
     return (
         f"{config['model']} on {config['hardware']}  tp={config['tp']} pp={config['pp']}  "
-        f"mode={config['mode']}  chunk={format_tokens(int(config['chunk']))}  split={split}"
+        f"mode={config['mode']}  chunk={format_tokens(chunk)}  split={','.join(map(str, split))}"
     )
 
 
@@ -30,9 +36,9 @@ def print_run(result: RunResult, out: PlainReport | RichReport | None = None) ->
     recorded = "  (the config recorded with it; the server runs its own)" if result.live is not None else ""
     out.line(f"{result.scenario} on {result.backend}  {config_line(result.config)}{recorded}", bold=True)
     latency = [
-        [key.split("_")[0].upper(), *(f"{s[key][k]:.4g}" if s[key] else "n/a" for k in QUANTILES)]
-        for key in ("ttft_s", "tpot_s")
-    ]  # s[key] None: not one request has it (TPOT of one-token outputs)
+        [name, *(f"{quantiles[k]:.4g}" if quantiles else "n/a" for k in QUANTILES)]
+        for name, quantiles in (("TTFT", s["ttft_s"]), ("TPOT", s["tpot_s"]))
+    ]  # quantiles None: not one request has it (TPOT of one-token outputs)
     out.table("latency (s)", ("metric", *QUANTILES), latency)
     counts = "".join(f"  {name} {s[name]}" for name in ("steps", "chunks") if s[name] is not None)
     out.line(
@@ -46,7 +52,7 @@ def print_run(result: RunResult, out: PlainReport | RichReport | None = None) ->
         return
     piped = len(result.ranks) > 1  # a bubble is waiting on other ranks: one rank has none
     terms = [(str(r.rank), r.compute, r.exposed_comm, r.bubble, r.idle) for r in result.ranks]
-    b = s["breakdown_s"]
+    b = result.breakdown()  # the summary's breakdown_s, which is None only without ranks
     terms.append(("mean", b["compute"], b["exposed_comm"], b["bubble"], b["idle"]))
     rows = [
         [rank, f"{compute:.3f}", f"{comm:.3f}", f"{bubble:.3f}" if piped else "n/a", f"{idle:.3f}"]
@@ -56,7 +62,7 @@ def print_run(result: RunResult, out: PlainReport | RichReport | None = None) ->
     out.line(f"bubble ratio {s['bubble_ratio']:.1%}" if piped else "bubble ratio n/a (one rank: no pipeline)")
 
 
-def _print_live(live: dict[str, object], out: PlainReport | RichReport) -> None:
+def _print_live(live: LiveSummary, out: PlainReport | RichReport) -> None:
     """What the load generator saw beyond the records: failures, and what the server's /metrics said."""
     kinds = ", ".join(f"{n} {kind}" for kind, n in live["errors"].items())
     failed = f"{live['failed']} ({kinds})" if kinds else str(live["failed"])

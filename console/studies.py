@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from typing import TypedDict
 
 import click
 import optuna
@@ -35,6 +36,21 @@ class StudyLine:
     best_value: float | None
     created_at: datetime | None  # UTC, timezone-aware
     updated_at: datetime | None  # the last trial's completion
+
+
+class StudyJson(TypedDict):
+    """One study as `studies --json` prints it: a StudyLine with its direction, times in ISO 8601."""
+
+    name: str
+    storage: str
+    objective: str | None
+    direction: str | None  # maximize or minimize; None for an objective pipedeck does not know
+    finished: int
+    trials: int
+    best_trial: int | None
+    best_value: float | None
+    created_at: str | None
+    updated_at: str | None
 
 
 @click.command()
@@ -114,7 +130,7 @@ def _aware(value: datetime | None) -> datetime | None:
     return None if value is None else value.astimezone()
 
 
-def line_json(line: StudyLine) -> dict[str, object]:
+def line_json(line: StudyLine) -> StudyJson:
     """One listed study as a JSON object, times in ISO 8601 with their zone."""
     return {
         "name": line.name,

@@ -18,13 +18,15 @@ import pytest
 from plotly.colors import unlabel_rgb
 
 from pipedeck.backends.config import ServingConfig
+from pipedeck.backends.live.metrics import MetricsTimeline, Sample
 from pipedeck.backends.result import RunResult, Span
 from pipedeck.backends.sim import SimBackend
 from pipedeck.console import compare as compare_module
 from pipedeck.console.cli import cli
 from pipedeck.console.errors import run_cli
-from pipedeck.console.plots import legend_names
+from pipedeck.console.plots import PlotRun, legend_names
 from pipedeck.console.plots.gantt import common_window
+from pipedeck.console.plots.server import scraped, server_gauges
 from pipedeck.console.plots.study import optuna_importances
 from pipedeck.console.plots.table import CELL_PX, CHAR_PX, LINE_PX, PAD_PX, PLANNED_PX
 from pipedeck.scenarios import load_scenario
@@ -34,6 +36,7 @@ from pipedeck.tuner.objective import TuneSpec
 from pipedeck.tuner.space import foreign_params
 from pipedeck.tuner.study import run_study
 from pipedeck.tuner.verdict import stored_verdict
+from tests.run_kinds import live, served
 
 QWEN = dict(model="qwen2.5-14b", hardware="a100-40g-pcie", tp=2, pp=2)
 SLO = {"ttft": {"limit_s": 2.0, "percentile": 90.0}, "tpot": {"limit_s": 0.2, "percentile": 90.0}}
@@ -624,3 +627,23 @@ def test_importances_are_hidden_below_ten_completed_trials_and_say_what_they_res
     figure = optuna_importances(study)
     assert not isinstance(figure, str) and "over 12 completed trials" in figure.layout.title.text
     assert list(param_importances(study)) == ["chunk", "tp"]
+
+
+def test_server_gauges_draw_each_gauge_a_run_reported_where_it_reported_it_and_skip_runs_never_scraped():
+    watched, unwatched = live([served(0)]), live([served(1)])
+    watched.live.server = MetricsTimeline(
+        "vllm",
+        [
+            Sample(0.0, {"running": 1.0, "kv_usage": 0.25}),
+            Sample(1.0, {"running": 2}),  # a whole number, as a store's JSON may give it back
+            Sample(2.0, {"kv_usage": 0.5}),
+        ],
+    )
+    runs = [PlotRun("unwatched", unwatched), PlotRun("watched", watched)]
+    assert [(index, run.name, len(samples)) for index, run, samples in scraped(runs)] == [(1, "watched", 3)]
+    fig = server_gauges(runs)
+    assert [a.text for a in fig.layout.annotations] == ["running requests", "KV cache used"]  # no waiting: never said
+    assert [(t.name, list(t.x), list(t.y)) for t in fig.data] == [
+        ("watched", [0.0, 1.0], [1.0, 2.0]),
+        ("watched", [0.0, 2.0], [0.25, 0.5]),
+    ]

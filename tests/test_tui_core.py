@@ -7,6 +7,8 @@ import re
 import subprocess
 import sys
 import webbrowser
+from dataclasses import replace
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -21,7 +23,9 @@ from pipedeck.console.tui.compare import gui_browser
 from pipedeck.console.tui.fields import error_field, form_fields, parse, shown_for
 from pipedeck.console.tui.livestats import LiveStats
 from pipedeck.console.tui.pacing import Frame, PacedObserver
+from pipedeck.console.tui.sources import FORM, source_options
 from pipedeck.console.tui.widgets.timeline import bubble_ratios, span_cells
+from pipedeck.store import RunRow
 
 ROOT = Path(__file__).resolve().parents[1]
 CORE = ("backends", "tuner", "store", "scenarios")
@@ -133,3 +137,37 @@ def test_console_command_refuses_a_bad_store_in_one_line(tmp_path, capsys):
     err = capsys.readouterr().err
     assert err.startswith("pipedeck: error: db: ") and len(err.strip().splitlines()) == 1
     assert bad.read_text(encoding="utf-8") == "not a database"
+
+
+def test_the_live_config_picker_offers_the_form_then_stored_runs_by_what_they_ran_and_marks_what_a_run_lacks():
+    form = ServingConfig(model="qwen2.5-14b", hardware="a100-40g-pcie", tp=2, pp=2, chunk=8192)
+    attached = RunRow(  # a run against a server started elsewhere: nothing known of its model, shape or mode
+        id=7,
+        created_at=datetime.now(UTC),
+        backend="live",
+        scenario="short-4k",
+        mode=None,
+        model=None,
+        hardware=None,
+        tp=None,
+        pp=None,
+        chunk=None,
+        rate=None,
+        seed=0,
+        study=None,
+        trial=None,
+        label=None,
+        requests=3,
+        ttft_p90_s=None,
+        tpot_p90_s=None,
+        throughput_tok_s=0.0,
+        makespan_s=1.0,
+        bubble_ratio=None,
+    )
+    simulated = replace(attached, id=8, backend="sim", mode="dcpp", model="qwen2.5-14b", hardware="h100", tp=4, pp=2)
+    options = source_options(form, [], [replace(simulated, chunk=6144), attached])
+    assert options[:2] == [
+        ("form: qwen2.5-14b a100-40g-pcie tp2 pp2 cpp 8k", FORM),
+        ("run 8: qwen2.5-14b h100 tp4 pp2 dcpp 6k", "run:8"),
+    ]
+    assert options[2][0].startswith("run 7: ? ? ") and options[2][1] == "run:7"

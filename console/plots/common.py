@@ -14,7 +14,7 @@ from plotly.colors import find_intermediate_color, hex_to_rgb, label_rgb, qualit
 from ...backends.result import RunResult
 from ...tuner.slo import DEFAULT_PERCENTILE, SLO, Limit
 
-RUN_COLOURS = qualitative.Plotly
+RUN_COLOURS: list[str] = qualitative.Plotly  # plotly's default qualitative palette, as hex strings
 DASHES = ("solid", "dashdot", "longdashdot", "longdash")  # a config's first run, then the others (not the SLO's dashes)
 SHADE_STEP, MAX_SHADE = 0.3, 0.6  # each further run of a config this much nearer black, up to MAX_SHADE
 # plotly_white without its per-trace defaults, which every figure would otherwise carry (about 4 kB each)

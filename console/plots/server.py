@@ -3,19 +3,23 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from .common import PlotRun, run_lines, styled
 
+if TYPE_CHECKING:
+    from ...backends.live.metrics import Sample
+
 GAUGES = (("running", "running requests"), ("waiting", "waiting requests"), ("kv_usage", "KV cache used"))
 
 
-def scraped(runs: Sequence[PlotRun]) -> list[tuple[int, PlotRun]]:
-    """The runs (with their index, for colours) whose server metrics were scraped at least once."""
+def scraped(runs: Sequence[PlotRun]) -> list[tuple[int, PlotRun, list[Sample]]]:
+    """The runs (with their index, for colours) whose server metrics were scraped at least once, and the scrapes."""
     return [
-        (i, run)
+        (i, run, run.result.live.server.samples)
         for i, run in enumerate(runs)
         if run.result.live is not None and run.result.live.server is not None and run.result.live.server.samples
     ]
@@ -28,7 +32,7 @@ def server_gauges(runs: Sequence[PlotRun]) -> go.Figure:
     """
     shown = scraped(runs)
     lines = run_lines([run.result for run in runs])
-    gauges = [g for g in GAUGES if any(g[0] in s.values for _, run in shown for s in run.result.live.server.samples)]
+    gauges = [g for g in GAUGES if any(g[0] in s.values for _, _, samples in shown for s in samples)]
     fig = make_subplots(
         rows=len(gauges) or 1,
         cols=1,
@@ -37,14 +41,14 @@ def server_gauges(runs: Sequence[PlotRun]) -> go.Figure:
         subplot_titles=[label for _, label in gauges],
     )
     for row, (key, label) in enumerate(gauges, start=1):
-        for index, run in shown:
-            samples = [s for s in run.result.live.server.samples if key in s.values]
-            if not samples:
+        for index, run, samples in shown:
+            points = [(s.time_s, value) for s in samples if isinstance(value := s.values.get(key), int | float)]
+            if not points:
                 continue
             fig.add_trace(
                 go.Scatter(
-                    x=[s.time_s for s in samples],
-                    y=[float(s.values[key]) for s in samples],
+                    x=[time_s for time_s, _ in points],
+                    y=[float(value) for _, value in points],
                     name=run.name,
                     legendgroup=run.name,
                     showlegend=row == 1,

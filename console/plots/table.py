@@ -5,10 +5,11 @@ from __future__ import annotations
 import textwrap
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Literal
 
 import plotly.graph_objects as go
 
-from ...backends.result import RunResult
+from ...backends.result import RunResult, RunSummary
 from ...backends.tokens import format_tokens
 from ...tuner.slo import SLO
 from .common import PlotRun, styled
@@ -27,19 +28,34 @@ class Row:
     """One table row: how to read the value from a run, how to print it, and which way is better."""
 
     label: str
-    value: Callable[[RunResult, dict], object]
+    value: Callable[[RunResult, RunSummary], str | float | None]  # None: n/a
     fmt: str = ""  # format spec of a numeric row; empty for text rows (no delta)
     better: str | None = None  # "low" or "high" colours the delta; None leaves it plain
     points: bool = False  # deltas in percentage points (for ratios) rather than relative
 
 
-def _pct(metric: str, p: str, scale: float = 1.0) -> Callable[[RunResult, dict], float | None]:
+def _pct(
+    metric: Literal["ttft_s", "tpot_s"], p: str, scale: float = 1.0
+) -> Callable[[RunResult, RunSummary], float | None]:
     """A percentile from the summary; None (n/a) where no request has the metric (TPOT of one-token outputs)."""
-    return lambda r, s: None if s[metric] is None else s[metric][p] * scale
+
+    def read(r: RunResult, s: RunSummary) -> float | None:
+        quantiles = s[metric]
+        return None if quantiles is None else quantiles[p] * scale
+
+    return read
 
 
-def _cfg(key: str, show: Callable[[object], str] = str) -> Callable[[RunResult, dict], str]:
+def _cfg(key: str, show: Callable[[object], str] = str) -> Callable[[RunResult, RunSummary], str]:
     return lambda r, s: "-" if r.config.get(key) is None else show(r.config[key])
+
+
+def _tokens(value: object) -> str:
+    return format_tokens(value) if isinstance(value, int) else str(value)
+
+
+def _split(value: object) -> str:
+    return ",".join(map(str, value)) if isinstance(value, list) else str(value)
 
 
 ROWS = (
@@ -48,8 +64,8 @@ ROWS = (
     Row("rate (req/s)", lambda r, s: "scenario default" if r.rate is None else f"{r.rate:.4g}"),
     Row("mode", _cfg("mode")),
     Row("tp × pp", lambda r, s: f"{r.config.get('tp')} × {r.config.get('pp')}"),
-    Row("chunk (tokens)", _cfg("chunk", lambda v: format_tokens(int(v)))),
-    Row("layer split", _cfg("layer_split", lambda v: ",".join(map(str, v)))),
+    Row("chunk (tokens)", _cfg("chunk", _tokens)),
+    Row("layer split", _cfg("layer_split", _split)),
     Row("TTFT P50 (s)", _pct("ttft_s", "p50"), ".4g", "low"),
     Row("TTFT P90 (s)", _pct("ttft_s", "p90"), ".4g", "low"),
     Row("TTFT P99 (s)", _pct("ttft_s", "p99"), ".4g", "low"),

@@ -56,7 +56,7 @@ class PipedeckApp(App[None]):
             self.clear_notifications()
         return super().switch_mode(mode)
 
-    def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
+    def get_system_commands(self, screen: Screen[object]) -> Iterable[SystemCommand]:
         yield from super().get_system_commands(screen)
         for mode, (title, about) in VIEWS.items():
             yield SystemCommand(f"{title} view", about, partial(self.switch_mode, mode))

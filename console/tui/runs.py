@@ -20,7 +20,7 @@ from ..plots.table import metric_rows, run_cells
 from ..runs import row_cells
 from .compare import CompareScreen, open_report
 from .messages import Compared, StoreListed, WorkFailed
-from .view import View, cursor_key, one_line, shown_path
+from .view import Session, View, cursor_key, one_line, shown_path
 
 # The columns whose headers fit whole at 80 columns, figures first; the run under the cursor's model, time and
 # label (free text of any length) go under the table, and also into columns of their own on a wide terminal.
@@ -70,15 +70,15 @@ class RunsScreen(View):
     MODE = "runs"
     AUTO_FOCUS = "#runs-table"
     BINDINGS = [
-        Binding("space", "toggle", "Select"),
+        Binding("space", "select_run", "Select"),
         Binding("c", "compare", "Compare"),
         Binding("o", "open", "Open report"),
         Binding("slash", "filter", "Filter"),
         Binding("r", "reload", "Reload"),
     ]
 
-    def __init__(self, *args: object, **kwargs: object) -> None:
-        super().__init__(*args, **kwargs)
+    def __init__(self, session: Session) -> None:
+        super().__init__(session)
         self.runs: list[RunRow] = []
         self.studies: list[StudyRow] = []
         self.selected: list[int] = []  # run ids in the order chosen: the first is the baseline
@@ -135,7 +135,7 @@ class RunsScreen(View):
 
     # -- actions ---------------------------------------------------------------------------
 
-    def action_toggle(self) -> None:
+    def action_select_run(self) -> None:
         """Select or unselect the run under the cursor."""
         key = cursor_key(self.query_one("#runs-table", DataTable))
         if key is not None:

@@ -17,31 +17,21 @@ RUN_CHOICES = 30  # newest stored runs offered
 
 def describe(config: ServingConfig) -> str:
     """A config on one line: model, hardware, shape, mode and chunk."""
-    chunk = format_tokens(config.chunk) if isinstance(config.chunk, int) else str(config.chunk)
-    return f"{config.model} {config.hardware} tp{config.tp} pp{config.pp} {config.mode} {chunk}"
+    return _one_line(
+        model=config.model, hardware=config.hardware, tp=config.tp, pp=config.pp, mode=config.mode, chunk=config.chunk
+    )
+
+
+def _one_line(*, model: str, hardware: str, tp: int | None, pp: int | None, mode: str, chunk: int | str | None) -> str:
+    shown = format_tokens(chunk) if isinstance(chunk, int) else str(chunk)
+    return f"{model} {hardware} tp{tp} pp{pp} {mode} {shown}"
 
 
 def source_options(form: ServingConfig, configs: Sequence[ConfigRow], runs: Sequence[RunRow]) -> list[tuple[str, str]]:
     """(label, value) pairs for a picker: the form's config, then named configs, then the newest stored runs."""
     options = [(f"form: {describe(form)}", FORM)]
     options += [(f"named {row.name}: {_named(row)}", f"named:{row.name}") for row in configs]
-    options += [
-        (
-            f"run {row.id}: "
-            + describe(
-                ServingConfig(
-                    model=row.model or "?",
-                    hardware=row.hardware or "?",
-                    tp=row.tp,
-                    pp=row.pp,
-                    mode=row.mode or "?",
-                    chunk=row.chunk,
-                )
-            ),
-            f"run:{row.id}",
-        )
-        for row in runs[:RUN_CHOICES]
-    ]
+    options += [(f"run {row.id}: {_run_line(row)}", f"run:{row.id}") for row in runs[:RUN_CHOICES]]
     return options
 
 
@@ -53,6 +43,18 @@ def load_source(source: str, form: ServingConfig, db: Path) -> ServingConfig:
     with open_store(db) as store:
         data = store.get_config(key) if kind == "named" else store.get_run(int(key), timeline=False).result.config
     return ServingConfig.from_dict(data)
+
+
+def _run_line(row: RunRow) -> str:
+    """A stored run's config on one line, as `describe` writes a config; ? where the run has no such field."""
+    return _one_line(
+        model=row.model or "?",
+        hardware=row.hardware or "?",
+        tp=row.tp,
+        pp=row.pp,
+        mode=row.mode or "?",
+        chunk=row.chunk,
+    )
 
 
 def _named(row: ConfigRow) -> str:

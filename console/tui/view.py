@@ -113,14 +113,14 @@ class View(Screen[None]):
         self.error(message.error)
 
 
-def choose(select: Select, choices: Sequence[str], value: str) -> None:
+def choose(select: Select[str], choices: Sequence[str], value: str) -> None:
     """Select `value`, first adding it to the choices when it is not one (a profile given as a file path)."""
     if value not in choices:
         select.set_options([(choice, choice) for choice in (*choices, value)])
     select.value = value
 
 
-def offer(select: Select, options: Sequence[tuple[str, str]], value: str) -> None:
+def offer(select: Select[str], options: Sequence[tuple[str, str]], value: str) -> None:
     """Replace a picker's choices and pick `value` (the first choice when it is gone), showing its label as it is now.
 
     A Select redraws its label only when its value changes, so a choice whose label changed under the same
@@ -128,10 +128,10 @@ def offer(select: Select, options: Sequence[tuple[str, str]], value: str) -> Non
     """
     select.set_options(options)
     select.value = value if any(v == value for _, v in options) else options[0][1]
-    select.mutate_reactive(Select.value)
+    select.mutate_reactive(type(select).value)
 
 
-def cursor_key(table: DataTable) -> str | None:
+def cursor_key(table: DataTable[object]) -> str | None:
     """The key of the row under a table's cursor; None when the table has no rows."""
     return table.coordinate_to_cell_key(table.cursor_coordinate).row_key.value if table.row_count else None
 
