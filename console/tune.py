@@ -20,9 +20,11 @@ from ..tuner.confidence import win_text
 from ..tuner.explain import KnobEffect, effects_json, knob_effects
 from ..tuner.export import export_best
 from ..tuner.importance import MIN_TRIALS, too_few_text
-from ..tuner.objective import OBJECTIVES, TuneSpec, better_by
-from ..tuner.slo import METRICS, Limit, parse_slo
+from ..tuner.inputs import DEFAULT_REPEATS, TuneInputError, TuneInputs, build_spec, default_engine
+from ..tuner.objectives import GOODPUT, OBJECTIVES
+from ..tuner.slo import METRICS, Limit
 from ..tuner.space import knob_settings, parse_fixes
+from ..tuner.spec import TuneSpec
 from ..tuner.storage import GRACE_BEATS, HEARTBEAT_S, shown
 from ..tuner.study import TuneOutcome, open_store, run_study, saved_settings
 from ..tuner.verdict import FREE_KNOBS
@@ -42,15 +44,7 @@ from .export import warn_on_stderr
 from .options import workload_options
 from .output import output_console
 from .progress import make_progress, progress_mode, progress_option
-from .tunespec import (
-    DEFAULT_REPEATS,
-    TuneInputError,
-    TuneInputs,
-    build_spec,
-    default_engine,
-    stored_runs_text,
-    value_text,
-)
+from .tunespec import objective_option, slo_option, stored_runs_text
 
 
 @click.command()
@@ -64,11 +58,17 @@ from .tunespec import (
     "--devices", type=int, default=None, help="Devices to use (default: what the model needs on that hardware)."
 )
 @workload_options
-@click.option("--slo", default=None, help="Limits such as ttft=2s,tpot=200ms (percentile p90 unless ttft@p99=3s).")
+@click.option(
+    "--slo",
+    default=None,
+    callback=slo_option,
+    help="Limits such as ttft=2s,tpot=200ms (percentile p90 unless ttft@p99=3s).",
+)
 @click.option(
     "--objective",
     type=click.Choice(list(OBJECTIVES)),
     default=None,
+    callback=objective_option,
     help="goodput (default with --slo), ttft (mean, for one-at-a-time long prompts) or throughput.",
 )
 @click.option(
@@ -139,7 +139,7 @@ def tune(**opts: object) -> None:
             best = (
                 "no config meets the SLO yet"
                 if p.best_value is None
-                else f"best {value_text(spec.objective, p.best_value)} (trial {p.best_trial})"
+                else f"best {spec.objective.value_text(p.best_value)} (trial {p.best_trial})"
             )
             bar.update(task, completed=p.finished, description=f"{best}; {p.running} running")
 
@@ -239,7 +239,7 @@ def _repeats(opts: dict[str, object]) -> int:
     """--repeats as given, else 5 seeds on the simulator and 1 on a live server (each is a goodput search)."""
     if opts["repeats"] is not None:
         return int(opts["repeats"])
-    return DEFAULT_REPEATS if opts["backend"] == "sim" and opts["objective"] in (None, "goodput") else 1
+    return DEFAULT_REPEATS if opts["backend"] == "sim" and opts["objective"] in (None, GOODPUT) else 1
 
 
 def _export_engine(opts: dict[str, object], hardware: str) -> str | None:
@@ -274,7 +274,7 @@ def _effects(spec: TuneSpec, outcome: TuneOutcome, mode: str) -> list[KnobEffect
 def _print_outcome(spec: TuneSpec, outcome: TuneOutcome, console: Console) -> None:
     console.print(
         f"[bold]{outcome.study}[/]: {outcome.trials} finished trials; {spec.model} on "
-        f"{spec.devices} x {spec.hardware}, {spec.scenario}" + (f", SLO {spec.slo}" if spec.slo else "")
+        f"{spec.devices} x {spec.hardware}, {spec.scenario}" + (f", SLO {spec.slo.text()}" if spec.slo else "")
     )
     shown = [(label, t) for label, t in (("best", outcome.best), ("default", outcome.default)) if t is not None]
     if not shown:
@@ -307,7 +307,7 @@ def _print_outcome(spec: TuneSpec, outcome: TuneOutcome, console: Console) -> No
         console.print(f"{FREE_KNOBS}: {', '.join(outcome.free) or 'none'}")
     if outcome.ratio is not None:
         console.print(
-            f"best / default: [bold]{better_by(spec.objective, outcome.ratio)}[/] on the "
+            f"best / default: [bold]{spec.objective.better_by(outcome.ratio)}[/] on the "
             f"same traffic{_win_text(outcome)}"
         )
     importances = _importances_text(outcome)
@@ -325,7 +325,7 @@ def _importances_text(outcome: TuneOutcome) -> str:
 
 def _win_text(outcome: TuneOutcome) -> str:
     """Whether the paired seeds call it a win, as the report says it (nothing without intervals)."""
-    text = win_text(outcome.best_ci, outcome.default_ci, outcome.direction)
+    text = win_text(outcome.best_ci, outcome.default_ci, outcome.objective)
     return f"; {escape(text)}" if text else ""
 
 
@@ -348,14 +348,14 @@ _ROWS = [
     ("max running", lambda spec, t: str(t.config["max_running"])),
     ("layer split", lambda spec, t: ",".join(map(str, t.config["layer_split"]))),
     ("knobs", lambda spec, t: ", ".join(knob_settings(t.config)) or "-"),
-    ("objective", lambda spec, t: value_text(spec.objective, t.value)),
+    ("objective", lambda spec, t: spec.objective.value_text(t.value)),
     ("attainment", _metric("attainment", ".1%")),
 ]
 
 
 def _latency_rows(spec: TuneSpec) -> list[tuple[str, object]]:
     """TTFT and TPOT rows at the percentile the SLO limits (P90 where it names none)."""
-    limits = {limit.metric: limit for limit in parse_slo(spec.slo).limits} if spec.slo else {}
+    limits = {limit.metric: limit for limit in spec.slo.limits} if spec.slo else {}
     rows = []
     for metric in METRICS:
         limit = limits.get(metric, Limit(metric, 0.0))
@@ -381,8 +381,8 @@ def _outcome_json(spec: TuneSpec, outcome: TuneOutcome, exported: list) -> dict[
     return {
         "study": outcome.study,
         "trials": outcome.trials,
-        "objective": spec.objective,
-        "slo": spec.slo,
+        "objective": spec.objective.name,
+        "slo": spec.slo.text() if spec.slo else None,
         "scenario": spec.scenario,
         "devices": spec.devices,
         "storage": shown(spec.storage),

@@ -7,9 +7,9 @@ from pipedeck.backends.errors import ConfigError
 from pipedeck.backends.launch import ExportError
 from pipedeck.backends.live.client import http_error_line
 from pipedeck.backends.profiles import ProfileError, load_hardware
-from pipedeck.console.tunespec import TuneInputError, TuneInputs, build_spec
 from pipedeck.scenarios import PipedeckError, ScenarioError, load_scenario
 from pipedeck.store import StoreError
+from pipedeck.tuner.inputs import TuneInputError, TuneInputs, build_spec
 from pipedeck.tuner.slo import SLOError, parse_slo
 
 
@@ -27,7 +27,7 @@ def test_every_input_error_shares_the_base(kind):
         (lambda: load_hardware("no-such-card"), "hardware"),
         (lambda: load_scenario("azure-conv").workload(rate=-1.0), "rate"),
         (lambda: parse_slo("ttft=fast"), "slo"),
-        (lambda: build_spec(TuneInputs(), "x.duckdb"), "slo"),
+        (lambda: build_spec(TuneInputs(scenario="azure-conv"), "x.duckdb"), "slo"),
     ],
 )
 def test_the_error_names_its_field(fail, field):

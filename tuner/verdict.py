@@ -24,7 +24,9 @@ from dataclasses import dataclass
 
 from ..backends.config import ServingConfig
 from ..store import StudyRow, TrialRow
-from .objective import OBJECTIVES, config_key, search_precision
+from .objective import config_key, search_precision
+from .objectives import Objective, objective_named
+from .slo import Slo
 from .space import DIMENSIONS
 
 FREE_KNOBS = (
@@ -55,7 +57,7 @@ class Verdict:
 
 def decide(
     trials: Sequence[Finished],
-    direction: str,
+    objective: Objective,
     precision: float,
     limits: Mapping[str, float],
     baseline: Mapping[str, object] | None,
@@ -63,7 +65,7 @@ def decide(
     """The verdict over completed trials (None if there are none); `limits` maps ttft/tpot to SLO seconds."""
     if not trials:
         return None
-    best = max(t.value for t in trials) if direction == "maximize" else min(t.value for t in trials)
+    best = objective.best(t.value for t in trials)
     ties = _distinct([t for t in trials if _within(t.value, best, precision)])
     lowest = min(_load(t, limits) for t in ties)
     roomiest = [t for t in ties if _within(_load(t, limits), lowest, precision)]
@@ -137,8 +139,11 @@ def finished_rows(rows: Sequence[TrialRow]) -> list[Finished]:
 
 
 def stored_verdict(study: StudyRow, rows: Sequence[TrialRow]) -> Verdict | None:
-    """The verdict on a stored study; its baseline is its first trial (the engine default is enqueued first)."""
+    """The verdict on a stored study; its baseline is its first trial (the engine default is enqueued first).
+
+    Its objective is read from the store's text (an unknown one is a one-line ObjectiveError).
+    """
     baseline = min(rows, key=lambda r: r.number).config if rows else None
-    limits = {metric: float(limit["limit_s"]) for metric, limit in (study.slo or {}).items()}
+    limits = Slo.from_dict(study.slo).seconds() if study.slo else {}
     precision = search_precision(str((study.settings or {}).get("backend", "sim")))
-    return decide(finished_rows(rows), OBJECTIVES.get(study.objective or "", "maximize"), precision, limits, baseline)
+    return decide(finished_rows(rows), objective_named(study.objective), precision, limits, baseline)
