@@ -7,6 +7,19 @@ path helpers do not load DuckDB, which only opening a store needs.
 from __future__ import annotations
 
 import importlib
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # what a type checker sees of the names loaded on first use
+    from .errors import StoreError as StoreError
+    from .paths import ENV_VAR as ENV_VAR
+    from .paths import default_db_path as default_db_path
+    from .rows import ConfigRow as ConfigRow
+    from .rows import RunRow as RunRow
+    from .rows import StoredRun as StoredRun
+    from .rows import StudyRow as StudyRow
+    from .rows import TrialRow as TrialRow
+    from .runstore import RunStore as RunStore
+    from .schema import SCHEMA_VERSION as SCHEMA_VERSION
 
 _WHERE = {
     "StoreError": "errors",

@@ -23,7 +23,7 @@ from optuna.trial import FrozenTrial, TrialState
 
 from ..backends.config import ServingConfig
 from ..backends.errors import ServerError
-from .objective import Evaluator, config_key
+from .objective import Evaluator, completed_value, config_key
 from .objectives import Objective
 from .spec import TuneSpec
 from .storage import open_storage
@@ -61,7 +61,7 @@ def candidates(
     pick); it comes first, the others follow by objective.
     """
     done = [t for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)) if "config" in t.user_attrs]
-    ranked = sorted(done, key=lambda t: (t.number != best, objective.sort_key(t.value), t.number))
+    ranked = sorted(done, key=lambda t: (t.number != best, objective.sort_key(completed_value(t)), t.number))
     chosen: dict[str, tuple[str, FrozenTrial]] = {}
     for trial in ranked:
         key = config_key(trial.user_attrs["config"])

@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import re
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, cast
 
 import optuna
 
@@ -112,7 +114,7 @@ def build_spec(inputs: TuneInputs, db: str | Path) -> TuneSpec:
         raise TuneInputError("heartbeat", f"must be a positive whole number of seconds, got {inputs.heartbeat_s}")
     if inputs.timeout is not None and not inputs.timeout > 0:
         raise TuneInputError("timeout", f"must be a positive number of seconds, got {inputs.timeout}")
-    fixed = parse_fixes(list(inputs.fixes))
+    fixed: dict[str, Any] = parse_fixes(list(inputs.fixes))
     devices = inputs.devices or _devices_from_fixes(fixed) or default_devices(inputs.model, inputs.hardware)
     if devices < 1:
         raise TuneInputError("devices", f"must be a positive integer, got {devices}")
@@ -156,7 +158,8 @@ def build_spec(inputs: TuneInputs, db: str | Path) -> TuneSpec:
         heartbeat_s=inputs.heartbeat_s,
     )
     ctx = space_context(spec)
-    default = suggest_config(optuna.trial.FixedTrial(default_params(ctx, fixed)), ctx, fixed)
+    fixed_trial = cast(optuna.Trial, optuna.trial.FixedTrial(default_params(ctx, fixed)))  # answers as a Trial does
+    default: dict[str, Any] = suggest_config(fixed_trial, ctx, fixed)
     ServingConfig(**default).resolve()  # the pins must leave at least the engine default runnable
     if inputs.storage:  # last: a database is reached (its tables made) only for an otherwise valid tune
         try:
@@ -171,5 +174,5 @@ def default_study_name(*parts: object) -> str:
     return re.sub(r"[^A-Za-z0-9.@=,-]+", "-", "-".join(str(p) for p in parts if p != ""))
 
 
-def _devices_from_fixes(fixed: dict[str, object]) -> int | None:
+def _devices_from_fixes(fixed: Mapping[str, Any]) -> int | None:
     return int(fixed["tp"]) * int(fixed["pp"]) if "tp" in fixed and "pp" in fixed else None

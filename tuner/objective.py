@@ -234,6 +234,13 @@ def claim_config(trial: optuna.Trial, config: dict[str, object], heartbeat: bool
     return earlier
 
 
+def completed_value(trial: optuna.trial.FrozenTrial) -> float:
+    """A completed trial's value (Optuna types every trial's value as optional)."""
+    if trial.value is None:
+        raise ValueError(f"trial {trial.number} has no value: it did not complete")
+    return trial.value
+
+
 def best_value(study: optuna.Study) -> float | None:
     """The best completed objective value so far, if any."""
     try:
@@ -316,5 +323,4 @@ class TrialObjective:
             raise optuna.TrialPruned(f"the same config as trial {earlier.number}, which failed; its retry measures it")
         if earlier.state != optuna.trial.TrialState.COMPLETE:
             raise optuna.TrialPruned(f"the same config as trial {earlier.number}, which was pruned")
-        assert earlier.value is not None  # a completed trial has its value
-        return earlier.value
+        return completed_value(earlier)

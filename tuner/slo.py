@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -53,7 +54,7 @@ class Slo:
     limits: tuple[Limit, ...]
 
     @classmethod
-    def from_dict(cls, limits: Mapping[str, Mapping[str, float]]) -> Slo:
+    def from_dict(cls, limits: Mapping[str, Any]) -> Slo:
         """The SLO a run store keeps as {"ttft": {"limit_s": .., "percentile": ..}, ...} (`to_dict`)."""
         return cls(
             tuple(
@@ -66,7 +67,7 @@ class Slo:
         """The SLO as `parse_slo` reads it and Optuna's study settings keep it: ttft=2s,tpot=200ms."""
         return ",".join(limit.text() for limit in self.limits)
 
-    def to_dict(self) -> dict[str, dict[str, float]]:
+    def to_dict(self) -> dict[str, object]:
         """The SLO as the run store keeps it (`from_dict` reads it back)."""
         return {limit.metric: {"limit_s": limit.limit_s, "percentile": limit.percentile} for limit in self.limits}
 

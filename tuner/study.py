@@ -26,10 +26,18 @@ from optuna.trial import FrozenTrial, TrialState
 from ..backends.config import ServingConfig
 from ..backends.errors import ConfigError
 from ..store import RunStore
-from .confidence import clear_win, interval
+from .confidence import Interval, clear_win, interval
 from .importance import param_importances
 from .journal import recover_journal
-from .objective import FINISHED, Evaluator, StopFlag, TuneInterrupted, metric_name, search_precision
+from .objective import (
+    FINISHED,
+    Evaluator,
+    StopFlag,
+    TuneInterrupted,
+    completed_value,
+    metric_name,
+    search_precision,
+)
 from .objectives import GOODPUT, Objective, objective_named
 from .signals import stop_on_signals
 from .slo import Slo
@@ -77,8 +85,8 @@ class TuneOutcome:
     interrupted: bool
     ties: tuple[TrialSummary, ...] = ()  # distinct configs within the precision of the best, the best included
     free: tuple[str, ...] = ()  # knobs (--fix names) whose value differs among the ties: free within the tie set
-    best_ci: dict[str, object] | None = None  # goodput over --repeats seeds: mean, 95% interval
-    default_ci: dict[str, object] | None = None
+    best_ci: Interval | None = None  # goodput over --repeats seeds: mean, 95% interval
+    default_ci: Interval | None = None
     completed: int = 0  # completed trials (not pruned), those importances rest on
     importances: dict[str, float] | None = None  # fANOVA shares by parameter; None below importance.MIN_TRIALS
 
@@ -142,7 +150,8 @@ def saved_settings(spec: TuneSpec) -> dict[str, object] | None:
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     for summary in optuna.get_all_study_summaries(storage_of(spec), include_best_trial=False):
         if summary.study_name == spec.study:
-            return summary.user_attrs.get("pipedeck", {})
+            settings: dict[str, object] = summary.user_attrs.get("pipedeck", {})
+            return settings
     return None
 
 
@@ -344,7 +353,7 @@ def _run_workers(
 def _progress(study: optuna.Study, spec: TuneSpec) -> Progress:
     trials = study.get_trials(deepcopy=False)
     complete = [t for t in trials if t.state == TrialState.COMPLETE]
-    best = min(complete, key=lambda t: spec.objective.sort_key(t.value)) if complete else None
+    best = min(complete, key=lambda t: spec.objective.sort_key(completed_value(t))) if complete else None
     return Progress(
         counted(trials),
         spec.trials,
@@ -361,7 +370,7 @@ def study_verdict(study: optuna.Study, *, objective: Objective, precision: float
     complete = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
     return decide(
         [
-            Finished(t.number, t.user_attrs.get("config", {}), t.user_attrs.get("metrics", {}), t.value)
+            Finished(t.number, t.user_attrs.get("config", {}), t.user_attrs.get("metrics", {}), completed_value(t))
             for t in complete
         ],
         objective,
@@ -447,7 +456,7 @@ def link_runs(db: str | Path, study: str, run_ids: dict[int, int]) -> None:
                 store.link_run(study, number, run_id)
 
 
-def _interval(spec: TuneSpec, study: optuna.Study, trial: FrozenTrial, stop: StopFlag) -> dict[str, object] | None:
+def _interval(spec: TuneSpec, study: optuna.Study, trial: FrozenTrial, stop: StopFlag) -> Interval | None:
     """The trial's goodput over `spec.repeats` seeds (its own measurement first), kept in the study to reuse.
 
     Under a lock of its own, not the study's: of workers ending together one
@@ -460,11 +469,12 @@ def _interval(spec: TuneSpec, study: optuna.Study, trial: FrozenTrial, stop: Sto
         if key not in study.user_attrs:
             config = ServingConfig.from_dict(trial.user_attrs["config"]).resolve()
             seeds = [spec.seed + k for k in range(spec.repeats)]
-            values = [trial.value] + [
+            values = [completed_value(trial)] + [
                 Evaluator(dataclasses.replace(spec, seed=seed), stop).measure(config).value or 0.0 for seed in seeds[1:]
             ]
             study.set_user_attr(key, interval(values, seeds))
-    return study.user_attrs[key]
+    measured: Interval = study.user_attrs[key]
+    return measured
 
 
 def save_study(store: RunStore, name: str, settings: dict[str, object], storage: str, *, slo: Slo | None) -> None:

@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from ..backends.config import ServingConfig
 from ..store import StudyRow, TrialRow
@@ -41,8 +42,8 @@ class Finished:
     """A completed trial as the verdict sees it."""
 
     number: int
-    config: dict[str, object]
-    metrics: dict[str, object]
+    config: dict[str, Any]  # as ServingConfig.to_dict() gives it
+    metrics: dict[str, Any]
     value: float
 
 
@@ -73,7 +74,7 @@ def decide(
     return Verdict(winner, tuple(sorted(ties, key=lambda t: t.number)), free_knobs([t.config for t in ties]))
 
 
-def in_force(config: Mapping[str, object]) -> tuple[dict[str, object], str]:
+def in_force(config: Mapping[str, Any]) -> tuple[dict[str, Any], str]:
     """The config as it acts, and a one-line note when that differs from what it sets ("" otherwise).
 
     DCPP floors each chunk at min_chunk; with min_chunk >= chunk no chunk
