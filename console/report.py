@@ -8,7 +8,7 @@ import click
 import optuna
 
 from ..store import RunStore, StudyRow, TrialRow
-from ..tuner.confidence import interval_text, win_text
+from ..tuner.confidence import interval_text, stored_interval, win_text
 from ..tuner.objectives import Objective, objective_named
 from ..tuner.slo import Slo
 from ..tuner.storage import open_storage, shown
@@ -174,14 +174,11 @@ def verdict_note(verdict: Verdict | None) -> str:
 def confidence_note(best: TrialRow | None, default: TrialRow | None, *, objective: Objective) -> str:
     """Each trial's goodput as a 95% interval over arrival traces, where `tune --repeats` measured one, and
     whether the best is a clear win on the paired seeds (the verdict `tune` prints)."""
-    parts = [
-        f"trial {t.number}: {interval_text(t.metrics['goodput_ci'])}"
-        for t in (best, default)
-        if t is not None and t.metrics.get("goodput_ci")
-    ]
+    best_ci, default_ci = (stored_interval(t.metrics) if t is not None else None for t in (best, default))
+    parts = [f"trial {t.number}: {interval_text(ci)}" for t, ci in ((best, best_ci), (default, default_ci)) if t and ci]
     if not parts:
         return ""
-    verdict = win_text(*(t.metrics.get("goodput_ci") if t else None for t in (best, default)), objective)
+    verdict = win_text(best_ci, default_ci, objective)
     return (
         "Goodput over arrival traces (mean and 95% interval): "
         + "; ".join(parts)

@@ -37,6 +37,12 @@ def interval(values: Sequence[float], seeds: Sequence[int]) -> dict[str, object]
     }
 
 
+def stored_interval(metrics: Mapping[str, object]) -> Interval | None:
+    """The interval a trial's metrics keep as goodput_ci (where `tune --repeats` measured one), else None."""
+    ci = metrics.get("goodput_ci")
+    return ci if isinstance(ci, Mapping) else None
+
+
 def _t_interval(values: Sequence[float]) -> tuple[float, float, float]:
     """Mean and the ends of its 95% Student-t interval (the mean itself for one value)."""
     from scipy import stats  # imported here: only a tune with --repeats pays for it

@@ -12,7 +12,7 @@ import plotly.graph_objects as go
 from ...backends.policies.modes import MODES
 from ...backends.tokens import format_tokens
 from ...store import TrialRow
-from ...tuner.confidence import clear_win
+from ...tuner.confidence import clear_win, stored_interval
 from ...tuner.importance import MIN_TRIALS, too_few_text
 from ...tuner.objectives import Objective
 from .common import run_colour, styled
@@ -210,7 +210,7 @@ def _gain_cell(best: TrialRow, default: TrialRow | None, gain: float | None, obj
     if gain is None or default is None:
         return ""
     text = objective.better_by(gain)
-    win = clear_win(best.metrics.get("goodput_ci"), default.metrics.get("goodput_ci"), objective)
+    win = clear_win(stored_interval(best.metrics), stored_interval(default.metrics), objective)
     return f"{text}: not a clear win" if win is False else f"<b>{text}</b>"
 
 

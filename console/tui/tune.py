@@ -185,7 +185,7 @@ class TuneScreen(View):
                 yield DataTable(id="trials-table", cursor_type="row", zebra_stripes=True, classes="panel")
                 yield Static(Text(NO_DETAIL, style="dim"), id="trial-detail")
             with Vertical(id="tune-side"):
-                yield Static(best_text(None, "goodput", None), id="best", classes="panel")
+                yield Static(best_text(None, GOODPUT, None), id="best", classes="panel")
                 yield TrialChart(id="chart")
         with Horizontal(classes="actions", id="export-row"):
             yield Label("export")
