@@ -1,4 +1,4 @@
-"""Tuning inputs as `pipedeck tune`, `compare` and the console take them: texts parsed once, where they enter."""
+"""The tuning options' texts (--slo, --objective) parsed once, by their callbacks; a finished tune's runs line."""
 
 from __future__ import annotations
 
