@@ -10,6 +10,7 @@ from __future__ import annotations
 import importlib.util
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import click
 import plotly.io as pio
@@ -80,7 +81,7 @@ def prepare(db: Path, stored: list[StoredRun]) -> Comparison:
     show_default=True,
     help="Timeline spans drawn for all runs together (one time window for all).",
 )
-def compare(run_ids: tuple[int, ...], **opts: object) -> None:
+def compare(run_ids: tuple[int, ...], **opts: Any) -> None:
     """Compare stored runs (ids from `pipedeck runs`) in one self-contained HTML page.
 
     A study's best and default runs (or --study) are each shown at both their goodput rates.

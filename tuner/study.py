@@ -19,6 +19,7 @@ import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import optuna
 from optuna.trial import FrozenTrial, TrialState
@@ -32,6 +33,7 @@ from .journal import recover_journal
 from .objective import (
     FINISHED,
     Evaluator,
+    Metrics,
     StopFlag,
     TuneInterrupted,
     completed_value,
@@ -66,8 +68,8 @@ class TrialSummary:
     """A finished trial as the CLI reports it."""
 
     number: int
-    config: dict[str, object]
-    metrics: dict[str, float]
+    config: dict[str, Any]  # as ServingConfig.to_dict() gives it
+    metrics: Metrics
     value: float | None
 
 
