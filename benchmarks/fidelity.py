@@ -91,7 +91,9 @@ from pipedeck.backends.profiles import load_hardware
 from pipedeck.backends.profiles.schema import HardwareProfile
 from pipedeck.backends.sim import SimBackend
 from pipedeck.scenarios import load_scenario
-from pipedeck.tuner.objective import Evaluator, TuneSpec
+from pipedeck.tuner.objective import Evaluator
+from pipedeck.tuner.slo import parse_slo
+from pipedeck.tuner.spec import TuneSpec
 
 K = 1024
 HARDWARE = {"A": "ascend-910c", "B": "a100-40g-pcie"}
@@ -518,7 +520,7 @@ def run_goodput(j: GoodputJob) -> dict[str, float | str | None]:
         model=j.model,
         hardware=j.hardware,
         devices=4,
-        slo=SLO,
+        slo=parse_slo(SLO),
         precision=j.precision,
         seed=j.seed,
     )

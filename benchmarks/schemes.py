@@ -36,7 +36,9 @@ from rich.table import Table
 from pipedeck.backends.config import SGLANG_MIXED_CHUNK, ServingConfig
 from pipedeck.backends.sim import SimBackend
 from pipedeck.scenarios import load_scenario
-from pipedeck.tuner.objective import Evaluator, TuneSpec
+from pipedeck.tuner.objective import Evaluator
+from pipedeck.tuner.slo import parse_slo
+from pipedeck.tuner.spec import TuneSpec
 
 K = 1024
 GOODPUT_SCENARIOS = ("cnn-reversed", "azure-conv")
@@ -66,7 +68,7 @@ def goodput(job: tuple[str, dict]) -> float:
         model="qwen2.5-32b",
         hardware="a100-40g-pcie",
         devices=4,
-        slo="ttft=2s,tpot=200ms",
+        slo=parse_slo("ttft=2s,tpot=200ms"),
     )
     resolved = ServingConfig(model="qwen2.5-32b", hardware="a100-40g-pcie", **SGLANG_MIXED_CHUNK, **config).resolve()
     return Evaluator(spec).measure(resolved).value
@@ -81,7 +83,7 @@ def ascend_goodput(job: tuple[str, str, int]) -> float:
         model=model,
         hardware="ascend-910c",
         devices=16,
-        slo="ttft=2s,tpot=200ms",
+        slo=parse_slo("ttft=2s,tpot=200ms"),
     )
     config = ServingConfig(model=model, hardware="ascend-910c", tp=8, pp=2, mode=mode, chunk=chunk * K).resolve()
     return Evaluator(spec).measure(config).value

@@ -32,8 +32,11 @@ from rich.table import Table
 from pipedeck.backends.config import ServingConfig
 from pipedeck.backends.policies.modes import MODES
 from pipedeck.store import RunStore
-from pipedeck.tuner.objective import Evaluator, TuneSpec
+from pipedeck.tuner.objective import Evaluator
+from pipedeck.tuner.objectives import GOODPUT
+from pipedeck.tuner.slo import parse_slo
 from pipedeck.tuner.space import SpaceContext, parse_fixes
+from pipedeck.tuner.spec import TuneSpec
 from pipedeck.tuner.study import run_study
 
 SLO = "ttft=2s,tpot=200ms"
@@ -49,8 +52,8 @@ def base_spec(study: str, storage: str, **changes) -> TuneSpec:
         model="deepseek-v3.1",
         hardware="ascend-910c",
         devices=16,
-        objective="goodput",
-        slo=SLO,
+        objective=GOODPUT,
+        slo=parse_slo(SLO),
     )
     values.update(changes)
     return TuneSpec(**values)

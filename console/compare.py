@@ -10,6 +10,7 @@ from __future__ import annotations
 import importlib.util
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import click
 import plotly.io as pio
@@ -17,14 +18,14 @@ import plotly.io as pio
 from ..store import RunStore, StoredRun
 from ..tuner.confidence import interval_text
 from ..tuner.like_for_like import like_for_like, study_runs
-from ..tuner.slo import SLO, parse_slo
+from ..tuner.slo import Slo
 from .db import READ_LOCK_WAIT_S, db_option, db_path, local_time
 from .options import check_writable
 from .plots import PlotRun, Section, latency_cdfs, metrics_table, page, time_breakdown, timelines
-from .plots.common import slo_from_dict
 from .plots.gantt import MAX_SPANS
 from .plots.naming import legend_names, mismatch_warnings, run_heads
 from .plots.server import scraped, server_gauges
+from .tunespec import slo_option
 
 PNG_HINT = "png: skipped: PNG export needs kaleido: pip install 'pipedeck[png]'"
 
@@ -66,7 +67,12 @@ def prepare(db: Path, stored: list[StoredRun]) -> Comparison:
 @click.option(
     "--study", default=None, help="Compare this study's best and default runs, like with like (instead of RUN ids)."
 )
-@click.option("--slo", default=None, help="Draw SLO limits such as ttft=2s,tpot=200ms (default: the runs' study SLO).")
+@click.option(
+    "--slo",
+    default=None,
+    callback=slo_option,
+    help="Draw SLO limits such as ttft=2s,tpot=200ms (default: the runs' study SLO).",
+)
 @click.option("--png", is_flag=True, help="Also write one PNG per figure beside the HTML (needs kaleido).")
 @click.option(
     "--max-spans",
@@ -75,7 +81,7 @@ def prepare(db: Path, stored: list[StoredRun]) -> Comparison:
     show_default=True,
     help="Timeline spans drawn for all runs together (one time window for all).",
 )
-def compare(run_ids: tuple[int, ...], **opts: object) -> None:
+def compare(run_ids: tuple[int, ...], **opts: Any) -> None:
     """Compare stored runs (ids from `pipedeck runs`) in one self-contained HTML page.
 
     A study's best and default runs (or --study) are each shown at both their goodput rates.
@@ -87,7 +93,7 @@ def compare(run_ids: tuple[int, ...], **opts: object) -> None:
     repeated = sorted({i for i in run_ids if run_ids.count(i) > 1})
     if repeated:
         raise click.BadParameter(f"run {repeated[0]} is given twice", param_hint="RUN")
-    slo = parse_slo(str(opts["slo"])) if opts["slo"] else None
+    slo = opts["slo"] if isinstance(opts["slo"], Slo) else None
     out = Path(str(opts["out"]))
     check_writable(str(out), "--out")
     db = db_path(opts)
@@ -105,8 +111,8 @@ def compare(run_ids: tuple[int, ...], **opts: object) -> None:
 
 
 def compare_runs(
-    db: Path, stored: list[StoredRun], out: Path, slo: SLO | None = None, max_spans: int = MAX_SPANS
-) -> tuple[Comparison, SLO | None, list[Section]]:
+    db: Path, stored: list[StoredRun], out: Path, slo: Slo | None = None, max_spans: int = MAX_SPANS
+) -> tuple[Comparison, Slo | None, list[Section]]:
     """Choose what to compare (a study's best and default like with like), take the SLO (else their study's) and
     their trials' goodput intervals from the store, and write the page: what `pipedeck compare` and the
     console's Runs view both do."""
@@ -118,7 +124,7 @@ def compare_runs(
 
 
 def write_compare_page(
-    chosen: Comparison, slo: SLO | None, out: Path, max_spans: int = MAX_SPANS, intervals: dict[int, dict] | None = None
+    chosen: Comparison, slo: Slo | None, out: Path, max_spans: int = MAX_SPANS, intervals: dict[int, dict] | None = None
 ) -> list[Section]:
     """Write the comparison page to `out`; return its sections (for the PNGs)."""
     sections = compare_sections(chosen, slo, max_spans)
@@ -139,13 +145,13 @@ def trial_intervals(store: RunStore, stored: list[StoredRun]) -> dict[int, dict]
     return found
 
 
-def study_slo(store: RunStore, stored: list[StoredRun]) -> SLO | None:
+def study_slo(store: RunStore, stored: list[StoredRun]) -> Slo | None:
     """The SLO of the first run's study that has one (a study since deleted is skipped)."""
     limits = {study.name: study.slo for study in store.list_studies()}
-    return next((slo_from_dict(limits[s.study]) for s in stored if limits.get(s.study or "")), None)
+    return next((Slo.from_dict(limits[s.study]) for s in stored if limits.get(s.study or "")), None)
 
 
-def _meta(chosen: Comparison, slo: SLO | None, intervals: dict[int, dict]) -> list[str]:
+def _meta(chosen: Comparison, slo: Slo | None, intervals: dict[int, dict]) -> list[str]:
     """The page's header lines: how the runs were chosen, what each is (with its trial's goodput interval),
     and the SLO drawn."""
     lines = list(chosen.notes)
@@ -164,7 +170,7 @@ def _meta(chosen: Comparison, slo: SLO | None, intervals: dict[int, dict]) -> li
     return lines
 
 
-def compare_sections(chosen: Comparison, slo: SLO | None, max_spans: int) -> list[Section]:
+def compare_sections(chosen: Comparison, slo: Slo | None, max_spans: int) -> list[Section]:
     """The page's sections for these runs; the per-rank ones leave out runs without a timeline (live ones)."""
     runs = [PlotRun(name, s.result) for name, s in zip(chosen.names, chosen.stored)]
     ranked = [run for run in runs if run.result.ranks]

@@ -30,12 +30,11 @@ from ..backends.live.launching import check_launch
 from ..backends.tokens import format_tokens
 from ..store import default_db_path
 from ..tuner.confirm import DEFAULT_TOP, ConfirmRow, confirm_study, ranks
-from ..tuner.objective import OBJECTIVE_NAMES, TuneSpec, space_context
 from ..tuner.space import default_params, knob_settings, suggest_config
+from ..tuner.spec import TuneSpec, space_context
 from ..tuner.storage import open_storage
 from .output import output_console
 from .progress import make_progress
-from .tunespec import value_text
 
 _FLAGS = {"launch": "--launch", "model_path": "--model-path", "program": "--program"}
 
@@ -266,12 +265,12 @@ def print_live(spec: TuneSpec, plan: LivePlan, rows: list[ConfirmRow] | None, er
 
 def print_confirm(spec: TuneSpec, plan: LivePlan, rows: list[ConfirmRow], console: Console) -> None:
     """The 'simulated vs measured' table, then each failed row's one line."""
-    console.print(f"[bold]simulated vs measured[/] {OBJECTIVE_NAMES[spec.objective]} on {plan.where()}")
+    console.print(f"[bold]simulated vs measured[/] {spec.objective.title} on {plan.where()}")
     if not rows:
         console.print("no completed trial to confirm")
         return
-    by_sim = ranks(rows, spec.direction, lambda r: r.simulated)
-    by_live = ranks(rows, spec.direction, lambda r: r.measured)
+    by_sim = ranks(rows, spec.objective, lambda r: r.simulated)
+    by_live = ranks(rows, spec.objective, lambda r: r.measured)
     shared = set.intersection(*(set(knob_settings(r.config)) for r in rows))  # shown once, above the table
     if shared:
         console.print(f"every row: {', '.join(s for s in knob_settings(rows[0].config) if s in shared)}")
@@ -306,8 +305,8 @@ def confirm_json(spec: TuneSpec, rows: list[ConfirmRow] | None) -> list[dict[str
     """`tune --json`'s `confirm` list (None without --confirm)."""
     if rows is None:
         return None
-    by_sim = ranks(rows, spec.direction, lambda r: r.simulated)
-    by_live = ranks(rows, spec.direction, lambda r: r.measured)
+    by_sim = ranks(rows, spec.objective, lambda r: r.simulated)
+    by_live = ranks(rows, spec.objective, lambda r: r.measured)
     return [
         {
             "trial": r.trial,
@@ -340,7 +339,7 @@ def describe(config: dict[str, object], leave_out: set[str] = frozenset()) -> st
 
 
 def _value(spec: TuneSpec, value: float | None) -> str:
-    return "-" if value is None else value_text(spec.objective, value)
+    return "-" if value is None else spec.objective.value_text(value)
 
 
 def _capped(row: ConfirmRow) -> bool:

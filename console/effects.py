@@ -8,7 +8,7 @@ from rich.markup import escape
 from ..backends.knobs import setting_text
 from ..backends.tokens import format_tokens
 from ..tuner.explain import KnobEffect
-from ..tuner.objective import TuneSpec, better_by
+from ..tuner.spec import TuneSpec
 from ..tuner.study import TuneOutcome
 
 TOKEN_KNOBS = ("chunk", "min-chunk", "kv-capacity", "controller-min-chunk")
@@ -41,7 +41,7 @@ def print_effects(spec: TuneSpec, outcome: TuneOutcome, effects: list[KnobEffect
         if e.gain is None:
             console.print(f"  {escape(moved)}: not measured, {escape(e.note)}")
             continue
-        size = better_by(spec.objective, 1 + e.gain, percent=True) + (f", {e.note}" if e.note else "")
+        size = spec.objective.better_by(1 + e.gain, percent=True) + (f", {e.note}" if e.note else "")
         if abs(e.gain) < spec.precision:
             size += f"; within the search's {spec.precision:.0%} precision: alone, it moves nothing measurable"
         console.print(f"  {escape(moved)}: {escape(size)}")

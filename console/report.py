@@ -8,8 +8,9 @@ import click
 import optuna
 
 from ..store import RunStore, StudyRow, TrialRow
-from ..tuner.confidence import interval_text, win_text
-from ..tuner.objective import OBJECTIVES
+from ..tuner.confidence import interval_text, stored_interval, win_text
+from ..tuner.objectives import Objective, objective_named
+from ..tuner.slo import Slo
 from ..tuner.storage import open_storage, shown
 from ..tuner.study import pull_study
 from ..tuner.verdict import FREE_KNOBS, Verdict, stored_verdict
@@ -24,8 +25,7 @@ from .plots import (
     optuna_importances,
     page,
 )
-from .plots.common import slo_from_dict
-from .plots.study import completed, objective_label
+from .plots.study import completed
 from .storage import check_existing_storage
 
 
@@ -50,20 +50,17 @@ def report(name: str, **opts: object) -> None:
     with RunStore.open(db_path(opts), read_only=True, lock_timeout_s=READ_LOCK_WAIT_S) as store:
         row = store.get_study(name)
         trials = store.trials(name)
+    objective = objective_named(row.objective)  # the store keeps its name
     study, storage_note = (pulled, f"Optuna storage: {shown(str(opts['storage']))}") if pulled else load_optuna(row)
     out.write_text(
         page(
             f"pipedeck report: study {name}",
-            _meta(row, trials, storage_note),
-            report_sections(row, trials, stored_verdict(row, trials), study),
+            _meta(row, trials, storage_note, objective=objective),
+            report_sections(row, trials, stored_verdict(row, trials), study, objective=objective),
         ),
         encoding="utf-8",
     )
     click.echo(f"wrote {out}")
-
-
-def _direction(row: StudyRow) -> str:
-    return OBJECTIVES.get(row.objective or "", "maximize")
 
 
 def load_optuna(row: StudyRow) -> tuple[optuna.Study | None, str]:
@@ -83,12 +80,12 @@ def load_optuna(row: StudyRow) -> tuple[optuna.Study | None, str]:
         )
 
 
-def _meta(row: StudyRow, trials: list[TrialRow], storage_note: str) -> list[str]:
+def _meta(row: StudyRow, trials: list[TrialRow], storage_note: str, *, objective: Objective) -> list[str]:
     s = row.settings or {}
     states = {state: sum(t.state == state for t in trials) for state in ("COMPLETE", "PRUNED", "FAIL")}
     return [
-        f"{row.scenario} on {s.get('model')}, {s.get('devices')} × {s.get('hardware')}; objective {row.objective} "
-        f"({_direction(row)})" + (f"; SLO {slo_from_dict(row.slo).text()}" if row.slo else ""),
+        f"{row.scenario} on {s.get('model')}, {s.get('devices')} × {s.get('hardware')}; objective {objective.name} "
+        f"({objective.direction_name})" + (f"; SLO {Slo.from_dict(row.slo).text()}" if row.slo else ""),
         f"{len(trials)} trials: {states['COMPLETE']} completed, {states['PRUNED']} pruned, {states['FAIL']} failed; "
         f"created {local_time(row.created_at)}",
         storage_note,
@@ -104,10 +101,10 @@ def default_trial(trials: list[TrialRow]) -> TrialRow | None:
 
 
 def report_sections(
-    row: StudyRow, trials: list[TrialRow], verdict: Verdict | None, study: optuna.Study | None
+    row: StudyRow, trials: list[TrialRow], verdict: Verdict | None, study: optuna.Study | None, *, objective: Objective
 ) -> list[Section]:
     """The page's sections: notes stand in for figures the study has no data for."""
-    label, direction = objective_label(row.objective), _direction(row)
+    label = objective.label
     best = next((t for t in trials if verdict is not None and t.number == verdict.winner.number), None)
     if not completed(trials):
         return [
@@ -116,7 +113,7 @@ def report_sections(
                 note=f"Study {row.name} has no completed trial: run pipedeck tune --study {row.name} to add some.",
             )
         ]
-    history = optuna_history(study, label) if study is not None else history_from_trials(trials, direction, label)
+    history = optuna_history(study, label) if study is not None else history_from_trials(trials, objective, label)
     importances = (
         optuna_importances(study)
         if study is not None
@@ -145,14 +142,14 @@ def report_sections(
         ),
         Section(
             "Best config",
-            best_vs_default(best, default, row.objective, direction),
+            best_vs_default(best, default, objective),
             key="best",
             note=" ".join(
                 filter(
                     None,
                     (
                         verdict_note(verdict),
-                        confidence_note(best, default, direction=direction),
+                        confidence_note(best, default, objective=objective),
                         None if default is not None else "The engine-default trial (trial 0) has not completed.",
                     ),
                 )
@@ -174,17 +171,14 @@ def verdict_note(verdict: Verdict | None) -> str:
     )
 
 
-def confidence_note(best: TrialRow | None, default: TrialRow | None, *, direction: str) -> str:
+def confidence_note(best: TrialRow | None, default: TrialRow | None, *, objective: Objective) -> str:
     """Each trial's goodput as a 95% interval over arrival traces, where `tune --repeats` measured one, and
     whether the best is a clear win on the paired seeds (the verdict `tune` prints)."""
-    parts = [
-        f"trial {t.number}: {interval_text(t.metrics['goodput_ci'])}"
-        for t in (best, default)
-        if t is not None and t.metrics.get("goodput_ci")
-    ]
+    best_ci, default_ci = (stored_interval(t.metrics) if t is not None else None for t in (best, default))
+    parts = [f"trial {t.number}: {interval_text(ci)}" for t, ci in ((best, best_ci), (default, default_ci)) if t and ci]
     if not parts:
         return ""
-    verdict = win_text(*(t.metrics.get("goodput_ci") if t else None for t in (best, default)), direction)
+    verdict = win_text(best_ci, default_ci, objective)
     return (
         "Goodput over arrival traces (mean and 95% interval): "
         + "; ".join(parts)

@@ -12,13 +12,12 @@ import optuna
 from optuna.trial import TrialState
 
 from ..store import RunStore, StudyRow
-from ..tuner.objective import OBJECTIVES
+from ..tuner.objectives import OBJECTIVES
 from ..tuner.storage import open_storage, shown
 from ..tuner.study import recommended_trial
 from ..tuner.verdict import stored_verdict
 from .db import READ_LOCK_WAIT_S, db_option, db_path
 from .storage import check_existing_storage
-from .tunespec import value_text
 
 _EPOCH = datetime.min.replace(tzinfo=UTC)
 
@@ -136,7 +135,7 @@ def line_json(line: StudyLine) -> StudyJson:
         "name": line.name,
         "storage": line.storage,
         "objective": line.objective,
-        "direction": OBJECTIVES.get(line.objective or ""),
+        "direction": OBJECTIVES[line.objective].direction_name if line.objective in OBJECTIVES else None,
         "finished": line.finished,
         "trials": line.trials,
         "best_trial": line.best_trial,
@@ -163,7 +162,7 @@ def _trials_cell(line: StudyLine) -> str:
 def _best_cell(line: StudyLine) -> str:
     if line.best_value is None or line.objective not in OBJECTIVES:
         return "-"
-    return f"{value_text(line.objective, line.best_value)} (trial {line.best_trial})"
+    return f"{OBJECTIVES[line.objective].value_text(line.best_value)} (trial {line.best_trial})"
 
 
 def _when(line: StudyLine) -> str:

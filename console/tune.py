@@ -5,6 +5,9 @@ from __future__ import annotations
 import dataclasses
 import json
 import shlex
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
 
 import click
 from rich.console import Console
@@ -16,15 +19,17 @@ from ..backends.launch import get_engine
 from ..backends.registry import BACKENDS
 from ..backends.tokens import format_tokens
 from ..store import RunStore, default_db_path
-from ..tuner.confidence import win_text
+from ..tuner.confidence import Interval, win_text
 from ..tuner.explain import KnobEffect, effects_json, knob_effects
 from ..tuner.export import export_best
 from ..tuner.importance import MIN_TRIALS, too_few_text
-from ..tuner.objective import OBJECTIVES, TuneSpec, better_by
-from ..tuner.slo import METRICS, Limit, parse_slo
+from ..tuner.inputs import DEFAULT_REPEATS, TuneInputError, TuneInputs, build_spec, default_engine
+from ..tuner.objectives import GOODPUT, OBJECTIVES
+from ..tuner.slo import METRICS, Limit
 from ..tuner.space import knob_settings, parse_fixes
+from ..tuner.spec import TuneSpec
 from ..tuner.storage import GRACE_BEATS, HEARTBEAT_S, shown
-from ..tuner.study import TuneOutcome, open_store, run_study, saved_settings
+from ..tuner.study import Progress, TrialSummary, TuneOutcome, open_store, run_study, saved_settings
 from ..tuner.verdict import FREE_KNOBS
 from ..tuner.workers import SAMPLERS
 from .confirm import (
@@ -42,15 +47,7 @@ from .export import warn_on_stderr
 from .options import workload_options
 from .output import output_console
 from .progress import make_progress, progress_mode, progress_option
-from .tunespec import (
-    DEFAULT_REPEATS,
-    TuneInputError,
-    TuneInputs,
-    build_spec,
-    default_engine,
-    stored_runs_text,
-    value_text,
-)
+from .tunespec import objective_option, slo_option, stored_runs_text
 
 
 @click.command()
@@ -64,11 +61,17 @@ from .tunespec import (
     "--devices", type=int, default=None, help="Devices to use (default: what the model needs on that hardware)."
 )
 @workload_options
-@click.option("--slo", default=None, help="Limits such as ttft=2s,tpot=200ms (percentile p90 unless ttft@p99=3s).")
+@click.option(
+    "--slo",
+    default=None,
+    callback=slo_option,
+    help="Limits such as ttft=2s,tpot=200ms (percentile p90 unless ttft@p99=3s).",
+)
 @click.option(
     "--objective",
     type=click.Choice(list(OBJECTIVES)),
     default=None,
+    callback=objective_option,
     help="goodput (default with --slo), ttft (mean, for one-at-a-time long prompts) or throughput.",
 )
 @click.option(
@@ -127,7 +130,7 @@ from .tunespec import (
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of tables.")
 @progress_option
 @interrupted_by_signals
-def tune(**opts: object) -> None:
+def tune(**opts: Any) -> None:
     """Search pipeline mode, chunk size, layer split and parallelism for the best SLO goodput."""
     live = live_plan(opts)
     spec, jobs = _spec_from_options(opts, live)
@@ -135,11 +138,11 @@ def tune(**opts: object) -> None:
     with make_progress(progress_mode(opts), console) as bar:
         task = bar.add_task(f"study {spec.study}: starting", total=spec.trials)
 
-        def show(p) -> None:
+        def show(p: Progress) -> None:
             best = (
                 "no config meets the SLO yet"
                 if p.best_value is None
-                else f"best {value_text(spec.objective, p.best_value)} (trial {p.best_trial})"
+                else f"best {spec.objective.value_text(p.best_value)} (trial {p.best_trial})"
             )
             bar.update(task, completed=p.finished, description=f"{best}; {p.running} running")
 
@@ -176,7 +179,7 @@ def tune(**opts: object) -> None:
         _print_files_and_next(spec, outcome, opts, exported, out)
 
 
-def _spec_from_options(opts: dict[str, object], live: LivePlan) -> tuple[TuneSpec, int]:
+def _spec_from_options(opts: dict[str, Any], live: LivePlan) -> tuple[TuneSpec, int]:
     """Validate every option before any work and build the worker spec."""
     if opts["jobs"] is not None and opts["jobs"] < 1:
         raise click.BadParameter(f"must be a positive integer, got {opts['jobs']}", param_hint="--jobs")
@@ -221,7 +224,7 @@ def _resumed_search(spec: TuneSpec, fixes: tuple[str, ...]) -> TuneSpec:
     would not match a study created for another --format (or by a pipedeck that searched every mode), which
     resumes with its own.
     """
-    saved = saved_settings(spec)
+    saved: dict[str, Any] | None = saved_settings(spec)
     if saved is None:
         return spec
     fixed = dict(spec.fixed)
@@ -235,14 +238,14 @@ def _resumed_search(spec: TuneSpec, fixes: tuple[str, ...]) -> TuneSpec:
     )
 
 
-def _repeats(opts: dict[str, object]) -> int:
+def _repeats(opts: dict[str, Any]) -> int:
     """--repeats as given, else 5 seeds on the simulator and 1 on a live server (each is a goodput search)."""
     if opts["repeats"] is not None:
         return int(opts["repeats"])
-    return DEFAULT_REPEATS if opts["backend"] == "sim" and opts["objective"] in (None, "goodput") else 1
+    return DEFAULT_REPEATS if opts["backend"] == "sim" and opts["objective"] in (None, GOODPUT) else 1
 
 
-def _export_engine(opts: dict[str, object], hardware: str) -> str | None:
+def _export_engine(opts: dict[str, Any], hardware: str) -> str | None:
     """The engine --export writes for (so only modes it can run are searched), or None without --export."""
     if not opts["export_dir"]:
         for flag in ("export_format", "engine_version"):
@@ -274,7 +277,7 @@ def _effects(spec: TuneSpec, outcome: TuneOutcome, mode: str) -> list[KnobEffect
 def _print_outcome(spec: TuneSpec, outcome: TuneOutcome, console: Console) -> None:
     console.print(
         f"[bold]{outcome.study}[/]: {outcome.trials} finished trials; {spec.model} on "
-        f"{spec.devices} x {spec.hardware}, {spec.scenario}" + (f", SLO {spec.slo}" if spec.slo else "")
+        f"{spec.devices} x {spec.hardware}, {spec.scenario}" + (f", SLO {spec.slo.text()}" if spec.slo else "")
     )
     shown = [(label, t) for label, t in (("best", outcome.best), ("default", outcome.default)) if t is not None]
     if not shown:
@@ -298,7 +301,7 @@ def _print_outcome(spec: TuneSpec, outcome: TuneOutcome, console: Console) -> No
                 f"[yellow]{label}: goodput capped by the workload[/]: the SLO still held with every request "
                 "arriving within one TTFT limit; rerun with more --requests"
             )
-    if len(outcome.ties) > 1:
+    if len(outcome.ties) > 1 and outcome.best is not None:  # ties include the best
         console.print(
             f"{len(outcome.ties)} configs tie within the search's {spec.precision:.0%} precision (trials "
             f"{', '.join(str(t.number) for t in outcome.ties)}); trial {outcome.best.number} has the most "
@@ -307,7 +310,7 @@ def _print_outcome(spec: TuneSpec, outcome: TuneOutcome, console: Console) -> No
         console.print(f"{FREE_KNOBS}: {', '.join(outcome.free) or 'none'}")
     if outcome.ratio is not None:
         console.print(
-            f"best / default: [bold]{better_by(spec.objective, outcome.ratio)}[/] on the "
+            f"best / default: [bold]{spec.objective.better_by(outcome.ratio)}[/] on the "
             f"same traffic{_win_text(outcome)}"
         )
     importances = _importances_text(outcome)
@@ -325,45 +328,48 @@ def _importances_text(outcome: TuneOutcome) -> str:
 
 def _win_text(outcome: TuneOutcome) -> str:
     """Whether the paired seeds call it a win, as the report says it (nothing without intervals)."""
-    text = win_text(outcome.best_ci, outcome.default_ci, outcome.direction)
+    text = win_text(outcome.best_ci, outcome.default_ci, outcome.objective)
     return f"; {escape(text)}" if text else ""
 
 
-def _interval_cell(spec: TuneSpec, outcome: TuneOutcome, trial) -> str:
+Cell = Callable[[TuneSpec, TrialSummary], str]  # a result table cell: a trial's figure as the spec reads it
+
+
+def _interval_cell(spec: TuneSpec, outcome: TuneOutcome, trial: TrialSummary) -> str:
     ci = outcome.best_ci if outcome.best is not None and trial.number == outcome.best.number else outcome.default_ci
     return "-" if ci is None else f"{ci['mean']:.3g} ({ci['low']:.3g}-{ci['high']:.3g})"
 
 
-def _metric(key: str, fmt: str):
+def _metric(key: str, fmt: str) -> Cell:
     """A trial's metric; n/a where it was measured to have none (TPOT of one-token outputs)."""
     return lambda spec, t: (
         "-" if key not in t.metrics else "n/a" if t.metrics[key] is None else format(t.metrics[key], fmt)
     )
 
 
-_ROWS = [
+_ROWS: list[tuple[str, Cell]] = [
     ("mode", lambda spec, t: str(t.config["mode"])),
     ("tp x pp", lambda spec, t: f"{t.config['tp']} x {t.config['pp']}"),
     ("chunk", lambda spec, t: format_tokens(int(t.config["chunk"]))),
     ("max running", lambda spec, t: str(t.config["max_running"])),
     ("layer split", lambda spec, t: ",".join(map(str, t.config["layer_split"]))),
     ("knobs", lambda spec, t: ", ".join(knob_settings(t.config)) or "-"),
-    ("objective", lambda spec, t: value_text(spec.objective, t.value)),
+    ("objective", lambda spec, t: "-" if t.value is None else spec.objective.value_text(t.value)),
     ("attainment", _metric("attainment", ".1%")),
 ]
 
 
-def _latency_rows(spec: TuneSpec) -> list[tuple[str, object]]:
+def _latency_rows(spec: TuneSpec) -> list[tuple[str, Cell]]:
     """TTFT and TPOT rows at the percentile the SLO limits (P90 where it names none)."""
-    limits = {limit.metric: limit for limit in parse_slo(spec.slo).limits} if spec.slo else {}
-    rows = []
+    limits = {limit.metric: limit for limit in spec.slo.limits} if spec.slo else {}
+    rows: list[tuple[str, Cell]] = []
     for metric in METRICS:
         limit = limits.get(metric, Limit(metric, 0.0))
         rows.append((f"{metric.upper()} P{limit.percentile:g} (s)", _metric(limit.key, ".3f")))
     return rows
 
 
-def _trial_json(trial, ci: dict[str, object] | None = None) -> dict[str, object] | None:
+def _trial_json(trial: TrialSummary | None, ci: Interval | None = None) -> dict[str, object] | None:
     if trial is None:
         return None
     return {
@@ -377,12 +383,12 @@ def _trial_json(trial, ci: dict[str, object] | None = None) -> dict[str, object]
     }
 
 
-def _outcome_json(spec: TuneSpec, outcome: TuneOutcome, exported: list) -> dict[str, object]:
+def _outcome_json(spec: TuneSpec, outcome: TuneOutcome, exported: list[Path]) -> dict[str, object]:
     return {
         "study": outcome.study,
         "trials": outcome.trials,
-        "objective": spec.objective,
-        "slo": spec.slo,
+        "objective": spec.objective.name,
+        "slo": spec.slo.text() if spec.slo else None,
         "scenario": spec.scenario,
         "devices": spec.devices,
         "storage": shown(spec.storage),
@@ -403,7 +409,7 @@ def _outcome_json(spec: TuneSpec, outcome: TuneOutcome, exported: list) -> dict[
     }
 
 
-def _export(spec: TuneSpec, outcome: TuneOutcome, opts: dict[str, object]) -> list:
+def _export(spec: TuneSpec, outcome: TuneOutcome, opts: dict[str, Any]) -> list[Path]:
     with open_store(opts["db"]) as store:
         return export_best(
             store,
@@ -416,7 +422,7 @@ def _export(spec: TuneSpec, outcome: TuneOutcome, opts: dict[str, object]) -> li
 
 
 def _print_files_and_next(
-    spec: TuneSpec, outcome: TuneOutcome, opts: dict[str, object], exported: list, console: Console
+    spec: TuneSpec, outcome: TuneOutcome, opts: dict[str, Any], exported: list[Path], console: Console
 ) -> None:
     """Where the study, its runs and any exported files went, and the commands that use them."""
     best, default = outcome.best_run_id, outcome.default_run_id

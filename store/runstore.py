@@ -38,7 +38,6 @@ from .transaction import transaction
 
 TRIAL_STATES = ("RUNNING", "WAITING", "COMPLETE", "PRUNED", "FAIL")
 FINISHED_STATES = frozenset({"COMPLETE", "PRUNED", "FAIL"})
-DIRECTIONS = ("maximize", "minimize")
 
 _RUN_COLUMNS = (
     "created_at, pipedeck_version, backend, scenario, seed, rate, model, hardware, mode, tp, pp, chunk, "
@@ -452,11 +451,10 @@ class RunStore:
             rows = con.execute(f"SELECT {_TRIAL_READ} FROM trials WHERE study = ? ORDER BY number", [study]).fetchall()
         return [_trial_row(row) for row in rows]
 
-    def best_trial(self, study: str, direction: str = "maximize") -> TrialRow | None:
-        """The completed trial with the best objective (ties: lowest number); None if none completed."""
-        if direction not in DIRECTIONS:
-            raise StoreInputError(f"direction: must be one of {', '.join(DIRECTIONS)}, got {direction!r}")
-        order = "DESC" if direction == "maximize" else "ASC"
+    def best_trial(self, study: str, *, descending: bool = True) -> TrialRow | None:
+        """The completed trial with the best objective, highest first unless not `descending` (ties: lowest
+        number); None if none completed. The store keeps no direction: the caller's objective knows it."""
+        order = "DESC" if descending else "ASC"
         with self._reading() as con:
             if con.execute("SELECT 1 FROM studies WHERE name = ?", [study]).fetchone() is None:
                 raise self._no_study(study)

@@ -16,7 +16,9 @@ import statistics
 import pytest
 
 from pipedeck.backends.config import SGLANG_MIXED_CHUNK, ServingConfig
-from pipedeck.tuner.objective import Evaluator, TuneSpec
+from pipedeck.tuner.objective import Evaluator
+from pipedeck.tuner.slo import parse_slo
+from pipedeck.tuner.spec import TuneSpec
 
 PAPER = {"tp4": 3.48, "pp4_static": 8.28, "pp4_alp": 8.47}
 STATIC_CHUNKS = (128, 256, 384, 512, 768, 1024)
@@ -35,7 +37,7 @@ def goodputs():
                 model="qwen2.5-32b",
                 hardware="a100-40g-pcie",
                 devices=4,
-                slo="ttft=2s,tpot=200ms",
+                slo=parse_slo("ttft=2s,tpot=200ms"),
                 precision=0.01,
                 seed=seed,
             )

@@ -25,8 +25,9 @@ from pipedeck.console.cli import cli
 from pipedeck.console.errors import run_cli
 from pipedeck.store import RunStore
 from pipedeck.tuner.confirm import ConfirmRow, candidates, ranks
-from pipedeck.tuner.objective import TuneSpec
+from pipedeck.tuner.objectives import GOODPUT, TTFT
 from pipedeck.tuner.slo import parse_slo
+from pipedeck.tuner.spec import TuneSpec
 
 DATA = Path(__file__).parent / "data"
 FAKE = f"{sys.executable} {DATA / 'fake_engine.py'}"
@@ -93,7 +94,7 @@ def test_a_study_keeps_the_engine_and_weights_it_was_measured_with_not_the_endpo
         model="qwen2.5-14b",
         hardware="a100-40g-pcie",
         devices=1,
-        slo="ttft=2s,tpot=200ms",
+        slo=parse_slo("ttft=2s,tpot=200ms"),
     )
     live = TuneSpec(
         **base,
@@ -115,19 +116,19 @@ def test_confirm_takes_the_top_distinct_configs_and_the_default():
     for number, (chunk, value) in enumerate([(8192, 5.0), (2048, 9.0), (2048, 9.0), (4096, 7.0), (16384, 6.0)]):
         attrs = {"config": {**CPU, "chunk": chunk}, **({"role": "default"} if number == 0 else {})}
         study.add_trial(optuna.trial.create_trial(value=value, user_attrs=attrs))
-    assert [(role, t.number) for role, t in candidates(study, "maximize", 2)] == [
+    assert [(role, t.number) for role, t in candidates(study, GOODPUT, 2)] == [
         ("top 1", 1),
         ("top 2", 3),
         ("default", 0),
     ]
-    assert [(role, t.number) for role, t in candidates(study, "maximize", 4)] == [
+    assert [(role, t.number) for role, t in candidates(study, GOODPUT, 4)] == [
         ("top 1", 1),
         ("top 2", 3),
         ("top 3", 4),
         ("top 4, default", 0),
     ]
     # the trial the study recommends (a tie broken by headroom, say) leads, whatever its value
-    assert [(role, t.number) for role, t in candidates(study, "maximize", 2, best=4)] == [
+    assert [(role, t.number) for role, t in candidates(study, GOODPUT, 2, best=4)] == [
         ("top 1", 4),
         ("top 2", 1),
         ("default", 0),
@@ -136,8 +137,8 @@ def test_confirm_takes_the_top_distinct_configs_and_the_default():
 
 def test_ranks_share_ties_and_leave_failed_rows_out():
     rows = [ConfirmRow(n, "", {}, 1.0, measured, {}, None) for n, measured in enumerate([2.0, None, 3.0, 2.0])]
-    assert ranks(rows, "maximize", lambda r: r.measured) == [2, None, 1, 2]
-    assert ranks(rows, "minimize", lambda r: r.measured) == [1, None, 3, 1]
+    assert ranks(rows, GOODPUT, lambda r: r.measured) == [2, None, 1, 2]
+    assert ranks(rows, TTFT, lambda r: r.measured) == [1, None, 3, 1]
 
 
 def tune_json(capsys, argv: list[str]) -> dict:

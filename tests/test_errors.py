@@ -18,10 +18,10 @@ from pipedeck.backends.launch import ExportError
 from pipedeck.backends.live.client import http_error_line
 from pipedeck.backends.profiles import ProfileError, load_hardware
 from pipedeck.console.errors import exit_status, run_cli
-from pipedeck.console.tunespec import TuneInputError, TuneInputs, build_spec
 from pipedeck.errors import Cancelled, InputError, PipedeckError, RuntimeFailure
 from pipedeck.scenarios import ScenarioError, load_scenario
 from pipedeck.store import StoreError, StoreFailure, StoreInputError
+from pipedeck.tuner.inputs import TuneInputError, TuneInputs, build_spec
 from pipedeck.tuner.slo import SLOError, parse_slo
 from pipedeck.tuner.storage import StorageLost
 
@@ -40,7 +40,7 @@ def test_every_input_error_shares_the_base_and_is_a_value_error(kind):
         (lambda: load_hardware("no-such-card"), "hardware"),
         (lambda: load_scenario("azure-conv").workload(rate=-1.0), "rate"),
         (lambda: parse_slo("ttft=fast"), "slo"),
-        (lambda: build_spec(TuneInputs(), "x.duckdb"), "slo"),
+        (lambda: build_spec(TuneInputs(scenario="azure-conv"), "x.duckdb"), "slo"),
     ],
 )
 def test_the_error_names_its_field(fail, field):

@@ -14,7 +14,9 @@ import pytest
 
 from pipedeck.backends.config import SGLANG_MIXED_CHUNK, ServingConfig
 from pipedeck.backends.profiles import load_hardware
-from pipedeck.tuner.objective import Evaluator, TuneSpec
+from pipedeck.tuner.objective import Evaluator
+from pipedeck.tuner.slo import parse_slo
+from pipedeck.tuner.spec import TuneSpec
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -112,7 +114,7 @@ def test_alp_predictor_errors_are_read_from_outside_the_controller():
         model="qwen2.5-32b",
         hardware="a100-40g-pcie",
         devices=4,
-        slo=fidelity.SLO,
+        slo=parse_slo(fidelity.SLO),
         requests=200,
     )
     config = ServingConfig(

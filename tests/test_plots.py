@@ -32,8 +32,10 @@ from pipedeck.console.plots.table import CELL_PX, CHAR_PX, LINE_PX, PAD_PX, PLAN
 from pipedeck.scenarios import load_scenario
 from pipedeck.store import RunStore, StoredRun
 from pipedeck.tuner.importance import param_importances
-from pipedeck.tuner.objective import TuneSpec
+from pipedeck.tuner.objectives import GOODPUT
+from pipedeck.tuner.slo import parse_slo
 from pipedeck.tuner.space import foreign_params
+from pipedeck.tuner.spec import TuneSpec
 from pipedeck.tuner.study import run_study
 from pipedeck.tuner.verdict import stored_verdict
 from tests.run_kinds import live, served
@@ -538,8 +540,8 @@ def study(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, TuneSpec]:
         model="qwen2.5-14b",
         hardware="a100-40g-pcie",
         devices=4,
-        objective="goodput",
-        slo="ttft=2s,tpot=200ms",
+        objective=GOODPUT,
+        slo=parse_slo("ttft=2s,tpot=200ms"),
         trials=4,
     )
     run_study(spec, folder / "runs.duckdb")

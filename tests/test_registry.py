@@ -5,8 +5,9 @@ import pytest
 from pipedeck.backends.errors import ConfigError
 from pipedeck.backends.registry import BACKENDS, backend_entry, make_backend
 from pipedeck.backends.sim import SimBackend
-from pipedeck.console.tunespec import TuneInputs, build_spec
+from pipedeck.tuner.inputs import TuneInputs, build_spec
 from pipedeck.tuner.objective import Evaluator
+from pipedeck.tuner.slo import parse_slo
 
 
 def test_the_simulator_draws_timelines_and_runs_unpaced_the_live_backend_the_opposite():
@@ -25,6 +26,9 @@ def test_an_unknown_backend_is_one_line_naming_the_choices():
 
 
 def test_tune_runs_trials_on_the_backend_it_names(tmp_path):
-    spec = build_spec(TuneInputs(slo="ttft=2s,tpot=200ms", requests=20, backend="sim"), tmp_path / "x.duckdb")
+    spec = build_spec(
+        TuneInputs(scenario="azure-conv", slo=parse_slo("ttft=2s,tpot=200ms"), requests=20, backend="sim"),
+        tmp_path / "x.duckdb",
+    )
     assert spec.backend == "sim" and spec.settings()["backend"] == "sim"
     assert isinstance(Evaluator(spec).backend, SimBackend)

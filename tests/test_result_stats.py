@@ -13,7 +13,7 @@ from pipedeck.backends.config import ServingConfig
 from pipedeck.backends.result import percentile, stats
 from pipedeck.backends.sim import SimBackend
 from pipedeck.scenarios import load_scenario
-from pipedeck.tuner.slo import SLO, Limit
+from pipedeck.tuner.slo import Limit, Slo
 
 
 @pytest.mark.parametrize("seed", range(5))
@@ -47,5 +47,5 @@ def test_the_slo_verdict_reads_the_summary_s_percentile_to_the_last_bit():
         timeline=False,
     )
     p90 = result.summary()["ttft_s"]["p90"]
-    assert SLO((Limit("ttft", p90),)).met(result)
-    assert not SLO((Limit("ttft", math.nextafter(p90, 0.0)),)).met(result)
+    assert Slo((Limit("ttft", p90),)).met(result)
+    assert not Slo((Limit("ttft", math.nextafter(p90, 0.0)),)).met(result)

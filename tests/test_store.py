@@ -416,10 +416,8 @@ def test_best_trial_uses_completed_trials_only(store):
             duration_s=None,
         )
     assert store.best_trial("st").number == 3  # ties go to the lower number
-    assert store.best_trial("st", direction="maximize").objective == 3.0
-    assert store.best_trial("st", direction="minimize").number == 5
-    with pytest.raises(StoreError, match="direction"):
-        store.best_trial("st", direction="up")
+    assert store.best_trial("st", descending=True).objective == 3.0
+    assert store.best_trial("st", descending=False).number == 5
 
 
 @pytest.mark.parametrize("state", ["PRUNED", "FAIL", "RUNNING", "WAITING"])

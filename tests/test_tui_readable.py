@@ -17,6 +17,7 @@ from pipedeck.console.tui import tune as tune_view
 from pipedeck.console.tui.compare import CompareScreen
 from pipedeck.console.tui.live import seconds
 from pipedeck.console.tui.messages import RunFailed, TuneEnded, TuneFailed
+from pipedeck.tuner.objectives import GOODPUT
 from pipedeck.tuner.study import TuneOutcome
 from tests.tui_support import (
     QWEN,
@@ -282,7 +283,7 @@ def test_status_lines_column_headers_and_failure_reasons_are_whole_at_80x24(tmp_
             await pilot.pause()
             assert shown_whole(app, tune.query_one("#trial-detail")).startswith("trial 1:")
 
-            paused = TuneOutcome(tune.spec.study, "maximize", 4, None, None, None, None, interrupted=True)
+            paused = TuneOutcome(tune.spec.study, GOODPUT, 4, None, None, None, None, interrupted=True)
             for message, status in (
                 (TuneEnded(paused), "paused after 4 trials: Resume (s) continues, Stop (x) ends the study"),
                 (TuneFailed(KILLED), f"failed: {KILLED}"),

@@ -14,6 +14,7 @@ from pipedeck.backends.launch import ENGINES
 from pipedeck.console.tui import PipedeckApp
 from pipedeck.console.tui.tune import TuneScreen, best_text, trial_cells, trial_detail
 from pipedeck.store import RunStore, TrialRow
+from pipedeck.tuner.objectives import GOODPUT, TTFT
 from pipedeck.tuner.study import run_study
 from tests.tui_support import SIZE, fill, notifications, wait_for
 
@@ -59,8 +60,8 @@ def test_trial_rows_show_the_shape_in_columns_and_the_split_and_other_knobs_by_t
         None,
     )
     unrun = TrialRow("st", 4, "PRUNED", params, None, {}, None, 0.1, None, None)  # its config could not run
-    assert trial_cells(ran, "goodput") == ("3", "done", "12.5", "2×2", "4k", "dcpp")  # req/s heads the column
-    assert trial_cells(unrun, "goodput")[1:] == ("pruned", "-", "2×2", "4k", "dcpp")
+    assert trial_cells(ran, GOODPUT) == ("3", "done", "12.5", "2×2", "4k", "dcpp")  # req/s heads the column
+    assert trial_cells(unrun, GOODPUT)[1:] == ("pruned", "-", "2×2", "4k", "dcpp")
     assert trial_detail(ran) == "trial 3: split 25,23 smooth-factor=0.5123 delay-scheduling=off"
     assert trial_detail(unrun) == "trial 4: split 25,23 smooth-factor=0.5123 delay-scheduling=off"
 
@@ -197,5 +198,5 @@ def test_the_best_panel_words_the_gain_over_the_default_in_the_objective_s_direc
         completed_at=None,
         run_id=None,
     )
-    assert "1.33x lower mean TTFT than the default config" in best_text(trial, "ttft", 1.33).plain
-    assert "1.33x higher goodput than the default config" in best_text(trial, "goodput", 1.33).plain
+    assert "1.33x lower mean TTFT than the default config" in best_text(trial, TTFT, 1.33).plain
+    assert "1.33x higher goodput than the default config" in best_text(trial, GOODPUT, 1.33).plain

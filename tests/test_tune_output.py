@@ -19,8 +19,11 @@ from pipedeck.console.progress import PlainProgress
 from pipedeck.console.report import verdict_note
 from pipedeck.console.tune import _print_outcome
 from pipedeck.tuner.explain import KnobEffect, knob_effects
-from pipedeck.tuner.objective import Evaluator, TuneSpec, better_by, space_context
+from pipedeck.tuner.objective import Evaluator
+from pipedeck.tuner.objectives import GOODPUT, TTFT
+from pipedeck.tuner.slo import parse_slo
 from pipedeck.tuner.space import default_params, suggest_config
+from pipedeck.tuner.spec import TuneSpec, space_context
 from pipedeck.tuner.study import TrialSummary, TuneOutcome
 from pipedeck.tuner.verdict import Finished, Verdict
 from tests.tune_support import SMALL
@@ -159,11 +162,11 @@ def test_when_the_default_wins_nothing_suggests_comparing_it_with_itself(tmp_pat
 
 
 def test_a_minimised_objective_is_worded_as_a_reduction(tmp_path):
-    assert better_by("ttft", 1.33) == "1.33x lower mean TTFT"
-    assert better_by("goodput", 1.79) == "1.79x higher goodput"
-    assert better_by("ttft", 1.33, percent=True) == "-25% mean TTFT"
-    assert better_by("goodput", 1.056, percent=True) == "+5.6% goodput"
-    spec = small_spec(tmp_path, objective="ttft", slo=None)
+    assert TTFT.better_by(1.33) == "1.33x lower mean TTFT"
+    assert GOODPUT.better_by(1.79) == "1.79x higher goodput"
+    assert TTFT.better_by(1.33, percent=True) == "-25% mean TTFT"
+    assert GOODPUT.better_by(1.056, percent=True) == "+5.6% goodput"
+    spec = small_spec(tmp_path, objective=TTFT, slo=None)
     console = Console(record=True, width=200)
     print_effects(
         spec, SimpleNamespace(best=SimpleNamespace(number=7)), [KnobEffect("chunk", 512, 2048, 1.33, 0.33)], console
@@ -172,7 +175,7 @@ def test_a_minimised_objective_is_worded_as_a_reduction(tmp_path):
 
 
 def test_the_summary_shows_the_percentile_the_slo_names(tmp_path):
-    spec = small_spec(tmp_path, slo="ttft@p99=3s,tpot=200ms")
+    spec = small_spec(tmp_path, slo=parse_slo("ttft@p99=3s,tpot=200ms"))
     config = ServingConfig(chunk=2048, max_running=256).resolve().to_dict()
     metrics = {
         "goodput_rps": 2.0,
@@ -184,7 +187,7 @@ def test_the_summary_shows_the_percentile_the_slo_names(tmp_path):
     }
     trial = TrialSummary(0, config, metrics, 2.0)
     console = Console(record=True, width=200)
-    _print_outcome(spec, TuneOutcome("t", "maximize", 1, trial, trial, None, None, False), console)
+    _print_outcome(spec, TuneOutcome("t", GOODPUT, 1, trial, trial, None, None, False), console)
     rows = {
         line.split("│")[1].strip(): line.split("│")[2].strip()
         for line in console.export_text().splitlines()
@@ -199,7 +202,7 @@ def test_knobs_that_vary_among_ties_are_free_within_the_tie_set_not_said_to_not_
     config = ServingConfig(chunk=2048, max_running=256).resolve().to_dict()
     metrics = {"goodput_rps": 2.0, "attainment": 0.99, "ttft_p90_s": 1.0, "tpot_p90_s": 0.1}
     best, other = TrialSummary(3, {**config, "chunk": 7072}, metrics, 2.0), TrialSummary(5, config, metrics, 1.99)
-    outcome = TuneOutcome("t", "maximize", 6, best, other, None, None, False, ties=(best, other), free=("chunk",))
+    outcome = TuneOutcome("t", GOODPUT, 6, best, other, None, None, False, ties=(best, other), free=("chunk",))
     console = Console(record=True, width=300)
     _print_outcome(spec, outcome, console)
     print_effects(

@@ -21,10 +21,12 @@ from pipedeck.backends.errors import ConfigError
 from pipedeck.backends.launch import ENGINES
 from pipedeck.console.cli import cli
 from pipedeck.console.errors import run_cli
-from pipedeck.console.tunespec import TuneInputs, build_spec
 from pipedeck.store import RunStore
 from pipedeck.tuner.confidence import clear_win
+from pipedeck.tuner.inputs import TuneInputs, build_spec
 from pipedeck.tuner.objective import PRUNED_VALUE, Evaluator
+from pipedeck.tuner.objectives import GOODPUT, TTFT, Objective
+from pipedeck.tuner.slo import parse_slo
 from pipedeck.tuner.space import (
     SpaceContext,
     default_params,
@@ -34,6 +36,7 @@ from pipedeck.tuner.space import (
     searched_flags,
     suggest_config,
 )
+from pipedeck.tuner.spec import TuneSpec
 from pipedeck.tuner.storage import open_storage
 from pipedeck.tuner.study import create_or_resume, run_study
 from tests.flags import assert_flags_give_back
@@ -373,7 +376,7 @@ def test_tune_json_reports_best_default_ratio_ties_and_intervals(tmp_path, capsy
         assert ci["seeds"] == [0, 1, 2] and ci["values"][0] == out[key]["goodput_rps"]  # its own seed first
         assert ci["low"] <= ci["mean"] <= ci["high"] and ci["mean"] == pytest.approx(sum(ci["values"]) / 3)
     assert out["ratio"] == pytest.approx(out["best"]["goodput_rps"] / out["default"]["goodput_rps"])
-    assert out["clear_win"] == clear_win(out["best"]["goodput_ci"], out["default"]["goodput_ci"], "maximize")
+    assert out["clear_win"] == clear_win(out["best"]["goodput_ci"], out["default"]["goodput_ci"], GOODPUT)
     tied = [t["goodput_rps"] for t in out["ties"]]
     assert out["best"]["trial"] in [t["trial"] for t in out["ties"]]
     assert max(tied) <= min(tied) * 1.02  # every tie within the precision of the best
@@ -517,7 +520,14 @@ def test_report_and_compare_show_the_finalists_intervals(tmp_path, capsys):
 
 def test_a_tune_searches_only_what_its_engine_can_run(tmp_path):
     """No --format: the engine is the hardware's default (vLLM-Ascend on Ascend), and so are the modes searched."""
-    inputs = TuneInputs(model="qwen2.5-14b", hardware="ascend-910c", devices=4, slo="ttft=2s,tpot=200ms", requests=20)
+    inputs = TuneInputs(
+        scenario="azure-conv",
+        model="qwen2.5-14b",
+        hardware="ascend-910c",
+        devices=4,
+        slo=parse_slo("ttft=2s,tpot=200ms"),
+        requests=20,
+    )
     spec = build_spec(inputs, tmp_path / "x.duckdb")
     assert spec.engine == "vllm-ascend"
     assert set(spec.modes) == set(ENGINES["vllm-ascend"].modes) and "fastpp-alp" not in spec.modes
@@ -529,9 +539,7 @@ def test_a_tune_searches_only_what_its_engine_can_run(tmp_path):
 
 
 def test_a_goodput_search_on_a_live_server_draws_fresh_prompts_for_each_rate_unless_told():
-    from pipedeck.tuner.objective import Evaluator, TuneSpec
-
-    def options(objective: str, **backend_options: object):
+    def options(objective: Objective, **backend_options: object):
         spec = TuneSpec(
             study="s",
             storage="",
@@ -540,21 +548,20 @@ def test_a_goodput_search_on_a_live_server_draws_fresh_prompts_for_each_rate_unl
             devices=1,
             scenario="sharegpt",
             objective=objective,
-            slo="ttft=2s" if objective == "goodput" else None,
+            slo=parse_slo("ttft=2s") if objective == GOODPUT else None,
             backend="live",
             backend_options={"endpoint": "http://127.0.0.1:9", **backend_options},
         )
         return Evaluator(spec).backend.options
 
-    assert options("goodput").fresh_prompts and not options("ttft").fresh_prompts
-    assert not options("goodput", fresh_prompts=False).fresh_prompts
+    assert options(GOODPUT).fresh_prompts and not options(TTFT).fresh_prompts
+    assert not options(GOODPUT, fresh_prompts=False).fresh_prompts
 
 
 def test_a_live_rate_that_served_nothing_fails_in_one_line_counting_the_failures_by_kind():
     import socket
 
     from pipedeck.backends.errors import ServerError
-    from pipedeck.tuner.objective import Evaluator, TuneSpec
 
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
@@ -566,7 +573,7 @@ def test_a_live_rate_that_served_nothing_fails_in_one_line_counting_the_failures
         hardware="a100-40g-pcie",
         devices=1,
         scenario="sharegpt",
-        slo="ttft=2s",
+        slo=parse_slo("ttft=2s"),
         requests=3,
         backend="live",
         backend_options={"endpoint": f"http://127.0.0.1:{port}", "model": "m", "metrics_interval_s": None},

@@ -18,6 +18,7 @@ from pipedeck.backends.result import RankTime, RequestRecord, RunResult, Span
 from pipedeck.backends.sim import SimBackend
 from pipedeck.scenarios import Scenario, load_scenario
 from pipedeck.store import RunStore
+from pipedeck.tuner.objectives import GOODPUT
 from pipedeck.tuner.study import Progress, TrialSummary, TuneOutcome
 
 QWEN = ServingConfig(model="qwen2.5-14b", hardware="a100-40g-pcie", tp=2, pp=2)
@@ -170,7 +171,7 @@ def fake_study(spec, db, jobs=1, on_progress=None, stop_requested=None) -> TuneO
         store.save_study(
             spec.study,
             scenario=spec.scenario,
-            objective=spec.objective,
+            objective=spec.objective.name,
             slo={},
             settings=spec.settings(),
             storage=spec.storage,
@@ -189,4 +190,4 @@ def fake_study(spec, db, jobs=1, on_progress=None, stop_requested=None) -> TuneO
             )
     on_progress(Progress(4, spec.trials, 10.7, 1, 0))
     summary = {n: TrialSummary(n, c.to_dict(), {}, v) for n, _, c, v in trials}
-    return TuneOutcome(spec.study, "maximize", 4, summary[1], summary[0], None, None, False)
+    return TuneOutcome(spec.study, GOODPUT, 4, summary[1], summary[0], None, None, False)

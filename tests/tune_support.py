@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from pipedeck.tuner.objective import TuneSpec
+from pipedeck.tuner.objectives import GOODPUT
+from pipedeck.tuner.slo import parse_slo
+from pipedeck.tuner.spec import TuneSpec
 
 SMALL = [
     "--model",
@@ -29,8 +31,8 @@ def spec(tmp_path, **changes) -> TuneSpec:
         model="qwen2.5-14b",
         hardware="a100-40g-pcie",
         devices=4,
-        objective="goodput",
-        slo="ttft=2s,tpot=200ms",
+        objective=GOODPUT,
+        slo=parse_slo("ttft=2s,tpot=200ms"),
         requests=60,
         trials=6,
     )

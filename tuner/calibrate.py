@@ -29,7 +29,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -236,6 +236,7 @@ def measure(
         for index, point in order if pass_no % 2 == 0 else reversed(order):
             runs = measured[point.name]
             if point.load is not None and not runs.passes:
+                assert point.reference is not None  # an open-loop point is planned against its reference
                 runs.rate = point.load * measured[point.reference].throughput()
             run = run_seed(seed, pass_no, index)
             result = backend.run(point.scenario(runs.rate), config, rate=runs.rate, seed=run, timeline=False)
@@ -334,7 +335,8 @@ def fit(
     evaluations = 0
 
     def profile(x: np.ndarray) -> HardwareProfile:
-        return replace(start, **{c.name: float(v) for c, v in zip(constants, origin * np.exp(x))})
+        fitted: dict[str, Any] = {c.name: float(v) for c, v in zip(constants, origin * np.exp(x))}
+        return replace(start, **fitted)
 
     def residuals(x: np.ndarray) -> np.ndarray:
         nonlocal evaluations

@@ -13,10 +13,15 @@ that do not overlap are always a paired win, and overlapping ones may be.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
+from .objectives import Objective
+
 CONFIDENCE = 0.95
+# an interval as `interval` makes it and a trial's metrics keep it (goodput_ci): mean, low, high, values, seeds
+Interval = Mapping[str, Any]
 
 
 def interval(values: Sequence[float], seeds: Sequence[int]) -> dict[str, object]:
@@ -32,6 +37,12 @@ def interval(values: Sequence[float], seeds: Sequence[int]) -> dict[str, object]
     }
 
 
+def stored_interval(metrics: Mapping[str, object]) -> Interval | None:
+    """The interval a trial's metrics keep as goodput_ci (where `tune --repeats` measured one), else None."""
+    ci = metrics.get("goodput_ci")
+    return ci if isinstance(ci, Mapping) else None
+
+
 def _t_interval(values: Sequence[float]) -> tuple[float, float, float]:
     """Mean and the ends of its 95% Student-t interval (the mean itself for one value)."""
     from scipy import stats  # imported here: only a tune with --repeats pays for it
@@ -44,9 +55,7 @@ def _t_interval(values: Sequence[float]) -> tuple[float, float, float]:
     return mean, mean - half, mean + half
 
 
-def paired_difference(
-    best: Mapping[str, object] | None, default: Mapping[str, object] | None
-) -> dict[str, float] | None:
+def paired_difference(best: Interval | None, default: Interval | None) -> dict[str, float] | None:
     """Mean and 95% t-interval of best - default over the seeds both were measured on; None under two such seeds."""
     if not best or not default:
         return None
@@ -60,18 +69,18 @@ def paired_difference(
     return {"mean": mean, "low": low, "high": high, "seeds": len(differences)}
 
 
-def clear_win(best: Mapping[str, object] | None, default: Mapping[str, object] | None, direction: str) -> bool | None:
+def clear_win(best: Interval | None, default: Interval | None, objective: Objective) -> bool | None:
     """Whether the best beats the default on their shared seeds (the paired interval excludes zero on the better
     side); None without two shared seeds. `tune` and `report` both decide by it."""
     paired = paired_difference(best, default)
     if paired is None:
         return None
-    return paired["low"] > 0 if direction == "maximize" else paired["high"] < 0
+    return objective.clearly_better(paired["low"], paired["high"])
 
 
-def win_text(best: Mapping[str, object] | None, default: Mapping[str, object] | None, direction: str) -> str:
+def win_text(best: Interval | None, default: Interval | None, objective: Objective) -> str:
     """The verdict in words, with the paired interval: "a clear win: ...", "not a clear win: ...", or ""."""
-    win, paired = clear_win(best, default, direction), paired_difference(best, default)
+    win, paired = clear_win(best, default, objective), paired_difference(best, default)
     if win is None or paired is None:
         return ""
     figures = (
@@ -81,6 +90,6 @@ def win_text(best: Mapping[str, object] | None, default: Mapping[str, object] | 
     return f"a clear win: {figures}" if win else f"not a clear win: {figures}, which includes 0"
 
 
-def interval_text(ci: Mapping[str, object]) -> str:
+def interval_text(ci: Interval) -> str:
     """`2.86 req/s (95% 2.80-2.91 over 5 seeds)`."""
     return f"{ci['mean']:.3g} req/s (95% {ci['low']:.3g}-{ci['high']:.3g} over {len(ci['seeds'])} seeds)"

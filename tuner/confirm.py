@@ -23,7 +23,9 @@ from optuna.trial import FrozenTrial, TrialState
 
 from ..backends.config import ServingConfig
 from ..backends.errors import ServerError
-from .objective import Evaluator, TuneSpec, config_key
+from .objective import Evaluator, completed_value, config_key
+from .objectives import Objective
+from .spec import TuneSpec
 from .storage import open_storage
 from .study import open_store
 
@@ -50,16 +52,16 @@ class ConfirmRow:
         return self.measured / self.simulated if self.measured and self.simulated else None
 
 
-def candidates(study: optuna.Study, direction: str, top: int, best: int | None = None) -> list[tuple[str, FrozenTrial]]:
+def candidates(
+    study: optuna.Study, objective: Objective, top: int, best: int | None = None
+) -> list[tuple[str, FrozenTrial]]:
     """The top `top` distinct configs (best first), then the engine-default trial if not among them.
 
     `best` names the trial the study recommends (among ties, the verdict's
     pick); it comes first, the others follow by objective.
     """
     done = [t for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)) if "config" in t.user_attrs]
-    ranked = sorted(
-        done, key=lambda t: (t.number != best, (-t.value if direction == "maximize" else t.value), t.number)
-    )
+    ranked = sorted(done, key=lambda t: (t.number != best, objective.sort_key(completed_value(t)), t.number))
     chosen: dict[str, tuple[str, FrozenTrial]] = {}
     for trial in ranked:
         key = config_key(trial.user_attrs["config"])
@@ -89,7 +91,7 @@ def confirm_study(
     total, role, trial)` hears each row before it is measured.
     """
     study = optuna.load_study(study_name=spec.study, storage=open_storage(spec.storage))
-    chosen = candidates(study, spec.direction, top, best)
+    chosen = candidates(study, spec.objective, top, best)
     if live_options.get("endpoint"):
         chosen = [("endpoint", trial) for role, trial in chosen[:1] if role.startswith("top 1")]
     live = dataclasses.replace(spec, backend="live", backend_options=dict(live_options), trials=None, deadline=None)
@@ -123,8 +125,7 @@ def _measure(evaluator: Evaluator, db: str | Path, role: str, trial: FrozenTrial
     return ConfirmRow(trial.number, role, config, trial.value, measured.value, measured.metrics, run_id)
 
 
-def ranks(rows: list[ConfirmRow], direction: str, key: Callable[[ConfirmRow], float | None]) -> list[int | None]:
+def ranks(rows: list[ConfirmRow], objective: Objective, key: Callable[[ConfirmRow], float | None]) -> list[int | None]:
     """Each row's rank (1 = best; equal values share one) by `key` among the rows that have a value; None otherwise."""
-    sign = 1.0 if direction == "minimize" else -1.0
-    values = [None if key(r) is None else sign * key(r) for r in rows]
+    values = [None if (value := key(r)) is None else objective.sort_key(value) for r in rows]
     return [None if v is None else 1 + sum(w is not None and w < v for w in values) for v in values]

@@ -14,8 +14,10 @@ from dataclasses import dataclass
 
 from ..backends.config import ServingConfig
 from ..backends.errors import ConfigError
-from .objective import Evaluator, TuneSpec
+from .objective import Evaluator
+from .objectives import Objective
 from .space import DIMENSIONS, Dimension
+from .spec import TuneSpec
 
 DEPENDENT = {"parallelism": ("layer_split",)}  # a split belongs to its pipeline depth: it goes back with it
 
@@ -43,7 +45,7 @@ def knob_effects(
     try:
         for dim in moved:
             if not set(dim.fields) <= carried:
-                effects.append(_effect(evaluator, spec.direction, dim, winner, winner_value, baseline))
+                effects.append(_effect(evaluator, spec.objective, dim, winner, winner_value, baseline))
     finally:
         evaluator.close()
     return sorted(effects, key=lambda e: -abs(e.gain) if e.gain is not None else 0.0)
@@ -51,7 +53,7 @@ def knob_effects(
 
 def _effect(
     evaluator: Evaluator,
-    direction: str,
+    objective: Objective,
     dim: Dimension,
     winner: Mapping[str, object],
     winner_value: float,
@@ -77,7 +79,7 @@ def _effect(
             None,
             note or "the reverted config meets the SLO at no rate",
         )
-    gain = winner_value / value - 1 if direction == "maximize" else value / winner_value - 1
+    gain = objective.ratio(winner_value, value) - 1
     return KnobEffect(dim.flag, _value(winner, dim), _value(baseline, dim), value, gain, note)
 
 

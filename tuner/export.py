@@ -19,7 +19,7 @@ import yaml
 from ..backends.config import ResolvedConfig, ServingConfig
 from ..backends.launch import EnvVar, ExportError, Plan, ServingEngine, plan_launch
 from ..backends.profiles.schema import PLATFORMS, Checkpoint
-from .objective import OBJECTIVES
+from .objectives import OBJECTIVES
 from .verdict import in_force, stored_verdict
 
 __all__ = [

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from ..backends.result import RunResult
-from .slo import SLO
+from .slo import Slo
 
 MIN_RATE = 1e-3  # requests/s below which a config has goodput 0
 MAX_RATE = 1e5
@@ -40,7 +40,7 @@ class Goodput:
 
 def find_goodput(
     evaluate: Callable[[float], RunResult],
-    slo: SLO,
+    slo: Slo,
     start_rate: float,
     precision: float = 0.02,
     beat: float | None = None,
@@ -96,7 +96,7 @@ def find_goodput(
     return Goodput(lo, hi, slo.attainment(lo_result), lo_result, evaluations)
 
 
-def workload_ceiling(num_requests: int, slo: SLO) -> float:
+def workload_ceiling(num_requests: int, slo: Slo) -> float:
     """The highest rate worth searching: beyond it the whole workload arrives within one TTFT limit.
 
     Faster than that, every request is effectively queued at once and the

@@ -52,12 +52,13 @@ def study_runs(store: RunStore, study: str) -> list[StoredRun]:
     """The latest best and default runs `pipedeck tune` stored for `study` (StoreError if either is missing)."""
     rows = store.list_runs(study=study)  # newest first
     found = {label: next((r.id for r in rows if r.label == label), None) for label in ("best", "default")}
-    missing = [label for label, run_id in found.items() if run_id is None]
-    if missing:
+    best, default = found["best"], found["default"]
+    if best is None or default is None:
+        missing = [label for label, run_id in found.items() if run_id is None]
         raise StoreInputError(
             f"study: {study} has no stored {' or '.join(missing)} run (tune stores them when it ends)"
         )
-    return [store.get_run(found["best"]), store.get_run(found["default"])]
+    return [store.get_run(best), store.get_run(default)]
 
 
 def like_for_like(db: str | Path, stored: list[StoredRun]) -> LikeForLike:
@@ -123,10 +124,15 @@ def _at_rate(db: str | Path, run: StoredRun, rate: float | None) -> tuple[Stored
         except StoreError:  # the study's row is gone: its runs still say what they ran
             settings = {}
     scenario = load_scenario(str(settings.get("scenario") or run.result.scenario))
-    requests = settings.get("requests", len(run.result.records))
+    requests = settings.get("requests", len(run.result.records))  # None: the scenario's own count
     config = ServingConfig.from_dict(run.result.config).resolve()
     result = make_backend("sim").run(
-        scenario, config, rate=rate, seed=run.result.seed, num_requests=requests, timeline=True
+        scenario,
+        config,
+        rate=rate,
+        seed=run.result.seed,
+        num_requests=requests if isinstance(requests, int) else None,
+        timeline=True,
     )
     with open_store(db) as store:
         return store.get_run(store.save_run(result, study=run.study, trial=run.trial, label=label)), True

@@ -6,8 +6,8 @@ import json
 import time
 from collections.abc import Mapping
 from contextlib import AbstractContextManager, nullcontext
-from dataclasses import dataclass, field
-from typing import Protocol
+from dataclasses import dataclass
+from typing import Any, Protocol
 
 import optuna
 
@@ -19,41 +19,29 @@ from ..backends.result import RunResult
 from ..errors import Cancelled
 from ..scenarios import Scenario, load_scenario
 from .goodput import MIN_RATE, find_goodput, workload_ceiling
+from .objectives import GOODPUT, Objective
 from .recovery import recover_abandoned, watched
-from .slo import SLO, parse_slo
-from .space import SpaceContext, searched_flags, suggest_config
-from .storage import HEARTBEAT_S, LOST, has_heartbeat
+from .slo import Slo
+from .space import searched_flags, suggest_config
+from .spec import PRECISION, TuneSpec, space_context
+from .storage import LOST, has_heartbeat
 
-OBJECTIVES = {"goodput": "maximize", "ttft": "minimize", "throughput": "maximize"}
-OBJECTIVE_NAMES = {"goodput": "goodput", "ttft": "mean TTFT", "throughput": "throughput"}
-OBJECTIVE_LABELS = {"goodput": "goodput (req/s)", "ttft": "mean TTFT (s)", "throughput": "throughput (tok/s)"}
 # Optuna stores a pruned trial's last report as its value, which optuna-dashboard shows under the metric's name:
-# a goodput study says what that value of a pruned trial is (see Objective.__call__), so it is not read as goodput.
+# a goodput study says what that value of a pruned trial is (see TrialObjective.__call__), so it is not read as
+# goodput.
 PRUNED_VALUE = "req/s within the SLO at the rate where it failed, not a goodput"
 
 
-def metric_name(objective: str) -> str:
+def metric_name(objective: Objective) -> str:
     """The study's value as optuna-dashboard heads it: the objective, and what a pruned trial's value is."""
-    label = OBJECTIVE_LABELS[objective]
-    return f"{label}; a pruned trial: {PRUNED_VALUE}" if objective == "goodput" else label
+    return f"{objective.label}; a pruned trial: {PRUNED_VALUE}" if objective == GOODPUT else objective.label
 
 
-def better_by(objective: str, ratio: float, *, percent: bool = False) -> str:
-    """How a config that is `ratio` times better than another (above 1 = better, whatever the direction) reads in
-    the objective's own terms: "1.79x higher goodput", "1.33x lower mean TTFT"; with `percent`, the change of the
-    objective itself: "+79% goodput", "-25% mean TTFT"."""
-    name, lower = OBJECTIVE_NAMES[objective], OBJECTIVES[objective] == "minimize"
-    if not percent:
-        return f"{ratio:.2f}x {'lower' if lower else 'higher'} {name}"
-    change = (1 / ratio if lower else ratio) - 1
-    return f"{change:+.0%} {name}" if abs(change) >= 0.1 else f"{change:+.1%} {name}"
-
-
-PRECISION = 0.02  # relative width of a goodput search's final bracket; objectives this close tie
 FINISHED = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED)
 LIVE_PRECISION = 0.05  # goodput bracket for live servers: their goodput moves more than 2% between repeats
 LIVE_RUN_LIMIT_S = 600.0  # a live goodput search tries no rate at which the workload takes longer to arrive
-SERVER_SETTINGS = ("launch", "model_path")  # backend options that change what is measured (see settings())
+# a trial's metrics as Optuna's user attributes keep them: JSON numbers, None where a run has no such value, flags
+Metrics = dict[str, Any]
 WAIT_S = 0.5  # how often a worker waiting on other workers' trials (on any host) looks again
 
 
@@ -66,82 +54,14 @@ class StopFlag(Protocol):
 
 
 @dataclass(frozen=True)
-class TuneSpec:
-    """Everything a tuner worker needs; plain data so it can cross process boundaries."""
-
-    study: str
-    storage: str
-    scenario: str
-    model: str
-    hardware: str
-    devices: int
-    objective: str = "goodput"
-    slo: str | None = None
-    seed: int = 0
-    requests: int | None = None
-    fixed: dict[str, object] = field(default_factory=dict)
-    sampler: str = "tpe"
-    trials: int | None = None
-    deadline: float | None = None  # time.time() after which no new trial starts
-    precision: float = PRECISION
-    modes: tuple[str, ...] | None = None  # restrict the search to these modes (e.g. an engine's)
-    backend: str = "sim"  # the registered backend every trial runs on
-    engine: str = "vllm"  # whose default config is the baseline trial
-    repeats: int = 1  # seeds each finalist's goodput is measured on, for its interval
-    backend_options: dict[str, object] = field(default_factory=dict)  # make_backend's keyword options
-    heartbeat_s: int = HEARTBEAT_S  # on a database storage: seconds between a running trial's heartbeats
-
-    @property
-    def direction(self) -> str:
-        return OBJECTIVES[self.objective]
-
-    def settings(self) -> dict[str, object]:
-        """What a resumed study must agree on.
-
-        Of the backend options only the engine launched and the weights it
-        loads count ("server"); an endpoint, a program path, a timeout or a
-        log folder may change between invocations.
-        """
-        server = {k: self.backend_options[k] for k in SERVER_SETTINGS if k in self.backend_options} or None
-        return {
-            "backend": self.backend,
-            "engine": self.engine,
-            "scenario": self.scenario,
-            "model": self.model,
-            "hardware": self.hardware,
-            "devices": self.devices,
-            "objective": self.objective,
-            "slo": self.slo,
-            "seed": self.seed,
-            "requests": self.requests,
-            "modes": list(self.modes) if self.modes else None,
-            "fixed": {k: list(v) if isinstance(v, tuple) else v for k, v in sorted(self.fixed.items())},
-            "server": server,
-        }
-
-
-@dataclass(frozen=True)
 class Measurement:
     """A config's objective value and what was measured on the way."""
 
     value: float | None  # None when pruned
-    metrics: dict[str, float]
+    metrics: Metrics
     result: RunResult | None  # the run the value was measured on
     rate: float | None
     upper: float | None = None  # for pruned goodput searches: a rate known to fail
-
-
-def space_context(spec: TuneSpec) -> SpaceContext:
-    """The search space of `spec`: its cluster, its baseline engine and its workload's longest prompt."""
-    workload = load_scenario(spec.scenario).workload(seed=spec.seed, num_requests=spec.requests)
-    return SpaceContext(
-        spec.model,
-        spec.hardware,
-        spec.devices,
-        engine=spec.engine,
-        longest_prompt=max(r.prompt_tokens for r in workload.requests),
-        modes=spec.modes,
-    )
 
 
 def search_precision(backend: str, precision: float = PRECISION) -> float:
@@ -155,10 +75,10 @@ class Evaluator:
     def __init__(self, spec: TuneSpec, stop: StopFlag | None = None):
         self.spec = spec
         self.scenario: Scenario = load_scenario(spec.scenario)
-        self.slo: SLO | None = parse_slo(spec.slo) if spec.slo else None
+        self.slo: Slo | None = spec.slo
         self.stop = stop
         options = dict(spec.backend_options)
-        if spec.objective == "goodput" and backend_entry(spec.backend).capabilities.endpoint:
+        if spec.objective == GOODPUT and backend_entry(spec.backend).capabilities.endpoint:
             options.setdefault("fresh_prompts", True)  # no rate served from the prefix cache an earlier rate filled
         self.backend = make_backend(spec.backend, **options)
 
@@ -193,15 +113,18 @@ class Evaluator:
 
     def measure(self, config: ServingConfig, beat: float | None = None) -> Measurement:
         """The spec's objective for one config (goodput may stop early when it cannot beat `beat`)."""
-        if self.spec.objective == "goodput":
+        if self.spec.objective == GOODPUT:
+            if self.slo is None:
+                raise ConfigError("slo: the goodput objective needs an SLO such as ttft=2s,tpot=200ms")
+            slo = self.slo
             requests = self.spec.requests or self.scenario.num_requests
-            ceiling = workload_ceiling(requests, self.slo)
+            ceiling = workload_ceiling(requests, slo)
             precision, floor = search_precision(self.spec.backend, self.spec.precision), MIN_RATE
             if self.backend.capabilities.paced:  # a live server: no run longer than the limit
                 floor = max(floor, requests / LIVE_RUN_LIMIT_S)
             found = find_goodput(
                 lambda rate: self.run(config, rate),
-                self.slo,
+                slo,
                 self.scenario.rate or 1.0,
                 precision,
                 beat,
@@ -233,10 +156,10 @@ class Evaluator:
         metrics = self._latency(result)
         if self.slo is not None:
             metrics["attainment"] = self.slo.attainment(result)
-        value = metrics["ttft_mean_s"] if self.spec.objective == "ttft" else metrics["throughput_tok_s"]
+        value = metrics[self.spec.objective.metric]
         return Measurement(value, metrics, result, self.scenario.rate)
 
-    def _latency(self, result: RunResult) -> dict[str, float]:
+    def _latency(self, result: RunResult) -> Metrics:
         """The run's latency metrics, with each percentile the SLO limits (ttft_p95_s) where they lack it."""
         return {**(self.slo.observed(result) if self.slo else {}), **_latency_metrics(result)}
 
@@ -251,8 +174,8 @@ class _StopObserver(RunObserver):
         return self.stop.is_set()
 
 
-def _latency_metrics(result: RunResult) -> dict[str, float]:
-    s = result.summary()
+def _latency_metrics(result: RunResult) -> Metrics:
+    s: dict[str, Any] = result.summary()
     tpot = s["tpot_s"] or {}  # None: every output is one token, so there is no TPOT
     return {
         "ttft_mean_s": s["ttft_s"]["mean"],
@@ -278,7 +201,9 @@ def finished_with(study: optuna.Study, config: dict[str, object]) -> optuna.tria
         (
             t
             for t in study.get_trials(deepcopy=False, states=FINISHED)
-            if "duplicate_of" not in t.user_attrs and config_key(t.user_attrs.get("config")) == key
+            if "duplicate_of" not in t.user_attrs
+            and "config" in t.user_attrs
+            and config_key(t.user_attrs["config"]) == key
         ),
         None,
     )
@@ -310,6 +235,13 @@ def claim_config(trial: optuna.Trial, config: dict[str, object], heartbeat: bool
     return earlier
 
 
+def completed_value(trial: optuna.trial.FrozenTrial) -> float:
+    """A completed trial's value (Optuna types every trial's value as optional)."""
+    if trial.value is None:
+        raise ValueError(f"trial {trial.number} has no value: it did not complete")
+    return trial.value
+
+
 def best_value(study: optuna.Study) -> float | None:
     """The best completed objective value so far, if any."""
     try:
@@ -318,10 +250,12 @@ def best_value(study: optuna.Study) -> float | None:
         return None
 
 
-class Objective:
-    """Optuna objective: define-by-run config, measured by an Evaluator."""
+class TrialObjective:
+    """Optuna's objective function: define-by-run config, measured by an Evaluator."""
 
-    def __init__(self, spec: TuneSpec, stop: StopFlag | None = None, lock: AbstractContextManager | None = None):
+    def __init__(
+        self, spec: TuneSpec, stop: StopFlag | None = None, lock: AbstractContextManager[object] | None = None
+    ):
         self.spec = spec
         self.evaluator = Evaluator(spec, stop)
         self.ctx = space_context(spec)
@@ -337,7 +271,7 @@ class Objective:
             raise
 
     def _measure(self, trial: optuna.Trial) -> float:
-        draft = suggest_config(trial, self.ctx, self.spec.fixed)
+        draft: dict[str, Any] = suggest_config(trial, self.ctx, self.spec.fixed)
         flags = searched_flags(trial.params, draft)
         trial.set_user_attr("flags", flags)  # the run store's `params`
         as_run = {name: flags[name] for name, value in trial.params.items() if flags.get(name, value) != value}
@@ -354,7 +288,7 @@ class Objective:
             earlier = claim_config(trial, config.to_dict(), self.heartbeat)
         if earlier is not None:  # never measure a config twice: answer with its result
             return self._answer(trial, earlier)
-        prunable = self.spec.objective == "goodput" and "role" not in trial.user_attrs  # as metric_name says
+        prunable = self.spec.objective == GOODPUT and "role" not in trial.user_attrs  # as metric_name says
         try:
             measured = self.evaluator.measure(config, best_value(trial.study) if prunable else None)
         except TuneInterrupted:
@@ -390,4 +324,4 @@ class Objective:
             raise optuna.TrialPruned(f"the same config as trial {earlier.number}, which failed; its retry measures it")
         if earlier.state != optuna.trial.TrialState.COMPLETE:
             raise optuna.TrialPruned(f"the same config as trial {earlier.number}, which was pruned")
-        return earlier.value
+        return completed_value(earlier)

@@ -1,9 +1,17 @@
-"""Service-level objectives: `--slo ttft=2s,tpot=200ms`, percentile limits on TTFT and TPOT."""
+"""Service-level objectives: `--slo ttft=2s,tpot=200ms`, percentile limits on TTFT and TPOT.
+
+The text is parsed once where it enters (`parse_slo`: a command-line option,
+the console's field, a stored study's settings); everything after takes an
+`Slo`. Stores keep `Slo.text()` (Optuna's study settings) and `Slo.to_dict()`
+(the run store's studies.slo), and `Slo.from_dict` reads the latter back.
+"""
 
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -17,7 +25,7 @@ _ITEM = re.compile(r"^(?P<metric>[a-z_]+)(?:@p(?P<pct>[0-9.]+))?=(?P<value>[-+0-
 
 
 class SLOError(InputError):
-    """An SLO string is malformed; the message is one line naming what is wrong."""
+    """An SLO text is malformed; the message is one line naming what is wrong."""
 
 
 @dataclass(frozen=True)
@@ -40,16 +48,37 @@ class Limit:
 
 
 @dataclass(frozen=True)
-class SLO:
+class Slo:
     """A set of percentile limits that must all hold."""
 
     limits: tuple[Limit, ...]
 
+    @classmethod
+    def from_dict(cls, limits: Mapping[str, Any]) -> Slo:
+        """The SLO a run store keeps as {"ttft": {"limit_s": .., "percentile": ..}, ...} (`to_dict`)."""
+        return cls(
+            tuple(
+                Limit(metric, float(v["limit_s"]), float(v.get("percentile", DEFAULT_PERCENTILE)))
+                for metric, v in limits.items()
+            )
+        )
+
     def text(self) -> str:
+        """The SLO as `parse_slo` reads it and Optuna's study settings keep it: ttft=2s,tpot=200ms."""
         return ",".join(limit.text() for limit in self.limits)
 
-    def to_dict(self) -> dict[str, dict[str, float]]:
+    def to_dict(self) -> dict[str, object]:
+        """The SLO as the run store keeps it (`from_dict` reads it back)."""
         return {limit.metric: {"limit_s": limit.limit_s, "percentile": limit.percentile} for limit in self.limits}
+
+    def as_stored(self) -> Slo:
+        """The SLO as its stored text reads back (`text` keeps six significant digits): a tune measures by the
+        limits a resumed study will read."""
+        return parse_slo(self.text())
+
+    def seconds(self) -> dict[str, float]:
+        """Each limited metric's limit in seconds: {"ttft": 2.0, "tpot": 0.2}."""
+        return {limit.metric: limit.limit_s for limit in self.limits}
 
     def met(self, result: RunResult) -> bool:
         """True when every limit's percentile over the run's requests is within its bound.
@@ -105,7 +134,7 @@ def _values(result: RunResult, metric: str) -> np.ndarray:
     return np.concatenate([served, np.full(failed, FAILED)]) if failed else served
 
 
-def parse_slo(text: str) -> SLO:
+def parse_slo(text: str) -> Slo:
     """Parse `ttft=2s,tpot=200ms` (optionally `ttft@p99=3s`); one-line SLOError on anything else."""
     limits: dict[str, Limit] = {}
     for item in filter(None, (part.strip() for part in text.split(","))):
@@ -133,4 +162,4 @@ def parse_slo(text: str) -> SLO:
         limits[metric] = Limit(metric, value * _UNITS[unit], pct)
     if not limits:
         raise SLOError("slo: empty; give at least one limit such as ttft=2s,tpot=200ms")
-    return SLO(tuple(limits[m] for m in METRICS if m in limits))
+    return Slo(tuple(limits[m] for m in METRICS if m in limits))

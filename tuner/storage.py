@@ -217,8 +217,10 @@ class StudyLock:
         if self.kind == "postgresql":
             self._database().execute(sqlalchemy.text("SELECT pg_advisory_unlock(:key)"), {"key": self._key()})
         else:
+            file = self._file
+            assert file is not None  # held on a file storage: acquire() opened it
             Path(self._lock_file()).unlink(missing_ok=True)  # while still holding it: see the class docstring
-            self._file.close()  # closing the file frees its lock
+            file.close()  # closing the file frees its lock
             self._file = None
 
     def close(self) -> None:

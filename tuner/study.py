@@ -19,6 +19,7 @@ import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import optuna
 from optuna.trial import FrozenTrial, TrialState
@@ -26,23 +27,24 @@ from optuna.trial import FrozenTrial, TrialState
 from ..backends.config import ServingConfig
 from ..backends.errors import ConfigError
 from ..store import RunStore
-from .confidence import clear_win, interval
+from .confidence import Interval, clear_win, interval
 from .importance import param_importances
 from .journal import recover_journal
 from .objective import (
     FINISHED,
-    OBJECTIVE_LABELS,
     Evaluator,
+    Metrics,
     StopFlag,
     TuneInterrupted,
-    TuneSpec,
+    completed_value,
     metric_name,
     search_precision,
-    space_context,
 )
+from .objectives import GOODPUT, Objective, objective_named
 from .signals import stop_on_signals
-from .slo import parse_slo
+from .slo import Slo
 from .space import default_params, foreign_params
+from .spec import TuneSpec, saved_slo, space_context
 from .storage import LOST, locked, lost_connection, open_storage, shown, storage_kind
 from .verdict import Finished, Verdict, decide
 from .workers import POLL_S, counted, storage_of, worker
@@ -66,8 +68,8 @@ class TrialSummary:
     """A finished trial as the CLI reports it."""
 
     number: int
-    config: dict[str, object]
-    metrics: dict[str, float]
+    config: dict[str, Any]  # as ServingConfig.to_dict() gives it
+    metrics: Metrics
     value: float | None
 
 
@@ -76,7 +78,7 @@ class TuneOutcome:
     """What a tune produced."""
 
     study: str
-    direction: str
+    objective: Objective
     trials: int  # finished trials in the study, resumed ones included
     best: TrialSummary | None
     default: TrialSummary | None
@@ -85,24 +87,22 @@ class TuneOutcome:
     interrupted: bool
     ties: tuple[TrialSummary, ...] = ()  # distinct configs within the precision of the best, the best included
     free: tuple[str, ...] = ()  # knobs (--fix names) whose value differs among the ties: free within the tie set
-    best_ci: dict[str, object] | None = None  # goodput over --repeats seeds: mean, 95% interval
-    default_ci: dict[str, object] | None = None
+    best_ci: Interval | None = None  # goodput over --repeats seeds: mean, 95% interval
+    default_ci: Interval | None = None
     completed: int = 0  # completed trials (not pruned), those importances rest on
     importances: dict[str, float] | None = None  # fANOVA shares by parameter; None below importance.MIN_TRIALS
 
     @property
     def clear_win(self) -> bool | None:
         """Whether the best beats the default on their paired seeds (confidence.clear_win); None without intervals."""
-        return clear_win(self.best_ci, self.default_ci, self.direction)
+        return clear_win(self.best_ci, self.default_ci, self.objective)
 
     @property
     def ratio(self) -> float | None:
         """How much better the best is than the default (above 1 = better, whatever the direction)."""
         if not (self.best and self.default and self.best.value and self.default.value):
             return None
-        if self.direction == "maximize":
-            return self.best.value / self.default.value
-        return self.default.value / self.best.value
+        return self.objective.ratio(self.best.value, self.default.value)
 
 
 SETTINGS_BEFORE_THEY_EXISTED = {"backend": "sim"}  # what studies created before a setting existed ran with
@@ -129,7 +129,7 @@ def create_or_resume(spec: TuneSpec, on_notice: Callable[[str], None] | None = N
     with locked(spec.storage, spec.study):
         existing = {s.study_name for s in optuna.get_all_study_summaries(storage, include_best_trial=False)}
         if spec.study not in existing:
-            study = optuna.create_study(study_name=spec.study, storage=storage, direction=spec.direction)
+            study = optuna.create_study(study_name=spec.study, storage=storage, direction=spec.objective.direction)
             name_objective(study, spec)
             study.enqueue_trial(default_params(space_context(spec), spec.fixed), user_attrs={"role": "default"})
             study.set_user_attr("pipedeck", spec.settings())
@@ -152,7 +152,8 @@ def saved_settings(spec: TuneSpec) -> dict[str, object] | None:
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     for summary in optuna.get_all_study_summaries(storage_of(spec), include_best_trial=False):
         if summary.study_name == spec.study:
-            return summary.user_attrs.get("pipedeck", {})
+            settings: dict[str, object] = summary.user_attrs.get("pipedeck", {})
+            return settings
     return None
 
 
@@ -176,7 +177,7 @@ def name_objective(study: optuna.Study, spec: TuneSpec) -> None:
     with warnings.catch_warnings():  # set_metric_names is marked experimental
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
         study.set_metric_names([metric_name(spec.objective)])
-    study.set_user_attr("objective", f"{OBJECTIVE_LABELS[spec.objective]}, {spec.direction}d")
+    study.set_user_attr("objective", f"{spec.objective.label}, {spec.objective.direction_name}d")
 
 
 def summarize(trial: FrozenTrial) -> TrialSummary:
@@ -261,7 +262,7 @@ def pull_study(storage: str, name: str, db: str | Path) -> optuna.Study:
     if settings is None:
         raise ConfigError(f"study: {name!r} in {shown(storage)} was not made by pipedeck tune")
     with open_store(db) as store:
-        save_study(store, name, settings, storage)
+        save_study(store, name, settings, storage, slo=saved_slo(settings))
     StoreSync(db, study)()
     return study
 
@@ -300,7 +301,7 @@ def _tune(
     """run_study's steps: open the study, run its workers, then the outcome (its finalists measured)."""
     study, _ = create_or_resume(spec, on_notice)
     with open_store(db) as store:
-        save_study(store, spec.study, spec.settings(), spec.storage)
+        save_study(store, spec.study, spec.settings(), spec.storage, slo=spec.slo)
     sync = StoreSync(db, study)
     interrupted = _run_workers(spec, study, jobs, sync, on_progress, stop_requested)
     if on_progress is not None:
@@ -321,6 +322,9 @@ def _run_workers(
 ) -> bool:
     """Run the workers until they end, syncing the store and showing progress; whether a stop cut them short."""
     context = multiprocessing.get_context("spawn")
+    stop: threading.Event | multiprocessing.synchronize.Event
+    errors: queue.Queue[Exception] | multiprocessing.queues.Queue[Exception]
+    workers: list[threading.Thread] | list[multiprocessing.context.SpawnProcess]
     if jobs > 1:
         stop, errors = context.Event(), context.Queue()
         workers = [
@@ -351,8 +355,7 @@ def _run_workers(
 def _progress(study: optuna.Study, spec: TuneSpec) -> Progress:
     trials = study.get_trials(deepcopy=False)
     complete = [t for t in trials if t.state == TrialState.COMPLETE]
-    pick = max if spec.direction == "maximize" else min
-    best = pick(complete, key=lambda t: t.value) if complete else None
+    best = min(complete, key=lambda t: spec.objective.sort_key(completed_value(t))) if complete else None
     return Progress(
         counted(trials),
         spec.trials,
@@ -362,20 +365,19 @@ def _progress(study: optuna.Study, spec: TuneSpec) -> Progress:
     )
 
 
-def study_verdict(study: optuna.Study, *, direction: str, precision: float, slo: str | None) -> Verdict | None:
+def study_verdict(study: optuna.Study, *, objective: Objective, precision: float, slo: Slo | None) -> Verdict | None:
     """The tuner's verdict over the study's completed trials (ties within `precision`, the engine default as
     baseline); None when none completed."""
     default = _default_trial(study)
     complete = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
-    limits = {limit.metric: limit.limit_s for limit in parse_slo(slo).limits} if slo else {}
     return decide(
         [
-            Finished(t.number, t.user_attrs.get("config", {}), t.user_attrs.get("metrics", {}), t.value)
+            Finished(t.number, t.user_attrs.get("config", {}), t.user_attrs.get("metrics", {}), completed_value(t))
             for t in complete
         ],
-        direction,
+        objective,
         precision,
-        limits,
+        slo.seconds() if slo else {},
         default.user_attrs.get("config") if default else None,
     )
 
@@ -386,9 +388,9 @@ def recommended_trial(study: optuna.Study) -> FrozenTrial | None:
     settings = study.user_attrs.get("pipedeck", {})
     verdict = study_verdict(
         study,
-        direction=study.direction.name.lower(),
+        objective=objective_named(settings.get("objective")),
         precision=search_precision(str(settings.get("backend", "sim"))),
-        slo=settings.get("slo"),
+        slo=saved_slo(settings),
     )
     return None if verdict is None else study.get_trials(deepcopy=False)[verdict.winner.number]
 
@@ -398,7 +400,7 @@ def _outcome(spec: TuneSpec, study: optuna.Study, db: str | Path, interrupted: b
     default = _default_trial(study)
     complete = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
     verdict = study_verdict(
-        study, direction=spec.direction, precision=search_precision(spec.backend, spec.precision), slo=spec.slo
+        study, objective=spec.objective, precision=search_precision(spec.backend, spec.precision), slo=spec.slo
     )
     best = next(t for t in complete if t.number == verdict.winner.number) if verdict else None
     finalists = {t.number: t for t in (best, default) if t is not None}
@@ -417,7 +419,7 @@ def _outcome(spec: TuneSpec, study: optuna.Study, db: str | Path, interrupted: b
             if number in run_ids:  # measured and stored by an earlier invocation
                 continue
             config = ServingConfig.from_dict(trial.user_attrs["config"]).resolve()
-            if spec.objective == "goodput":
+            if spec.objective == GOODPUT:
                 rate = trial.user_attrs["metrics"].get("goodput_rps")
                 if not rate:
                     continue
@@ -430,7 +432,7 @@ def _outcome(spec: TuneSpec, study: optuna.Study, db: str | Path, interrupted: b
     link_runs(db, spec.study, {n: run_ids[n] for n in finalists if n in run_ids})
     return TuneOutcome(
         study=spec.study,
-        direction=spec.direction,
+        objective=spec.objective,
         trials=counted(study.get_trials(deepcopy=False)),
         best=summarize(best) if best else None,
         default=summarize(default) if default else None,
@@ -456,34 +458,34 @@ def link_runs(db: str | Path, study: str, run_ids: dict[int, int]) -> None:
                 store.link_run(study, number, run_id)
 
 
-def _interval(spec: TuneSpec, study: optuna.Study, trial: FrozenTrial, stop: StopFlag) -> dict[str, object] | None:
+def _interval(spec: TuneSpec, study: optuna.Study, trial: FrozenTrial, stop: StopFlag) -> Interval | None:
     """The trial's goodput over `spec.repeats` seeds (its own measurement first), kept in the study to reuse.
 
     Under a lock of its own, not the study's: of workers ending together one
     measures it, while the others go on admitting and claiming trials.
     """
-    if spec.objective != "goodput" or spec.repeats < 2:
+    if spec.objective != GOODPUT or spec.repeats < 2:
         return None
     key = f"goodput_ci/{trial.number}/{spec.repeats}"
     with locked(spec.storage, f"{spec.study}/goodput_ci"):
         if key not in study.user_attrs:
             config = ServingConfig.from_dict(trial.user_attrs["config"]).resolve()
             seeds = [spec.seed + k for k in range(spec.repeats)]
-            values = [trial.value] + [
+            values = [completed_value(trial)] + [
                 Evaluator(dataclasses.replace(spec, seed=seed), stop).measure(config).value or 0.0 for seed in seeds[1:]
             ]
             study.set_user_attr(key, interval(values, seeds))
-    return study.user_attrs[key]
+    measured: Interval = study.user_attrs[key]
+    return measured
 
 
-def save_study(store: RunStore, name: str, settings: dict[str, object], storage: str) -> None:
+def save_study(store: RunStore, name: str, settings: dict[str, object], storage: str, *, slo: Slo | None) -> None:
     """Record the study in this host's run store, with its storage (a password in it hidden)."""
-    slo = settings.get("slo")
     store.save_study(
         name,
         scenario=str(settings["scenario"]),
         objective=str(settings["objective"]),
-        slo={} if not slo else parse_slo(str(slo)).to_dict(),
+        slo={} if slo is None else slo.to_dict(),
         settings=settings,
         storage=shown(storage),
     )

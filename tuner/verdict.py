@@ -21,10 +21,13 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from ..backends.config import ServingConfig
 from ..store import StudyRow, TrialRow
-from .objective import OBJECTIVES, config_key, search_precision
+from .objective import config_key, search_precision
+from .objectives import Objective, objective_named
+from .slo import Slo
 from .space import DIMENSIONS
 
 FREE_KNOBS = (
@@ -39,8 +42,8 @@ class Finished:
     """A completed trial as the verdict sees it."""
 
     number: int
-    config: dict[str, object]
-    metrics: dict[str, object]
+    config: dict[str, Any]  # as ServingConfig.to_dict() gives it
+    metrics: dict[str, Any]
     value: float
 
 
@@ -55,7 +58,7 @@ class Verdict:
 
 def decide(
     trials: Sequence[Finished],
-    direction: str,
+    objective: Objective,
     precision: float,
     limits: Mapping[str, float],
     baseline: Mapping[str, object] | None,
@@ -63,7 +66,7 @@ def decide(
     """The verdict over completed trials (None if there are none); `limits` maps ttft/tpot to SLO seconds."""
     if not trials:
         return None
-    best = max(t.value for t in trials) if direction == "maximize" else min(t.value for t in trials)
+    best = objective.best(t.value for t in trials)
     ties = _distinct([t for t in trials if _within(t.value, best, precision)])
     lowest = min(_load(t, limits) for t in ties)
     roomiest = [t for t in ties if _within(_load(t, limits), lowest, precision)]
@@ -71,7 +74,7 @@ def decide(
     return Verdict(winner, tuple(sorted(ties, key=lambda t: t.number)), free_knobs([t.config for t in ties]))
 
 
-def in_force(config: Mapping[str, object]) -> tuple[dict[str, object], str]:
+def in_force(config: Mapping[str, Any]) -> tuple[dict[str, Any], str]:
     """The config as it acts, and a one-line note when that differs from what it sets ("" otherwise).
 
     DCPP floors each chunk at min_chunk; with min_chunk >= chunk no chunk
@@ -137,8 +140,11 @@ def finished_rows(rows: Sequence[TrialRow]) -> list[Finished]:
 
 
 def stored_verdict(study: StudyRow, rows: Sequence[TrialRow]) -> Verdict | None:
-    """The verdict on a stored study; its baseline is its first trial (the engine default is enqueued first)."""
+    """The verdict on a stored study; its baseline is its first trial (the engine default is enqueued first).
+
+    Its objective is read from the store's text (an unknown one is a one-line ObjectiveError).
+    """
     baseline = min(rows, key=lambda r: r.number).config if rows else None
-    limits = {metric: float(limit["limit_s"]) for metric, limit in (study.slo or {}).items()}
+    limits = Slo.from_dict(study.slo).seconds() if study.slo else {}
     precision = search_precision(str((study.settings or {}).get("backend", "sim")))
-    return decide(finished_rows(rows), OBJECTIVES.get(study.objective or "", "maximize"), precision, limits, baseline)
+    return decide(finished_rows(rows), objective_named(study.objective), precision, limits, baseline)

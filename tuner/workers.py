@@ -15,14 +15,16 @@ import socket
 import time
 import warnings
 from collections.abc import Callable
+from typing import Protocol
 
 import numpy as np
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from ..backends.errors import ConfigError
-from .objective import FINISHED, WAIT_S, Objective, TuneInterrupted, TuneSpec
+from .objective import FINISHED, WAIT_S, StopFlag, TrialObjective, TuneInterrupted
 from .recovery import recover_abandoned, retry, watched
+from .spec import TuneSpec
 from .storage import LOST, StudyLock, has_heartbeat, lost_connection, open_storage
 
 POLL_S = 0.25  # how often the tune process syncs the run store and shows progress
@@ -60,7 +62,13 @@ def register(study: optuna.Study) -> int:
     return number
 
 
-def admit(study: optuna.Study, spec: TuneSpec, stop: object, cap: int | None) -> str:
+class ErrorSink(Protocol):
+    """Where a worker hands its failure to the tune process: a queue (of processes or of threads)."""
+
+    def put(self, error: Exception, /) -> None: ...
+
+
+def admit(study: optuna.Study, spec: TuneSpec, stop: StopFlag, cap: int | None) -> str:
     """GO (ask a trial now), WAIT (others' trials may still fail and need this worker) or DONE.
 
     Take the study's lock around it and around the ask that follows GO:
@@ -86,7 +94,7 @@ def admit(study: optuna.Study, spec: TuneSpec, stop: object, cap: int | None) ->
     return GO if finished + running < spec.trials else WAIT
 
 
-def worker(spec: TuneSpec, stop: object, index: int, in_process: bool, errors: object) -> None:
+def worker(spec: TuneSpec, stop: StopFlag, index: int, in_process: bool, errors: ErrorSink) -> None:
     """Run trials until the study has enough, the deadline passes, or stop is set; report failures on `errors`."""
     try:
         work(spec, stop, in_process)
@@ -100,14 +108,14 @@ class OrphanStop:
     """A worker process's stop flag: set by the tune process, or gone with it (killed with SIGKILL, say), so that
     no worker goes on running the study without the process that reports it."""
 
-    def __init__(self, stop: object):
+    def __init__(self, stop: StopFlag):
         self.stop, self.parent = stop, os.getppid()
 
     def is_set(self) -> bool:
         return self.stop.is_set() or os.getppid() != self.parent
 
 
-def work(spec: TuneSpec, stop: object, in_process: bool) -> None:
+def work(spec: TuneSpec, stop: StopFlag, in_process: bool) -> None:
     if not in_process:
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent handles Ctrl-C
         stop = OrphanStop(stop)
@@ -121,7 +129,7 @@ def work(spec: TuneSpec, stop: object, in_process: bool) -> None:
         study = optuna.load_study(
             study_name=spec.study, storage=storage, sampler=make_sampler(spec.sampler, seed_stream(spec.seed, number))
         )
-        objective = Objective(spec, stop, lock)
+        objective = TrialObjective(spec, stop, lock)
         me = {"host": socket.gethostname(), "pid": os.getpid(), "number": number}
 
         def admitted(trial: optuna.Trial) -> float:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import textwrap
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import plotly.graph_objects as go
@@ -12,7 +12,6 @@ import plotly.io as pio
 from plotly.colors import find_intermediate_color, hex_to_rgb, label_rgb, qualitative
 
 from ...backends.result import RunResult
-from ...tuner.slo import DEFAULT_PERCENTILE, SLO, Limit
 
 RUN_COLOURS: list[str] = qualitative.Plotly  # plotly's default qualitative palette, as hex strings
 DASHES = ("solid", "dashdot", "longdashdot", "longdash")  # a config's first run, then the others (not the SLO's dashes)
@@ -70,13 +69,3 @@ def styled(fig: go.Figure, title: str, height: int, legend_row: bool = False) ->
             legend=dict(orientation="h", x=0, xanchor="left", yref="container", y=1 - 48 / height, yanchor="top")
         )
     return fig
-
-
-def slo_from_dict(limits: Mapping[str, Mapping[str, float]]) -> SLO:
-    """The SLO a study stores as {"ttft": {"limit_s": .., "percentile": ..}, ...}."""
-    return SLO(
-        tuple(
-            Limit(metric, float(v["limit_s"]), float(v.get("percentile", DEFAULT_PERCENTILE)))
-            for metric, v in limits.items()
-        )
-    )

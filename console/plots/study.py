@@ -12,19 +12,13 @@ import plotly.graph_objects as go
 from ...backends.policies.modes import MODES
 from ...backends.tokens import format_tokens
 from ...store import TrialRow
-from ...tuner.confidence import clear_win
+from ...tuner.confidence import clear_win, stored_interval
 from ...tuner.importance import MIN_TRIALS, too_few_text
-from ...tuner.objective import OBJECTIVE_LABELS, OBJECTIVE_NAMES, better_by
+from ...tuner.objectives import Objective
 from .common import run_colour, styled
 from .table import CELL_PX
 
-OBJECTIVE_METRICS = {"goodput": "goodput_rps", "ttft": "ttft_mean_s", "throughput": "throughput_tok_s"}
 PRUNED_COLOUR = "#9a9a9a"
-
-
-def objective_label(objective: str | None) -> str:
-    """The axis label of a study's objective."""
-    return OBJECTIVE_LABELS.get(objective or "", "objective")
 
 
 def completed(trials: Sequence[TrialRow]) -> list[TrialRow]:
@@ -38,12 +32,12 @@ def optuna_history(study: optuna.Study, label: str) -> go.Figure:
     return _history_axes(fig, label, len(study.trials) - 1)
 
 
-def history_from_trials(trials: Sequence[TrialRow], direction: str, label: str) -> go.Figure:
+def history_from_trials(trials: Sequence[TrialRow], objective: Objective, label: str) -> go.Figure:
     """The optimisation history built from the run store's trials (when Optuna's storage is gone)."""
     done = completed(trials)
     numbers = [t.number for t in done]
     values = np.array([t.objective for t in done], dtype=float)
-    best = np.maximum.accumulate(values) if direction == "maximize" else np.minimum.accumulate(values)
+    best = objective.running_best(values)
     fig = go.Figure(
         [
             go.Scatter(
@@ -203,42 +197,40 @@ def _measured(key: str, metrics: dict[str, object]) -> float | None:
     return None if value is None or (key.startswith("tpot") and value == 0) else float(value)
 
 
-def improvement(best: float, default: float, direction: str) -> float | None:
+def improvement(best: float, default: float, objective: Objective) -> float | None:
     """How many times better best is than default (above 1 is better, whatever the direction)."""
     if not best or not default:
         return None
-    return best / default if direction == "maximize" else default / best
+    return objective.ratio(best, default)
 
 
-def _gain_cell(
-    best: TrialRow, default: TrialRow | None, gain: float | None, objective: str | None, direction: str
-) -> str:
+def _gain_cell(best: TrialRow, default: TrialRow | None, gain: float | None, objective: Objective) -> str:
     """How much better the best is, in the objective's terms (in bold unless the paired seeds say it is not a
     clear win, as `tune` says it)."""
     if gain is None or default is None:
         return ""
-    text = better_by(objective, gain) if objective in OBJECTIVE_NAMES else f"{gain:.2f}x better"
-    win = clear_win(best.metrics.get("goodput_ci"), default.metrics.get("goodput_ci"), direction)
+    text = objective.better_by(gain)
+    win = clear_win(stored_interval(best.metrics), stored_interval(default.metrics), objective)
     return f"{text}: not a clear win" if win is False else f"<b>{text}</b>"
 
 
-def best_vs_default(best: TrialRow, default: TrialRow | None, objective: str | None, direction: str) -> go.Figure:
+def best_vs_default(best: TrialRow, default: TrialRow | None, objective: Objective) -> go.Figure:
     """A table of the best trial's config and metrics next to the default config's, with their ratio."""
-    label = objective_label(objective)
+    label = objective.label
     shown = [best] + ([default] if default is not None else [])
     rows: list[list[str]] = []
     for name, cell in _CONFIG_ROWS:
         rows.append([name, *(cell(t.config) if t.config else "-" for t in shown), ""])
-    gain = improvement(best.objective, default.objective, direction) if default is not None else None
+    gain = improvement(best.objective, default.objective, objective) if default is not None else None
     rows.append(
         [
             f"<b>{label}</b>",
             *(f"<b>{t.objective:.4g}</b>" for t in shown),
-            _gain_cell(best, default, gain, objective, direction),
+            _gain_cell(best, default, gain, objective),
         ]
     )
     for key, name, scale, fmt in _METRIC_ROWS:
-        if key == OBJECTIVE_METRICS.get(objective or "") or not any(key in t.metrics for t in shown):
+        if key == objective.metric or not any(key in t.metrics for t in shown):
             continue
         values = [_measured(key, t.metrics) for t in shown]
         ratio = ""

@@ -11,7 +11,7 @@ import plotly.graph_objects as go
 
 from ...backends.result import RunResult, RunSummary
 from ...backends.tokens import format_tokens
-from ...tuner.slo import SLO
+from ...tuner.slo import Slo
 from .common import PlotRun, styled
 
 BETTER, WORSE, PLAIN = "#1e8449", "#c0392b", "#222"
@@ -80,14 +80,14 @@ ROWS = (
 )
 
 
-def _verdict(slo: SLO, result: RunResult) -> str:
+def _verdict(slo: Slo, result: RunResult) -> str:
     """met or missed, naming the limits the run has no value for (they hold: nothing to exceed them)."""
     verdict = "met" if slo.met(result) else "missed"
     undefined = slo.undefined(result)
     return verdict + (f" ({', '.join(undefined)} n/a)" if undefined else "")
 
 
-def _slo_rows(slo: SLO) -> tuple[Row, ...]:
+def _slo_rows(slo: Slo) -> tuple[Row, ...]:
     return (
         Row(f"SLO {slo.text()}", lambda r, s: _verdict(slo, r)),
         Row("SLO attainment", lambda r, s: slo.attainment(r), ".1%", "high", points=True),
@@ -120,7 +120,7 @@ class Cell:
     colour: str = PLAIN
 
 
-def metric_rows(slo: SLO | None = None) -> tuple[Row, ...]:
+def metric_rows(slo: Slo | None = None) -> tuple[Row, ...]:
     """The table's rows, with the SLO's verdict and attainment when one is given."""
     return ROWS + (_slo_rows(slo) if slo is not None else ())
 
@@ -132,7 +132,7 @@ def references(results: Sequence[RunResult]) -> list[int]:
     return [first.setdefault((r.scenario, r.rate), i) for i, r in enumerate(results)]
 
 
-def run_cells(results: Sequence[RunResult], slo: SLO | None = None) -> list[list[Cell]]:
+def run_cells(results: Sequence[RunResult], slo: Slo | None = None) -> list[list[Cell]]:
     """Per run, one cell per row; numbers carry their delta against the first run of the same scenario and rate."""
     rows = metric_rows(slo)
     summaries = [result.summary() for result in results]
@@ -161,7 +161,7 @@ def rows_px(rows: Sequence[Sequence[str]], shares: Sequence[float], margins_px: 
     return sum(CELL_PX + 1 + LINE_PX * (n - 1) for n in lines)
 
 
-def metrics_table(runs: Sequence[PlotRun], slo: SLO | None = None) -> go.Figure:
+def metrics_table(runs: Sequence[PlotRun], slo: Slo | None = None) -> go.Figure:
     """A table with one column per run; numeric cells carry their delta against the first run of the same scenario
     and rate, green and "better" or red and "worse". The figure is as tall as its rows wrap on a narrow page."""
     rows = metric_rows(slo)

@@ -24,7 +24,7 @@ from ...backends.registry import BACKENDS, backend_entry, make_backend
 from ...backends.result import RunResult
 from ...scenarios import Scenario, catalog, load_scenario
 from ...store import ConfigRow, RunRow, StoreError
-from ...tuner.slo import SLO, SLOError, parse_slo
+from ...tuner.slo import Slo, SLOError, parse_slo
 from ...tuner.study import open_store
 from .livestats import PERCENTILES, LiveStats
 from .messages import RunFailed, RunFinished, RunProgress, RunStarted, RunStopped, StoreListed
@@ -72,7 +72,7 @@ def seconds(value: float) -> str:
     return f"{value:.3g} s" if value < 1000 else f"{value:,.0f} s"
 
 
-def latency_table(stats: LiveStats | None, slo: SLO | None) -> Group:
+def latency_table(stats: LiveStats | None, slo: Slo | None) -> Group:
     """TTFT and TPOT P50/P90/P99 so far, then a line per SLO limit saying whether it holds.
 
     The limit's percentile is green when met and red when not. The verdicts sit under the table, not in a
@@ -142,7 +142,7 @@ class LiveScreen(View):
     def __init__(self, *args: object, **kwargs: object) -> None:
         super().__init__(*args, **kwargs)
         self.stats: LiveStats | None = None
-        self.slo: SLO | None = parse_slo(DEFAULT_SLO)
+        self.slo: Slo | None = parse_slo(DEFAULT_SLO)
         self.window = WINDOWS_S.index(5.0)
         self.worker: Worker[None] | None = None
         self.running = ""  # what the status line says while a run goes (the locked controls show its config)

@@ -23,20 +23,14 @@ from ...backends.tokens import format_tokens
 from ...scenarios import catalog
 from ...store import TrialRow
 from ...tuner.export import export_best
-from ...tuner.objective import OBJECTIVES, TuneSpec, better_by
-from ...tuner.slo import SLOError
+from ...tuner.inputs import DEFAULT_TRIALS, TuneInputError, TuneInputs, build_spec, default_engine
+from ...tuner.objectives import GOODPUT, OBJECTIVES, Objective, objective_named
+from ...tuner.slo import SLOError, parse_slo
 from ...tuner.space import knob_settings
+from ...tuner.spec import TuneSpec
 from ...tuner.study import Progress, open_store, run_study
-from ..tunespec import (
-    DEFAULT_SCENARIO,
-    DEFAULT_TRIALS,
-    TuneInputError,
-    TuneInputs,
-    build_spec,
-    default_engine,
-    stored_runs_text,
-    value_text,
-)
+from ..options import DEFAULT_SCENARIO
+from ..tunespec import stored_runs_text
 from .fields import error_field, form_fields
 from .messages import Exported, TrialsUpdated, TuneEnded, TuneFailed, WorkFailed
 from .view import DEFAULT_SLO, View, choose, cursor_key, one_line, shown_path, typed_number
@@ -50,23 +44,18 @@ TRIAL_COLUMNS = ("#", "state", "{unit}", "tp×pp", "chunk", "mode")
 NO_DETAIL = "a trial's layer split and other knobs show here"
 
 
-def objective_unit(objective: str) -> str:
-    """The unit the trials table's objective column heads: req/s, s mean TTFT, tok/s."""
-    return value_text(objective, 0.0).partition(" ")[2]
-
-
 def trial_settings(trial: TrialRow) -> dict[str, object]:
     """What a trial ran, by config field: its config, or the parameters of one whose config could not run."""
     return {**{k.replace("-", "_"): v for k, v in trial.params.items()}, **(trial.config or {})}
 
 
-def trial_cells(trial: TrialRow, objective: str) -> tuple[str, ...]:
+def trial_cells(trial: TrialRow, objective: Objective) -> tuple[str, ...]:
     """A trial as table cells, figures first: number, state, objective (its unit in the header), tp x pp, chunk,
     mode."""
     value = (
         "-"
         if trial.objective is None or trial.state != "COMPLETE"
-        else value_text(objective, trial.objective).partition(" ")[0]
+        else objective.value_text(trial.objective).partition(" ")[0]
     )
     known = trial_settings(trial)
     return (
@@ -95,15 +84,15 @@ def engine_for(mode: str, preferred: str) -> str:
     return next((name for name, engine in ENGINES.items() if mode in engine.modes), preferred)
 
 
-def best_text(trial: TrialRow | None, objective: str, ratio: float | None) -> Text:
+def best_text(trial: TrialRow | None, objective: Objective, ratio: float | None) -> Text:
     """The best trial so far, how it compares with the default (when known), its config and latencies, then its
     other knobs: the most telling first, since a short panel shows the rest by scrolling."""
     if trial is None or trial.objective is None:
         return Text("no completed trial yet", style="dim")
     config, metrics = trial.config or {}, trial.metrics or {}
-    text = Text.assemble((f"trial {trial.number}: ", "bold"), (value_text(objective, trial.objective), "bold green"))
+    text = Text.assemble((f"trial {trial.number}: ", "bold"), (objective.value_text(trial.objective), "bold green"))
     if ratio is not None:
-        text.append(f"\n{better_by(objective, ratio)} than the default config", style="bold")
+        text.append(f"\n{objective.better_by(ratio)} than the default config", style="bold")
     split = ",".join(map(str, config.get("layer_split") or ()))
     text.append(
         f"\n{config.get('mode')} {config.get('tp')}×{config.get('pp')} chunk "
@@ -156,7 +145,11 @@ class TuneScreen(View):
             )
             yield Label("objective")
             yield Select(
-                [(name, name) for name in OBJECTIVES], value="goodput", allow_blank=False, compact=True, id="objective"
+                [(name, name) for name in OBJECTIVES],
+                value=GOODPUT.name,
+                allow_blank=False,
+                compact=True,
+                id="objective",
             )
             yield Label("SLO")
             yield Input(DEFAULT_SLO, compact=True, id="slo")
@@ -192,7 +185,7 @@ class TuneScreen(View):
                 yield DataTable(id="trials-table", cursor_type="row", zebra_stripes=True, classes="panel")
                 yield Static(Text(NO_DETAIL, style="dim"), id="trial-detail")
             with Vertical(id="tune-side"):
-                yield Static(best_text(None, "goodput", None), id="best", classes="panel")
+                yield Static(best_text(None, GOODPUT, None), id="best", classes="panel")
                 yield TrialChart(id="chart")
         with Horizontal(classes="actions", id="export-row"):
             yield Label("export")
@@ -290,8 +283,8 @@ class TuneScreen(View):
             model=str(self.query_one("#model", Select).value),
             hardware=str(self.query_one("#hardware", Select).value),
             devices=typed_number(text["devices"], int, "devices"),
-            slo=text["slo"] or None,
-            objective=str(self.query_one("#objective", Select).value),
+            slo=parse_slo(text["slo"]) if text["slo"] else None,
+            objective=objective_named(self.query_one("#objective", Select).value),
             fixes=tuple(text["fix"].split()),
             trials=typed_number(text["trials"], int, "trials"),
             study=text["study"] or None,
@@ -385,7 +378,7 @@ class TuneScreen(View):
         self._show_best(None)
         target = f"/{p.target}" if p.target else ""
         running = f", {p.running} running" if p.running else ""
-        best = "" if p.best_value is None else f"; best {value_text(objective, p.best_value)} (trial {p.best_trial})"
+        best = "" if p.best_value is None else f"; best {objective.value_text(p.best_value)} (trial {p.best_trial})"
         if self.phase == "running":
             self._status(f"{p.finished}{target} trials{running}{best}")
 
@@ -434,8 +427,8 @@ class TuneScreen(View):
     # -- drawing ------------------------------------------------------------------------------
 
     @property
-    def _objective(self) -> str:
-        return self.spec.objective if self.spec else str(self.query_one("#objective", Select).value)
+    def _objective(self) -> Objective:
+        return self.spec.objective if self.spec else objective_named(self.query_one("#objective", Select).value)
 
     def _show_best(self, ratio: float | None) -> None:
         objective = self._objective
@@ -451,7 +444,7 @@ class TuneScreen(View):
         """Empty the trials table and head its columns, the objective's with its unit."""
         table = self.query_one(DataTable)
         table.clear(columns=True)
-        table.add_columns(*(name.format(unit=objective_unit(self._objective)) for name in TRIAL_COLUMNS))
+        table.add_columns(*(name.format(unit=self._objective.unit) for name in TRIAL_COLUMNS))
         self._show_detail()
 
     def _set_phase(self, phase: str) -> None:
