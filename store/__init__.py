@@ -11,6 +11,8 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # what type checkers see; at run time __getattr__ imports each name on first use
     from .errors import StoreError as StoreError
+    from .errors import StoreFailure as StoreFailure
+    from .errors import StoreInputError as StoreInputError
     from .paths import ENV_VAR as ENV_VAR
     from .paths import default_db_path as default_db_path
     from .rows import ConfigRow as ConfigRow

@@ -175,12 +175,13 @@ class _StopObserver(RunObserver):
 
 
 def _latency_metrics(result: RunResult) -> Metrics:
-    s: dict[str, Any] = result.summary()
+    s = result.summary()
+    ttft = s["ttft_s"] or {}  # None: no request finished (a live run that served nothing stops before this)
     tpot = s["tpot_s"] or {}  # None: every output is one token, so there is no TPOT
     return {
-        "ttft_mean_s": s["ttft_s"]["mean"],
-        "ttft_p90_s": s["ttft_s"]["p90"],
-        "ttft_p99_s": s["ttft_s"]["p99"],
+        "ttft_mean_s": ttft.get("mean"),
+        "ttft_p90_s": ttft.get("p90"),
+        "ttft_p99_s": ttft.get("p99"),
         "tpot_mean_s": tpot.get("mean"),
         "tpot_p90_s": tpot.get("p90"),
         "tpot_p99_s": tpot.get("p99"),
