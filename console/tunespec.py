@@ -15,7 +15,7 @@ from ..backends.footprint import check_footprint
 from ..backends.memory import weight_bytes_per_device
 from ..backends.policies.modes import MODES
 from ..backends.profiles import load_hardware
-from ..backends.registry import backend_entry
+from ..backends.registry import backend_entry, backend_tag
 from ..scenarios import PipedeckError, load_scenario
 from ..tuner.objective import TuneSpec, space_context
 from ..tuner.slo import parse_slo
@@ -127,7 +127,7 @@ def build_spec(inputs: TuneInputs, db: str | Path) -> TuneSpec:
         devices,
         objective,
         slo_text,
-        "" if inputs.backend == "sim" else inputs.backend,
+        backend_tag(inputs.backend),
     )
     make_sampler(inputs.sampler, 0)
     spec = TuneSpec(

@@ -15,7 +15,7 @@ import pytest
 
 from pipedeck.backends.config import ServingConfig
 from pipedeck.backends.launch import ExportError
-from pipedeck.backends.live.launcher import LaunchError, server_command, start_server
+from pipedeck.backends.live.launcher import LaunchError, ServerLaunch, server_command
 from pipedeck.console.cli import cli
 from pipedeck.console.errors import run_cli
 
@@ -105,7 +105,7 @@ def test_a_live_server_loads_the_operator_s_model_without_the_profile_s_checkpoi
 def test_a_server_starts_answers_health_and_stops_by_its_pid(tmp_path, monkeypatch):
     monkeypatch.setenv("FAKE_ENGINE_DELAY", "0.3")
     log = tmp_path / "server.log"
-    with start_server(ServingConfig(**CPU).resolve(), "llama-server", "tiny.gguf", log, program=FAKE) as server:
+    with ServerLaunch("llama-server", "tiny.gguf", log, program=FAKE).start(ServingConfig(**CPU).resolve()) as server:
         assert httpx.get(f"{server.url}/health").status_code == 200
         pid = server.process.pid
     assert not alive(pid) and "--parallel 4" in log.read_text()
@@ -127,13 +127,8 @@ def test_a_server_that_never_gets_healthy_is_one_line_and_leaves_nothing_running
     monkeypatch.setenv("FAKE_ENGINE", behaviour)
     started = popen_log
     with pytest.raises(LaunchError, match=message):
-        start_server(
-            ServingConfig(**CPU).resolve(),
-            "llama-server",
-            "tiny.gguf",
-            tmp_path / "log",
-            program=FAKE,
-            health_timeout_s=1.0,
+        ServerLaunch("llama-server", "tiny.gguf", tmp_path / "log", program=FAKE, health_timeout_s=1.0).start(
+            ServingConfig(**CPU).resolve()
         )
     assert started and not alive(started[0].pid)
 
@@ -181,7 +176,7 @@ def test_a_program_that_cannot_start_leaves_no_log(tmp_path):
     program.chmod(0o755)
     log = tmp_path / "log"
     with pytest.raises(LaunchError, match=r"^log: cannot start llama-server"):
-        start_server(ServingConfig(**CPU).resolve(), "llama-server", "tiny.gguf", log, program=(str(program),))
+        ServerLaunch("llama-server", "tiny.gguf", log, program=(str(program),)).start(ServingConfig(**CPU).resolve())
     assert not log.exists()
 
 

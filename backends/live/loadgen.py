@@ -182,12 +182,25 @@ async def _first_model(client: httpx.AsyncClient, required: bool) -> dict:
             raise ValueError("the first entry has no id")
     except (httpx.HTTPError, ValueError, KeyError, IndexError, TypeError) as err:
         if required:
-            raise ServerUnreachable(
-                f"endpoint: {client.base_url.join('/v1/models')} lists no model "
-                f"({type(err).__name__}: {err}); is the server up? (or name the model to request)"
-            ) from None
+            raise no_model_listed(str(client.base_url.join("/v1/models")), err) from None
         return {}
     return entry
+
+
+def no_model_listed(url: str, err: Exception) -> ServerUnreachable:
+    """The one-line error of a `/v1/models` at `url` that did not answer with a model."""
+    return ServerUnreachable(
+        f"endpoint: {url} lists no model ({type(err).__name__}: {err}); is the server up? (or name the model to request)"
+    )
+
+
+def check_endpoint(base_url: str, timeout_s: float = 10.0) -> None:
+    """ServerUnreachable (one line) unless the server at `base_url` answers GET /v1/models."""
+    url = f"{base_url}/v1/models"
+    try:
+        httpx.get(url, timeout=timeout_s)
+    except httpx.HTTPError as err:
+        raise no_model_listed(url, err) from None
 
 
 class _Run:
