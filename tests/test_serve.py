@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import os
 import re
 import signal
@@ -15,11 +16,12 @@ import pytest
 
 from pipedeck.backends.config import ServingConfig
 from pipedeck.backends.launch import ExportError
-from pipedeck.backends.live.launcher import LaunchError, ServerLaunch, server_command
+from pipedeck.backends.live.launcher import LaunchError, ServerLaunch, Terminated, server_command, serving
 from pipedeck.console.cli import cli
 from pipedeck.console.errors import run_cli
 
 FAKE = (sys.executable, str(Path(__file__).parent / "data" / "fake_engine.py"))
+LAUNCH_FLAGS = {"--program", "--log", "--health-timeout"}
 CPU = dict(model="qwen2.5-14b", hardware="a100-40g-pcie", tp=1, pp=1, chunk=512, max_running=4, kv_capacity=4096)
 
 
@@ -109,6 +111,37 @@ def test_a_server_starts_answers_health_and_stops_by_its_pid(tmp_path, monkeypat
         assert httpx.get(f"{server.url}/health").status_code == 200
         pid = server.process.pid
     assert not alive(pid) and "--parallel 4" in log.read_text()
+
+
+def test_serving_stops_its_server_when_sigterm_interrupts_the_block_and_restores_the_handlers(tmp_path):
+    """The one lifecycle: whoever holds a server in `serving` (serve, calibrate, the Live view) gets it stopped."""
+    before = signal.getsignal(signal.SIGTERM)
+    launch = ServerLaunch("llama-server", "tiny.gguf", tmp_path / "server.log", program=FAKE)
+    with pytest.raises(Terminated), serving(launch, ServingConfig(**CPU).resolve()) as server:
+        assert (tmp_path / "server.log.pid").exists()
+        os.kill(os.getpid(), signal.SIGTERM)
+        pytest.fail("SIGTERM did not interrupt the block")  # the handler raises as soon as os.kill returns
+    assert not alive(server.process.pid) and not (tmp_path / "server.log.pid").exists()
+    assert signal.getsignal(signal.SIGTERM) is before
+
+
+def test_the_launch_options_are_declared_once_for_every_command_that_takes_them():
+    """serve, calibrate and tune --launch take --program, --log and --health-timeout from console/backend_options.py."""
+    from pipedeck.console.calibrate import calibrate
+    from pipedeck.console.serve import serve
+
+    console = Path(__file__).resolve().parent.parent / "console"
+    declaring = {
+        path.name
+        for path in console.rglob("*.py")
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.Call)
+        and getattr(node.func, "attr", None) == "option"
+        and any(isinstance(a, ast.Constant) and a.value in LAUNCH_FLAGS for a in node.args)
+    }
+    assert declaring == {"backend_options.py"}
+    for command in (serve, calibrate):
+        assert {opt for p in command.params for opt in p.opts} >= LAUNCH_FLAGS
 
 
 @pytest.mark.parametrize(
