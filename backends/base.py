@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, NamedTuple, Protocol
 
@@ -11,6 +12,7 @@ from .result import RequestRecord, RunResult, Span
 if TYPE_CHECKING:
     from ..scenarios.scenario import Scenario
     from .config import ServingConfig
+    from .footprint import Footprint
 
 
 class Snapshot(NamedTuple):
@@ -53,13 +55,20 @@ class Capabilities:
     reconfigurable: bool  # can switch configs between runs without a restart
     paced: bool  # runs in real time (live clusters) rather than as fast as it can
     endpoint: bool = False  # drives a server: made with `endpoint=URL`, or `launch=ENGINE, model_path=W` to start one
+    simulated: bool = False  # a model of a cluster: any run can be repeated here at will, with the same figures
 
 
 class Backend(Protocol):
-    """Runs a scenario under a serving config."""
+    """Runs a scenario under a serving config; `check()` before the first run, `close()` when done."""
 
     name: str
     capabilities: Capabilities
+
+    def check(self) -> None:
+        """Verify it can run (a server answers, an engine's program exists); a one-line PipedeckError otherwise."""
+
+    def close(self) -> None:
+        """Release what it holds (a server it launched); closing twice is harmless."""
 
     def run(
         self,
@@ -71,3 +80,22 @@ class Backend(Protocol):
         observer: RunObserver | None = None,
         timeline: bool = True,
     ) -> RunResult: ...
+
+
+@dataclass(frozen=True)
+class BackendDeclaration:
+    """What a backend's package announces through the `pipedeck.backends` entry-point group.
+
+    `make` takes the backend's keyword options (an endpoint, say) and refuses
+    others in one line; `footprint` takes (scenario, config or None, requests,
+    seed, rate, timeline) and estimates the run's memory (None: it holds
+    nothing per request). `shown`: listings and study names tag runs with the
+    backend's name (False for the default backend, whose runs go untagged).
+    """
+
+    name: str
+    title: str  # one line, e.g. "embedded simulator"
+    capabilities: Capabilities
+    make: Callable[..., Backend]
+    footprint: Callable[..., Footprint] | None = None
+    shown: bool = True

@@ -2,8 +2,8 @@
 
 The one guard on a run's size, called before a single request is drawn by
 the CLI (`simulate`, `run`, `tune`), the console's Live view, and each
-backend's own `run`. Every backend declares its estimate with its registry
-entry (`BackendEntry.footprint`): what its run holds per request, measured
+backend's own `run`. Every backend declares its estimate in its own
+declaration (`BackendDeclaration.footprint`): what its run holds per request, measured
 by a benchmark and counted from a sample of the workload. A run whose
 estimate is more than the machine has available (`MemAvailable`) is refused
 in one line with the estimate.

@@ -1,128 +1,90 @@
-"""Backends by name: how to make each one and what it can do.
+"""Backends by name: the ones installed, found through the `pipedeck.backends` entry-point group.
+
+Each backend's package declares itself (a `BackendDeclaration`: name, title,
+capabilities, factory, footprint estimate) and names that declaration in its
+distribution's entry points, the way Harlequin finds its adapters:
+
+    [project.entry-points."pipedeck.backends"]
+    mine = "my_package.declaration:MINE"
 
 The CLI (`--backend NAME`), the tuner and the console look backends up here
-and never construct one by hand, so a new backend is a new package plus one
-`register_backend` call.
+and never construct one by hand; this module names none of them. A
+declaration loads when the registry is first asked, so it should import
+little (the live backend's HTTP stack loads with its first run).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
+import contextlib
+import functools
+from collections.abc import Iterator
+from importlib.metadata import entry_points
 
-from .base import Backend, Capabilities
+from ..errors import RuntimeFailure
+from .base import Backend, BackendDeclaration, Capabilities
 from .errors import ConfigError
-from .footprint import Footprint
+
+GROUP = "pipedeck.backends"
 
 
-@dataclass(frozen=True)
-class BackendEntry:
-    """A backend's name, a one-line title, what it can do, how to make one, and the memory its run needs."""
-
-    name: str
-    title: str
-    capabilities: Capabilities
-    make: Callable[..., Backend]  # keyword options (an endpoint, say) -> a backend
-    # (scenario, config or None, requests, seed, rate, timeline) -> its estimate; None: it holds nothing per request
-    footprint: Callable[..., Footprint] | None = None
+class BackendLoadError(RuntimeFailure):
+    """An installed backend's entry point could not be loaded, or did not name a declaration; one line naming it."""
 
 
-BACKENDS: dict[str, BackendEntry] = {}
+@functools.cache
+def backends() -> dict[str, BackendDeclaration]:
+    """Every installed backend's declaration by name (read once): the default (untagged) one first, then by name."""
+    found: dict[str, BackendDeclaration] = {}
+    for point in entry_points(group=GROUP):
+        try:
+            declared = point.load()
+        except Exception as err:  # noqa: BLE001 - whatever a broken plugin raises becomes one line naming it
+            raise BackendLoadError(
+                f"backend: the {GROUP} entry point {point.name!r} ({point.value}) failed to load: "
+                f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"
+            ) from None
+        if not isinstance(declared, BackendDeclaration) or declared.name != point.name:
+            raise BackendLoadError(
+                f"backend: the {GROUP} entry point {point.name!r} ({point.value}) names no "
+                f"BackendDeclaration called {point.name!r}"
+            )
+        found[point.name] = declared
+    if not found:
+        raise BackendLoadError(f"backend: no backend is installed (no {GROUP} entry point); reinstall pipedeck")
+    return {name: found[name] for name in sorted(found, key=lambda name: (found[name].shown, name))}
 
 
-def register_backend(entry: BackendEntry) -> BackendEntry:
-    """Make a backend available by name everywhere."""
-    BACKENDS[entry.name] = entry
-    return entry
-
-
-def backend_entry(name: str) -> BackendEntry:
-    """The registered backend called `name`; a one-line ConfigError naming the choices otherwise."""
+def backend_entry(name: str) -> BackendDeclaration:
+    """The installed backend called `name`; a one-line ConfigError naming the choices otherwise."""
     try:
-        return BACKENDS[name]
+        return backends()[name]
     except KeyError:
-        raise ConfigError(f"backend: unknown backend {name!r}; allowed: {', '.join(BACKENDS)}") from None
+        raise ConfigError(f"backend: unknown backend {name!r}; allowed: {', '.join(backends())}") from None
+
+
+def capabilities_of(name: str) -> Capabilities | None:
+    """What the backend a stored run names can do; None if no such backend is installed here."""
+    found = backends().get(name)
+    return None if found is None else found.capabilities
+
+
+def backend_tag(name: str) -> str:
+    """How listings tag a run on backend `name`: its name, or '' for a backend that declares itself untagged."""
+    found = backends().get(name)
+    return "" if found is not None and not found.shown else name
 
 
 def make_backend(name: str, **options: object) -> Backend:
-    """A new backend of the registered kind `name`."""
+    """A new backend of the installed kind `name` (not yet checked; `open_backend` checks and closes it)."""
     return backend_entry(name).make(**options)
 
 
-def _simulator(**options: object) -> Backend:
-    from .sim import SimBackend
-
-    if options:
-        raise ConfigError(f"backend: the simulator takes no options, got {', '.join(sorted(options))}")
-    return SimBackend()
-
-
-def _simulator_footprint(*args: object) -> Footprint:
-    from .sim.footprint import estimate
-
-    return estimate(*args)
-
-
-def _live_footprint(*args: object) -> Footprint:
-    from .live.footprint import estimate
-
-    return estimate(*args)
-
-
-def _live(
-    endpoint: str | None = None,
-    launch: str | None = None,
-    model_path: str | None = None,
-    program: str | None = None,
-    health_timeout_s: float = 600.0,
-    log_dir: str = "pipedeck-servers",
-    **load: object,
-) -> Backend:
-    """A server at `endpoint`, or one launched per config: `launch=ENGINE, model_path=W` (logs in `log_dir`)."""
-    from .live.backend import LiveBackend
-    from .live.launching import LaunchingBackend
-    from .live.loadgen import LoadOptions
-
-    if endpoint and launch:
-        raise ConfigError("endpoint: give either the server's URL or an engine to launch, not both")
-    if not endpoint and not launch:
-        raise ConfigError(
-            "endpoint: the live backend needs the server's URL, e.g. http://127.0.0.1:8000, or an engine to launch"
-        )
+@contextlib.contextmanager
+def open_backend(name: str, **options: object) -> Iterator[Backend]:
+    """A new backend of kind `name`, checked that it can run, and closed however the block ends."""
+    backend = make_backend(name, **options)
     try:
-        options = LoadOptions(**load)
-    except TypeError as err:
-        raise ConfigError(f"backend: the live backend does not take {err}") from None
-    if launch:
-        return LaunchingBackend(
-            launch, model_path, log_dir, program=program, health_timeout_s=health_timeout_s, options=options
-        )
-    return LiveBackend(endpoint, options)
-
-
-def _register_builtin() -> None:
-    from .policies.modes import MODES
-
-    register_backend(
-        BackendEntry(
-            "sim",
-            "embedded simulator",
-            Capabilities(modes=tuple(MODES), timeline=True, reconfigurable=True, paced=False),
-            _simulator,
-            _simulator_footprint,
-        )
-    )
-    # A live server runs the config it was started with, whatever its mode (launched per config with
-    # `launch=ENGINE`, it restarts to change config); it keeps wall time itself.
-    register_backend(
-        BackendEntry(
-            "live",
-            "a real server",
-            Capabilities(modes=tuple(MODES), timeline=False, reconfigurable=False, paced=True, endpoint=True),
-            _live,
-            _live_footprint,
-        )
-    )
-
-
-_register_builtin()
+        backend.check()
+        yield backend
+    finally:
+        backend.close()

@@ -5,8 +5,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import shlex
-import signal
 import tempfile
 import time
 from collections.abc import Iterator
@@ -21,14 +19,15 @@ from rich.table import Table
 
 from ..backends.config import ResolvedConfig
 from ..backends.launch import ENGINES
-from ..backends.live.launcher import start_server
+from ..backends.live.launcher import serving
 from ..backends.profiles import load_hardware
 from ..backends.profiles.writer import profile_toml
-from ..backends.registry import make_backend
+from ..backends.registry import open_backend
 from ..backends.result import RunResult
 from ..store import RunStore
 from ..tuner.calibrate import PASSES, QUICK_PASSES, Fit, Measured, fit, measure, plan
 from ..tuner.calibrated import Provenance, calibrated_profile, calibration_record
+from .backend_options import launch_from_options, launch_options
 from .db import WRITE_LOCK_WAIT_S, db_option, db_path
 from .options import check_writable, config_from_options, config_options
 from .output import output_console
@@ -45,21 +44,7 @@ from .progress import PlainProgress, make_progress, progress_mode, progress_opti
     help="Start this engine with the config's launch for the calibration instead (stopped when it ends).",
 )
 @click.option("--model-path", default=None, help="--launch: the weights the engine loads (llama-server: a GGUF file).")
-@click.option(
-    "--program",
-    default=None,
-    help="--launch: the engine's launcher command, if not its usual one on PATH (e.g. a built llama-server).",
-)
-@click.option(
-    "--log", "log_path", default="pipedeck-serve.log", show_default=True, help="--launch: file for the server's output."
-)
-@click.option(
-    "--health-timeout",
-    type=click.FloatRange(min=0, min_open=True),
-    default=600.0,
-    show_default=True,
-    help="--launch: seconds to wait for GET /health.",
-)
+@launch_options(when="--launch: ")
 @click.option("--served-model", default=None, help="The model name to request (default: the first /v1/models lists).")
 @config_options
 @click.option(
@@ -100,7 +85,7 @@ def calibrate(**opts: object) -> None:
     console = Console(stderr=True)
     run_ids: list[int] = []
     progress = make_progress(progress_mode(opts), console)
-    with _stopped_by_signals(), progress:
+    with progress:
         with _server(opts, config, progress) as url:
             task = progress.add_task("measuring", total=passes * len(points))
 
@@ -112,8 +97,8 @@ def calibrate(**opts: object) -> None:
                     task, advance=1, description=f"measured {runs.point.name} (pass {pass_no + 1}/{passes})"
                 )
 
-            backend = make_backend("live", endpoint=url, model=opts["served_model"])
-            measured = measure(backend, config, points, passes, int(opts["seed"]), on_run=done)
+            with open_backend("live", endpoint=url, model=opts["served_model"]) as backend:
+                measured = measure(backend, config, points, passes, int(opts["seed"]), on_run=done)
             provenance = Provenance(_engine(measured), url, datetime.now(UTC).isoformat(timespec="seconds"))
         progress.remove_task(task)
         fitting = progress.add_task("fitting", total=None)
@@ -150,39 +135,10 @@ def _server(opts: dict[str, object], config: ResolvedConfig, progress: Progress 
         yield str(opts["endpoint"]).rstrip("/")
         return
     task = progress.add_task(f"starting {opts['engine']}", total=None)
-    program = tuple(shlex.split(str(opts["program"]))) if opts["program"] else None
-    server = start_server(
-        config,
-        str(opts["engine"]),
-        str(opts["model_path"]),
-        str(opts["log_path"]),
-        program=program,
-        health_timeout_s=float(opts["health_timeout"]),
-    )
-    progress.remove_task(task)
-    try:
+    launch = launch_from_options(opts, engine=str(opts["engine"]), model_path=str(opts["model_path"]))
+    with serving(launch, config) as server:
+        progress.remove_task(task)
         yield server.url
-    finally:
-        server.stop()
-
-
-class _Terminated(KeyboardInterrupt):
-    """SIGTERM (or a SIGINT a background shell would have ignored) reached calibrate: stop as Ctrl-C does."""
-
-
-@contextlib.contextmanager
-def _stopped_by_signals() -> Iterator[None]:
-    """SIGTERM and SIGINT interrupt the command like Ctrl-C, so that a launched server is always stopped."""
-
-    def interrupt(signum: int, frame: object) -> None:
-        raise _Terminated()
-
-    previous = {sig: signal.signal(sig, interrupt) for sig in (signal.SIGTERM, signal.SIGINT)}
-    try:
-        yield
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
 
 
 def _engine(measured: list[Measured]) -> str:

@@ -11,9 +11,6 @@ naming its flag.
 
 from __future__ import annotations
 
-import functools
-import signal
-import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,12 +24,14 @@ from ..backends.config import ServingConfig
 from ..backends.errors import ConfigError
 from ..backends.launch import ENGINES, ExportError, plan_launch
 from ..backends.live.launching import check_launch
+from ..backends.registry import backend_entry
 from ..backends.tokens import format_tokens
 from ..store import default_db_path
 from ..tuner.confirm import DEFAULT_TOP, ConfirmRow, confirm_study, ranks
 from ..tuner.space import default_params, knob_settings, suggest_config
 from ..tuner.spec import TuneSpec, space_context
 from ..tuner.storage import open_storage
+from .backend_options import launch_options
 from .output import output_console
 from .progress import make_progress
 
@@ -69,45 +68,11 @@ def server_options(fn: Callable) -> Callable:
             click.option(
                 "--model-path", default=None, help="With --launch: the weights it loads (llama-server: a GGUF)."
             ),
-            click.option("--program", default=None, help="With --launch: the engine's command, if not its usual one."),
-            click.option(
-                "--health-timeout",
-                type=click.FloatRange(min=0, min_open=True),
-                default=600.0,
-                show_default=True,
-                help="With --launch: seconds each server may take to answer GET /health.",
-            ),
+            launch_options(when="With --launch: ", log=False),  # each server logs beside the run store
         )
     ):
         fn = option(fn)
     return fn
-
-
-def interrupted_by_signals(fn: Callable) -> Callable:
-    """Make SIGTERM, and a SIGINT a shell ignored for a background job, interrupt `fn` as Ctrl-C does.
-
-    Without this, `kill PID` (or `timeout`) would end pipedeck at once and
-    leave a server it launched running, in the session of its own it has.
-    """
-
-    @functools.wraps(fn)
-    def wrapper(*args: object, **kwargs: object) -> object:
-        if threading.current_thread() is not threading.main_thread():
-            return fn(*args, **kwargs)
-        previous = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
-        for sig in previous:
-            signal.signal(sig, _interrupt)
-        try:
-            return fn(*args, **kwargs)
-        finally:
-            for sig, handler in previous.items():
-                signal.signal(sig, handler)
-
-    return wrapper
-
-
-def _interrupt(signum: int, frame: object) -> None:
-    raise KeyboardInterrupt
 
 
 @dataclass(frozen=True)
@@ -149,7 +114,7 @@ def live_plan(opts: dict[str, object]) -> LivePlan:
     """
     backend, confirm = opts["backend"], opts["confirm"] is not None
     endpoint, launch = opts["endpoint"], opts["launch"]
-    if backend == "live":
+    if backend_entry(str(backend)).capabilities.endpoint:  # every trial on a server
         if confirm:
             raise click.BadParameter(
                 "confirms a simulated study; with --backend live every trial is measured live", param_hint="--confirm"
@@ -244,7 +209,7 @@ def run_confirm(
 
 def server_errors(spec: TuneSpec) -> list[dict[str, object]]:
     """The study's trials whose server failed (a live tune's), each with its one line."""
-    if spec.backend == "sim":
+    if not backend_entry(spec.backend).capabilities.endpoint:  # no server to fail
         return []
     study = optuna.load_study(study_name=spec.study, storage=open_storage(spec.storage))
     return [

@@ -5,16 +5,15 @@ from __future__ import annotations
 import click
 
 from ..backends.errors import ServerError
-from ..backends.registry import BACKENDS, backend_entry
+from ..backends.registry import backend_entry
 from ..backends.result import RunResult
+from .backend_options import backend_option
 from .options import config_from_options, config_given, config_options, workload_options
 from .simulate import execute, output_options
 
 
 @click.command("run")
-@click.option(
-    "--backend", type=click.Choice(list(BACKENDS)), default="sim", show_default=True, help="Backend to run on."
-)
+@backend_option(help="Backend to run on.")
 @click.option("--endpoint", default=None, help="The live backend's server, e.g. http://127.0.0.1:8080.")
 @click.option(
     "--served-model", default=None, help="Live: the model name to request (default: the first one /v1/models lists)."

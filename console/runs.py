@@ -13,6 +13,7 @@ from rich.table import Table
 
 from .. import store as run_store  # its RunStore, and DuckDB with it, loads on first use
 from ..backends.policies.modes import MODES
+from ..backends.registry import backend_tag
 from ..backends.tokens import format_tokens
 from ..store import RunRow
 from .db import READ_LOCK_WAIT_S, db_option, db_path
@@ -91,7 +92,7 @@ def row_cells(r: RunRow) -> tuple[str, ...]:
     label = " ".join(
         part
         for part in (
-            None if r.backend == "sim" else r.backend,
+            backend_tag(r.backend),
             f"{r.failed} failed" if r.failed else None,
             r.label,
             None if r.trial is None else f"#{r.trial}",

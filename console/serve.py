@@ -2,22 +2,16 @@
 
 from __future__ import annotations
 
-import shlex
-import signal
 from pathlib import Path
 
 import click
 
 from ..backends.launch import ENGINES
-from ..backends.live.launcher import LOOPBACK, LaunchError, start_server
-from ..errors import Cancelled
+from ..backends.live.launcher import LOOPBACK, LaunchError, serving
 from ..tuner.export import best_from_json
+from .backend_options import launch_from_options, launch_options
 from .export import read_config_json
 from .options import config_from_options, config_given, config_options
-
-
-class _Terminated(Cancelled):
-    """SIGTERM or SIGINT reached `pipedeck serve`: stop the server."""
 
 
 @click.command()
@@ -37,26 +31,12 @@ class _Terminated(Cancelled):
 @config_options
 @click.option("--host", default=LOOPBACK, show_default=True, help="Address the server listens on.")
 @click.option("--port", type=click.IntRange(1, 65535), default=None, help="Port (default: a free one).")
-@click.option(
-    "--program",
-    default=None,
-    help="The engine's launcher command, if not its usual one on PATH (e.g. the path of a built llama-server).",
-)
-@click.option(
-    "--log", "log_path", default="pipedeck-serve.log", show_default=True, help="File for the server's output."
-)
-@click.option(
-    "--health-timeout",
-    type=click.FloatRange(min=0, min_open=True),
-    default=600.0,
-    show_default=True,
-    help="Seconds to wait for GET /health.",
-)
+@launch_options()
 def serve(**opts: object) -> None:
     """Start an engine with the launch `pipedeck export` writes for a config (none: its own defaults); Ctrl-C stops it."""
     engine = str(opts["engine"])
     if opts["from_file"] is not None:
-        config = best_from_json(read_config_json(opts["from_file"])).config
+        config = best_from_json(read_config_json(Path(str(opts["from_file"])))).config
     elif config_given(click.get_current_context()):
         config = config_from_options(opts).resolve()
     else:  # a weights file alone: no catalog model, hardware or parallelism the engine would not use
@@ -67,38 +47,21 @@ def serve(**opts: object) -> None:
             f"{passed} and --port",
             err=True,
         )
-    program = tuple(shlex.split(str(opts["program"]))) if opts["program"] else None
-    server = start_server(
-        config,
-        engine,
-        str(opts["model_path"]),
-        str(opts["log_path"]),
-        host=str(opts["host"]),
-        port=opts["port"],
-        program=program,
-        health_timeout_s=float(opts["health_timeout"]),
-    )
-    # SIGINT too: a shell starts a background job with SIGINT ignored, and `kill -INT` should still stop it;
-    # both before the line below, which tells whoever waits for it that a signal now stops the server
-    previous = {sig: signal.signal(sig, _raise_terminated) for sig in (signal.SIGTERM, signal.SIGINT)}
+    launch = launch_from_options(opts, engine=engine, model_path=str(opts["model_path"]))
     stopped_by_us = False
-    try:
-        click.echo(
-            f"serving {server.engine} at {server.url} (pid {server.process.pid}, log {server.log_path}); "
-            "Ctrl-C stops it"
-        )
-        server.process.wait()
-    except (KeyboardInterrupt, _Terminated):
-        stopped_by_us = True
-    finally:
-        status = server.stop()
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
+    # SIGTERM and SIGINT stop the server from here on (a shell starts a background job with SIGINT ignored, and
+    # `kill -INT` should still stop it); the line below tells whoever waits for it that a signal now stops it
+    with serving(launch, config) as server:
+        try:
+            click.echo(
+                f"serving {server.engine} at {server.url} (pid {server.process.pid}, log {server.log_path}); "
+                "Ctrl-C stops it"
+            )
+            server.process.wait()
+        except KeyboardInterrupt:
+            stopped_by_us = True
+    status = server.process.returncode
     if stopped_by_us:
         click.echo(f"stopped {server.engine} (exit status {status})")
     else:
         raise LaunchError(f"engine: {server.engine} exited with status {status} while serving; log: {server.log_path}")
-
-
-def _raise_terminated(signum: int, frame: object) -> None:
-    raise _Terminated()

@@ -10,7 +10,7 @@ import click
 from .. import store as run_store  # its RunStore, and DuckDB with it, loads only when a run is stored
 from ..backends.config import ServingConfig
 from ..backends.footprint import check_footprint
-from ..backends.registry import make_backend
+from ..backends.registry import backend_entry, open_backend
 from ..backends.result import RunResult
 from ..backends.timeline import write_chrome_trace
 from ..scenarios import load_scenario
@@ -54,9 +54,8 @@ def execute(
     """Run `config` (None: a live server's own, recorded as it describes itself), store and print it as `opts`
     say; the run and its id in the store (None: not stored)."""
     scenario = load_scenario(str(opts["scenario"]))
-    backend = make_backend(backend_name, **backend_options)
     if opts["timeline"]:
-        if not backend.capabilities.timeline:
+        if not backend_entry(backend_name).capabilities.timeline:
             raise click.BadParameter(f"the {backend_name} backend draws no per-rank timeline", param_hint="--timeline")
         check_writable(str(opts["timeline"]), "--timeline")
     store = not opts["no_store"]
@@ -73,14 +72,15 @@ def execute(
     path = db_path(opts)
     if store:  # a bad --db fails here, before any work; nothing is created until there is a run to store
         run_store.RunStore.check_writable(path)
-    result = backend.run(
-        scenario,
-        config,
-        rate=opts["rate"],
-        seed=opts["seed"],
-        num_requests=opts["num_requests"],
-        timeline=bool(opts["timeline"]) or store,
-    )
+    with open_backend(backend_name, **backend_options) as backend:
+        result = backend.run(
+            scenario,
+            config,
+            rate=opts["rate"],
+            seed=opts["seed"],
+            num_requests=opts["num_requests"],
+            timeline=bool(opts["timeline"]) or store,
+        )
     run_id = None
     if store:
         with run_store.RunStore.open(path, lock_timeout_s=WRITE_LOCK_WAIT_S) as db:

@@ -16,7 +16,8 @@ from rich.table import Table
 
 from ..backends.config import ServingConfig
 from ..backends.launch import get_engine
-from ..backends.registry import BACKENDS
+from ..backends.live.launcher import interrupted_by_signals
+from ..backends.registry import backend_entry
 from ..backends.tokens import format_tokens
 from ..store import RunStore, default_db_path
 from ..tuner.confidence import Interval, win_text
@@ -32,10 +33,10 @@ from ..tuner.storage import GRACE_BEATS, HEARTBEAT_S, shown
 from ..tuner.study import Progress, TrialSummary, TuneOutcome, open_store, run_study, saved_settings
 from ..tuner.verdict import FREE_KNOBS
 from ..tuner.workers import SAMPLERS
+from .backend_options import backend_option
 from .confirm import (
     LivePlan,
     confirm_json,
-    interrupted_by_signals,
     live_plan,
     print_live,
     run_confirm,
@@ -93,13 +94,7 @@ from .tunespec import objective_option, slo_option, stored_runs_text
     help=f"Arrival traces (seeds) the best and the default are measured on, for 95% goodput intervals "
     f"(default {DEFAULT_REPEATS} on the simulator, 1 on a live backend).",
 )
-@click.option(
-    "--backend",
-    type=click.Choice(list(BACKENDS)),
-    default="sim",
-    show_default=True,
-    help="Backend every trial runs on (live: a server launched per trial, see --launch).",
-)
+@backend_option(help="Backend every trial runs on (live: a server launched per trial, see --launch).")
 @server_options
 @click.option("--study", default=None, help="Study name; running again resumes it (default: from the settings).")
 @click.option(
@@ -129,7 +124,7 @@ from .tunespec import objective_option, slo_option, stored_runs_text
 )
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of tables.")
 @progress_option
-@interrupted_by_signals
+@interrupted_by_signals()
 def tune(**opts: Any) -> None:
     """Search pipeline mode, chunk size, layer split and parallelism for the best SLO goodput."""
     live = live_plan(opts)
@@ -242,7 +237,11 @@ def _repeats(opts: dict[str, Any]) -> int:
     """--repeats as given, else 5 seeds on the simulator and 1 on a live server (each is a goodput search)."""
     if opts["repeats"] is not None:
         return int(opts["repeats"])
-    return DEFAULT_REPEATS if opts["backend"] == "sim" and opts["objective"] in (None, GOODPUT) else 1
+    return (
+        DEFAULT_REPEATS
+        if backend_entry(str(opts["backend"])).capabilities.simulated and opts["objective"] in (None, GOODPUT)
+        else 1
+    )
 
 
 def _export_engine(opts: dict[str, Any], hardware: str) -> str | None:
@@ -265,7 +264,7 @@ def _effects(spec: TuneSpec, outcome: TuneOutcome, mode: str) -> list[KnobEffect
         or outcome.best is None
         or outcome.default is None
         or outcome.best.value is None
-        or spec.backend != "sim"
+        or not backend_entry(spec.backend).capabilities.simulated
         or outcome.best.number == outcome.default.number
     ):
         return None

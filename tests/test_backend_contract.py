@@ -1,8 +1,8 @@
-"""What every registered backend must do, checked on each one (like Optuna's storage test suite).
+"""What every installed backend must do, checked on each one (like Optuna's storage test suite).
 
-Each registered backend has a factory here (the live one runs against the
-mock streaming server in a process of its own); one registered without a
-factory fails `test_every_registered_backend_is_checked`.
+Each backend the registry discovers has a factory here (the live one runs
+against the mock streaming server in a process of its own); one installed
+without a factory fails `test_every_installed_backend_is_checked`.
 """
 
 from __future__ import annotations
@@ -11,7 +11,8 @@ import pytest
 
 from pipedeck.backends.base import Backend, RunCancelled, RunObserver
 from pipedeck.backends.config import ServingConfig
-from pipedeck.backends.registry import BACKENDS, make_backend
+from pipedeck.backends.errors import ConfigError, ServerError
+from pipedeck.backends.registry import backend_entry, backends, make_backend
 from pipedeck.backends.result import RunResult
 from pipedeck.scenarios import load_scenario
 from pipedeck.store import RunStore
@@ -19,18 +20,22 @@ from pipedeck.store import RunStore
 CONFIG = ServingConfig(model="qwen2.5-14b", hardware="a100-40g-pcie", tp=2, pp=2, chunk=2048)
 REQUESTS = 12
 RATE = 20.0
-CHECKED = ("sim", "live")
+CHECKED = {  # each backend's test options: name -> (pytest request -> keyword options)
+    "sim": lambda request: {},
+    "live": lambda request: {"endpoint": request.getfixturevalue("mock_server"), "metrics_interval_s": 0.1},
+}
 
 
-def test_every_registered_backend_is_checked():
-    assert set(BACKENDS) <= set(CHECKED)
+def test_every_installed_backend_is_checked():
+    assert set(backends()) <= set(CHECKED)
 
 
-@pytest.fixture(params=CHECKED)
+@pytest.fixture(params=list(backends()))
 def backend(request) -> Backend:
-    if request.param == "live":
-        return make_backend("live", endpoint=request.getfixturevalue("mock_server"), metrics_interval_s=0.1)
-    return make_backend(request.param)
+    made = make_backend(request.param, **CHECKED[request.param](request))
+    made.check()
+    yield made
+    made.close()
 
 
 def run(backend: Backend, observer: RunObserver | None = None, timeline: bool = True) -> RunResult:
@@ -45,9 +50,43 @@ def run(backend: Backend, observer: RunObserver | None = None, timeline: bool = 
     )
 
 
-def test_it_is_registered_under_its_name_with_its_capabilities(backend):
-    assert BACKENDS[backend.name].capabilities == backend.capabilities
+def test_it_is_installed_under_its_name_with_the_capabilities_it_declares(backend):
+    declared = backend_entry(backend.name)
+    assert declared.name == backend.name and declared.capabilities == backend.capabilities
+    assert declared.title and "\n" not in declared.title
     assert CONFIG.mode in backend.capabilities.modes
+
+
+def test_check_passes_and_close_is_harmless_twice_and_before_a_run(backend):
+    backend.check()
+    backend.close()
+    backend.close()
+    result = run(backend)  # closed, it still runs (a launching backend starts a fresh server)
+    assert isinstance(result, RunResult) and len(result.records) == REQUESTS
+
+
+def test_its_result_has_the_shape_of_a_run(backend):
+    result = run(backend)
+    assert isinstance(result.config, dict) and result.makespan_s > 0
+    assert all(isinstance(value, int | None) for value in (result.steps, result.chunks, result.preemptions))
+    assert bool(result.ranks) == backend.capabilities.timeline  # what it cannot measure is absent, not zero
+    assert (result.live is None) == backend.capabilities.simulated
+
+
+def test_a_backend_that_cannot_run_says_so_in_one_line(tmp_path):
+    """check() is where a dead endpoint or a missing engine program is found, before any work."""
+    with pytest.raises(ServerError, match=r"^endpoint: http://127.0.0.1:9/v1/models lists no model \("):
+        make_backend("live", endpoint="http://127.0.0.1:9").check()
+    program = tmp_path / "llama-server"
+    program.write_text("#!/bin/sh\n")
+    program.chmod(0o755)
+    (tmp_path / "m.gguf").write_bytes(b"GGUF")
+    launching = make_backend(
+        "live", launch="llama-server", model_path=str(tmp_path / "m.gguf"), program=str(program), log_dir=str(tmp_path)
+    )
+    program.unlink()
+    with pytest.raises(ConfigError, match=r"^program: '.*llama-server' not found"):
+        launching.check()
 
 
 def test_every_request_of_the_workload_comes_back_once_in_time_order(backend):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import os
 import re
 import signal
@@ -15,11 +16,12 @@ import pytest
 
 from pipedeck.backends.config import ServingConfig
 from pipedeck.backends.launch import ExportError
-from pipedeck.backends.live.launcher import LaunchError, server_command, start_server
+from pipedeck.backends.live.launcher import LaunchError, ServerLaunch, Terminated, server_command, serving
 from pipedeck.console.cli import cli
 from pipedeck.console.errors import run_cli
 
 FAKE = (sys.executable, str(Path(__file__).parent / "data" / "fake_engine.py"))
+LAUNCH_FLAGS = {"--program", "--log", "--health-timeout"}
 CPU = dict(model="qwen2.5-14b", hardware="a100-40g-pcie", tp=1, pp=1, chunk=512, max_running=4, kv_capacity=4096)
 
 
@@ -105,10 +107,41 @@ def test_a_live_server_loads_the_operator_s_model_without_the_profile_s_checkpoi
 def test_a_server_starts_answers_health_and_stops_by_its_pid(tmp_path, monkeypatch):
     monkeypatch.setenv("FAKE_ENGINE_DELAY", "0.3")
     log = tmp_path / "server.log"
-    with start_server(ServingConfig(**CPU).resolve(), "llama-server", "tiny.gguf", log, program=FAKE) as server:
+    with ServerLaunch("llama-server", "tiny.gguf", log, program=FAKE).start(ServingConfig(**CPU).resolve()) as server:
         assert httpx.get(f"{server.url}/health").status_code == 200
         pid = server.process.pid
     assert not alive(pid) and "--parallel 4" in log.read_text()
+
+
+def test_serving_stops_its_server_when_sigterm_interrupts_the_block_and_restores_the_handlers(tmp_path):
+    """The one lifecycle: whoever holds a server in `serving` (serve, calibrate, the Live view) gets it stopped."""
+    before = signal.getsignal(signal.SIGTERM)
+    launch = ServerLaunch("llama-server", "tiny.gguf", tmp_path / "server.log", program=FAKE)
+    with pytest.raises(Terminated), serving(launch, ServingConfig(**CPU).resolve()) as server:
+        assert (tmp_path / "server.log.pid").exists()
+        os.kill(os.getpid(), signal.SIGTERM)
+        pytest.fail("SIGTERM did not interrupt the block")  # the handler raises as soon as os.kill returns
+    assert not alive(server.process.pid) and not (tmp_path / "server.log.pid").exists()
+    assert signal.getsignal(signal.SIGTERM) is before
+
+
+def test_the_launch_options_are_declared_once_for_every_command_that_takes_them():
+    """serve, calibrate and tune --launch take --program, --log and --health-timeout from console/backend_options.py."""
+    from pipedeck.console.calibrate import calibrate
+    from pipedeck.console.serve import serve
+
+    console = Path(__file__).resolve().parent.parent / "console"
+    declaring = {
+        path.name
+        for path in console.rglob("*.py")
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.Call)
+        and getattr(node.func, "attr", None) == "option"
+        and any(isinstance(a, ast.Constant) and a.value in LAUNCH_FLAGS for a in node.args)
+    }
+    assert declaring == {"backend_options.py"}
+    for command in (serve, calibrate):
+        assert {opt for p in command.params for opt in p.opts} >= LAUNCH_FLAGS
 
 
 @pytest.mark.parametrize(
@@ -127,13 +160,8 @@ def test_a_server_that_never_gets_healthy_is_one_line_and_leaves_nothing_running
     monkeypatch.setenv("FAKE_ENGINE", behaviour)
     started = popen_log
     with pytest.raises(LaunchError, match=message):
-        start_server(
-            ServingConfig(**CPU).resolve(),
-            "llama-server",
-            "tiny.gguf",
-            tmp_path / "log",
-            program=FAKE,
-            health_timeout_s=1.0,
+        ServerLaunch("llama-server", "tiny.gguf", tmp_path / "log", program=FAKE, health_timeout_s=1.0).start(
+            ServingConfig(**CPU).resolve()
         )
     assert started and not alive(started[0].pid)
 
@@ -181,7 +209,7 @@ def test_a_program_that_cannot_start_leaves_no_log(tmp_path):
     program.chmod(0o755)
     log = tmp_path / "log"
     with pytest.raises(LaunchError, match=r"^log: cannot start llama-server"):
-        start_server(ServingConfig(**CPU).resolve(), "llama-server", "tiny.gguf", log, program=(str(program),))
+        ServerLaunch("llama-server", "tiny.gguf", log, program=(str(program),)).start(ServingConfig(**CPU).resolve())
     assert not log.exists()
 
 

@@ -11,7 +11,8 @@ from textual.containers import VerticalScroll
 from textual.widget import Widget
 from textual.widgets import Button, DataTable, Input, Select, Static
 
-from pipedeck.backends.registry import BACKENDS, BackendEntry
+from pipedeck.backends.base import BackendDeclaration
+from pipedeck.backends.registry import backends
 from pipedeck.console.tui import PipedeckApp
 from pipedeck.console.tui import tune as tune_view
 from pipedeck.console.tui.compare import CompareScreen
@@ -46,9 +47,9 @@ def cut_text(app: App) -> list[str]:
 
 def scripted(monkeypatch) -> None:
     monkeypatch.setitem(
-        BACKENDS,
+        backends(),
         "scripted",
-        BackendEntry("scripted", "fixed replay for tests", ScriptedBackend.capabilities, ScriptedBackend),
+        BackendDeclaration("scripted", "fixed replay for tests", ScriptedBackend.capabilities, ScriptedBackend),
     )
 
 

@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from pipedeck.backends.registry import BACKENDS, BackendEntry
+from pipedeck.backends.base import BackendDeclaration
+from pipedeck.backends.registry import backends
 from pipedeck.console.tui import PipedeckApp
 from pipedeck.console.tui import tune as tune_view
 from pipedeck.store import RunStore
@@ -29,9 +30,9 @@ def _fixed_place_and_clock(tmp_path, monkeypatch):
     monkeypatch.setenv("TZ", "UTC")
     time.tzset()
     monkeypatch.setitem(
-        BACKENDS,
+        backends(),
         "scripted",
-        BackendEntry("scripted", "fixed replay for tests", ScriptedBackend.capabilities, ScriptedBackend),
+        BackendDeclaration("scripted", "fixed replay for tests", ScriptedBackend.capabilities, ScriptedBackend),
     )
     yield
     monkeypatch.undo()

@@ -126,6 +126,12 @@ class ScriptedBackend:
     name = "scripted"
     capabilities = Capabilities(modes=("cpp",), timeline=True, reconfigurable=True, paced=False)
 
+    def check(self) -> None:
+        """Nothing to check."""
+
+    def close(self) -> None:
+        """Nothing to release."""
+
     def run(
         self,
         scenario: Scenario,

@@ -37,7 +37,7 @@ from ..backends.base import Backend
 from ..backends.config import ResolvedConfig
 from ..backends.errors import ConfigError, ServerError
 from ..backends.profiles.schema import HardwareProfile
-from ..backends.registry import make_backend
+from ..backends.registry import open_backend
 from ..backends.result import RequestRecord, RunResult
 from ..errors import InputError
 from ..scenarios import Scenario
@@ -293,19 +293,19 @@ def simulate(
     """P50 TTFT and TPOT of each run simulated on `hardware`: the same requests, arrivals and passes."""
     # The fitted constants enter none of resolve()'s checks (memory, KV capacity), so the config stays valid.
     resolved = ResolvedConfig.of(config, config.model_profile, hardware)
-    sim = make_backend("sim")
     out = []
-    for runs in measured:
-        scenario = runs.point.scenario(runs.rate)
-        out.append(
-            p50s(
-                [
-                    r
-                    for run, _ in runs.passes
-                    for r in sim.run(scenario, resolved, rate=runs.rate, seed=run, timeline=False).records
-                ]
+    with open_backend("sim") as sim:
+        for runs in measured:
+            scenario = runs.point.scenario(runs.rate)
+            out.append(
+                p50s(
+                    [
+                        r
+                        for run, _ in runs.passes
+                        for r in sim.run(scenario, resolved, rate=runs.rate, seed=run, timeline=False).records
+                    ]
+                )
             )
-        )
     return out
 
 

@@ -21,7 +21,7 @@ from ..backends.footprint import check_footprint
 from ..backends.memory import weight_bytes_per_device
 from ..backends.policies.modes import MODES
 from ..backends.profiles import load_hardware
-from ..backends.registry import backend_entry
+from ..backends.registry import backend_entry, backend_tag
 from ..errors import InputError
 from ..scenarios import load_scenario
 from .objectives import GOODPUT, Objective
@@ -133,7 +133,7 @@ def build_spec(inputs: TuneInputs, db: str | Path) -> TuneSpec:
         devices,
         objective.name,
         slo.text() if slo else "",
-        "" if inputs.backend == "sim" else inputs.backend,
+        backend_tag(inputs.backend),
     )
     make_sampler(inputs.sampler, 0)
     spec = TuneSpec(

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..backends.config import ServingConfig
-from ..backends.registry import make_backend
+from ..backends.registry import capabilities_of, open_backend
 from ..errors import PipedeckError
 from ..scenarios import load_scenario
 from ..store import RunStore, StoredRun, StoreError, StoreInputError
@@ -71,7 +71,7 @@ def like_for_like(db: str | Path, stored: list[StoredRun]) -> LikeForLike:
     if pair is None:
         return LikeForLike(stored)
     best, default = pair
-    live = [s for s in pair if s.result.backend != "sim"]
+    live = [s for s in pair if not _rerunnable(s.result.backend)]
     if live:
         return LikeForLike(
             stored,
@@ -126,13 +126,20 @@ def _at_rate(db: str | Path, run: StoredRun, rate: float | None) -> tuple[Stored
     scenario = load_scenario(str(settings.get("scenario") or run.result.scenario))
     requests = settings.get("requests", len(run.result.records))  # None: the scenario's own count
     config = ServingConfig.from_dict(run.result.config).resolve()
-    result = make_backend("sim").run(
-        scenario,
-        config,
-        rate=rate,
-        seed=run.result.seed,
-        num_requests=requests if isinstance(requests, int) else None,
-        timeline=True,
-    )
+    with open_backend(run.result.backend) as backend:
+        result = backend.run(
+            scenario,
+            config,
+            rate=rate,
+            seed=run.result.seed,
+            num_requests=requests if isinstance(requests, int) else None,
+            timeline=True,
+        )
     with open_store(db) as store:
         return store.get_run(store.save_run(result, study=run.study, trial=run.trial, label=label)), True
+
+
+def _rerunnable(backend: str) -> bool:
+    """Whether a run on `backend` can be run again from here at another rate: a simulator installed here."""
+    capabilities = capabilities_of(backend)
+    return capabilities is not None and capabilities.simulated

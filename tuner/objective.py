@@ -107,9 +107,7 @@ class Evaluator:
 
     def close(self) -> None:
         """Release what the backend holds (a launched server); a later run starts afresh."""
-        close = getattr(self.backend, "close", None)
-        if close is not None:
-            close()
+        self.backend.close()
 
     def measure(self, config: ServingConfig, beat: float | None = None) -> Measurement:
         """The spec's objective for one config (goodput may stop early when it cannot beat `beat`)."""

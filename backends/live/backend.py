@@ -6,7 +6,8 @@ from ...scenarios.scenario import Scenario
 from ..base import RunObserver
 from ..config import ServingConfig
 from ..result import RunResult
-from .loadgen import LoadOptions, run_scenario
+from .identity import CAPABILITIES, NAME
+from .loadgen import LoadOptions, check_endpoint, run_scenario
 
 
 class LiveBackend:
@@ -18,13 +19,18 @@ class LiveBackend:
     server has no per-rank timeline.
     """
 
-    name = "live"
+    name = NAME
+    capabilities = CAPABILITIES
 
     def __init__(self, endpoint: str, options: LoadOptions = LoadOptions()):
-        from ..registry import backend_entry
-
         self.endpoint, self.options = endpoint.rstrip("/"), options
-        self.capabilities = backend_entry("live").capabilities
+
+    def check(self) -> None:
+        """ServerUnreachable (one line) unless the server answers at its endpoint."""
+        check_endpoint(self.endpoint)
+
+    def close(self) -> None:
+        """Nothing to release: each run opens and closes its own connections."""
 
     def run(
         self,

@@ -1,20 +1,30 @@
-"""Start a serving engine with the launch `backends/launch.py` maps a config to, wait for health, stop it.
+"""The one server lifecycle: start an engine with the launch `backends/launch.py` maps a config to, wait for health,
+stop it.
 
-The same mapping writes `pipedeck export`'s serve.sh, so a server started here
-runs exactly the flags an export hands an operator. The server's output goes
-to a log file; it runs in a process group of its own and is stopped by its
-PID: SIGTERM, then SIGKILL after a grace period. A pid file beside the log
-lets the next launch stop a server whose pipedeck was killed (leftovers.py).
+A `ServerLaunch` says what to start (engine, weights, program, log file,
+health timeout, address); `serving(launch, config)` is the block a server
+lives in for `pipedeck serve`, `calibrate --launch` and the console's Live
+view, and `launch.start(config)` the server the launching backend keeps
+across runs. The same mapping writes `pipedeck export`'s serve.sh, so a
+server started here runs exactly the flags an export hands an operator. The
+server's output goes to the log file; it runs in a process group of its own
+and is stopped by its PID: SIGTERM, then SIGKILL after a grace period. A pid
+file beside the log lets the next launch stop a server whose pipedeck was
+killed (leftovers.py); SIGTERM, and a SIGINT a shell ignored for a background
+job, interrupt the block as Ctrl-C does, so the server is stopped then too.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
+import signal
 import socket
 import subprocess
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -41,7 +51,7 @@ class Server:
 
     engine: str
     url: str
-    process: subprocess.Popen
+    process: subprocess.Popen[bytes]
     log_path: Path
 
     def stop(self, grace_s: float = GRACE_S) -> int | None:
@@ -100,60 +110,104 @@ def free_port(host: str = LOOPBACK) -> int:
     """A TCP port nobody listens on right now."""
     with socket.socket() as probe:
         probe.bind((host, 0))
-        return probe.getsockname()[1]
+        return int(probe.getsockname()[1])
 
 
-def start_server(
-    config: ResolvedConfig | None,
-    engine: str,
-    model_path: str,
-    log_path: str | os.PathLike[str],
-    *,
-    host: str = LOOPBACK,
-    port: int | None = None,
-    program: tuple[str, ...] | None = None,
-    health_timeout_s: float = 600.0,
-    cancelled: Callable[[], bool] = lambda: False,
-) -> Server:
-    """Start the engine (config None: with its own defaults) and wait until GET /health answers 200; LaunchError
-    (and nothing left running) otherwise.
+def never() -> bool:
+    """A `cancelled` that never asks to stop."""
+    return False
 
-    `cancelled` is asked while waiting; when it says True the server is
-    stopped and RunCancelled raised.
+
+@dataclass(frozen=True)
+class ServerLaunch:
+    """What to start: an engine loading `model_path` (by `program`, None: the engine's own), logging to `log_path`,
+    healthy within `health_timeout_s`, listening at `host`:`port` (None: a free port)."""
+
+    engine: str
+    model_path: str
+    log_path: Path
+    program: tuple[str, ...] | None = None
+    health_timeout_s: float = 600.0
+    host: str = LOOPBACK
+    port: int | None = None
+
+    def start(self, config: ResolvedConfig | None, *, cancelled: Callable[[], bool] = never) -> Server:
+        """Start the engine (config None: with its own defaults) and wait until GET /health answers 200; LaunchError
+        (and nothing left running) otherwise.
+
+        `cancelled` is asked while waiting; when it says True the server is
+        stopped and RunCancelled raised.
+        """
+        log, engine = self.log_path, self.engine
+        stop_leftovers(log.absolute().parent)  # first: a leftover server may hold the port asked for
+        port = self.port or free_port(self.host)
+        argv, env = server_command(config, engine, self.model_path, self.host, port, self.program)
+        if shutil.which(argv[0]) is None:  # before the log is opened: an earlier log is not emptied for nothing
+            raise LaunchError(f"engine: {argv[0]!r} not found; install {engine} or give its program")
+        created = not log.exists()
+        try:
+            with log.open("wb") as out:
+                process = subprocess.Popen(
+                    argv,
+                    stdout=out,
+                    stderr=subprocess.STDOUT,
+                    stdin=subprocess.DEVNULL,
+                    env={**user_environment(), **env},
+                    start_new_session=True,
+                )
+        except OSError as err:
+            if created:  # no engine ran: no output to keep
+                log.unlink(missing_ok=True)
+            raise LaunchError(f"log: cannot start {engine} logging to {log}: {err.strerror or err}") from None
+        server = Server(engine, f"http://{self.host}:{port}", process, log)
+        try:
+            write_pid_file(log, engine, process.pid, argv)
+        except OSError as err:
+            server.stop(grace_s=2.0)
+            raise LaunchError(f"log: cannot write {pid_path(log)}: {err.strerror or err}") from None
+        try:
+            wait_healthy(server, self.health_timeout_s, cancelled)
+        except BaseException:
+            server.stop(grace_s=2.0)
+            raise
+        return server
+
+
+@contextlib.contextmanager
+def serving(
+    launch: ServerLaunch, config: ResolvedConfig | None, *, cancelled: Callable[[], bool] = never
+) -> Iterator[Server]:
+    """The server `launch` starts for `config`, healthy, for the block; stopped however the block ends."""
+    with interrupted_by_signals(), launch.start(config, cancelled=cancelled) as server:
+        yield server
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, or a SIGINT a shell would have ignored for a background job, interrupts as Ctrl-C does."""
+
+
+@contextlib.contextmanager
+def interrupted_by_signals() -> Iterator[None]:
+    """SIGTERM and SIGINT raise `Terminated` in the main thread while the block runs (elsewhere: nothing changes).
+
+    Without this, `kill PID` (or `timeout`) would end pipedeck at once and
+    leave a server it launched running, in the session of its own it has.
     """
-    log = Path(log_path)
-    stop_leftovers(log.absolute().parent)  # first: a leftover server may hold the port asked for
-    port = port or free_port(host)
-    argv, env = server_command(config, engine, model_path, host, port, program)
-    if shutil.which(argv[0]) is None:  # before the log is opened: an earlier log is not emptied for nothing
-        raise LaunchError(f"engine: {argv[0]!r} not found; install {engine} or give its program")
-    created = not log.exists()
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
+    for sig in previous:
+        signal.signal(sig, _terminate)
     try:
-        with log.open("wb") as out:
-            process = subprocess.Popen(
-                argv,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                env={**user_environment(), **env},
-                start_new_session=True,
-            )
-    except OSError as err:
-        if created:  # no engine ran: no output to keep
-            log.unlink(missing_ok=True)
-        raise LaunchError(f"log: cannot start {engine} logging to {log}: {err.strerror or err}") from None
-    server = Server(engine, f"http://{host}:{port}", process, log)
-    try:
-        write_pid_file(log, engine, process.pid, argv)
-    except OSError as err:
-        server.stop(grace_s=2.0)
-        raise LaunchError(f"log: cannot write {pid_path(log)}: {err.strerror or err}") from None
-    try:
-        wait_healthy(server, health_timeout_s, cancelled)
-    except BaseException:
-        server.stop(grace_s=2.0)
-        raise
-    return server
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def _terminate(signum: int, frame: object) -> None:
+    raise Terminated()
 
 
 def wait_healthy(server: Server, timeout_s: float, cancelled: Callable[[], bool] = lambda: False) -> None:

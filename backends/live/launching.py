@@ -28,7 +28,8 @@ from ..errors import ConfigError
 from ..launch import ENGINES, ExportError, is_hub_id
 from ..result import RunResult
 from .backend import LiveBackend
-from .launcher import LaunchError, Server, last_log_line, start_server
+from .identity import CAPABILITIES, NAME
+from .launcher import LaunchError, Server, ServerLaunch, last_log_line, never
 from .loadgen import LoadOptions, ServerUnreachable
 
 _STARTS = itertools.count(1)  # numbers this process's server logs apart, whichever backend started them
@@ -75,26 +76,24 @@ class _Running:
 class LaunchingBackend:
     """Runs each scenario on a server it launched with that run's config (the `live` backend with `launch=`)."""
 
-    name = "live"
+    name = NAME
+    capabilities = CAPABILITIES
 
     def __init__(
         self,
         engine: str,
-        model_path: str,
+        model_path: str | None,
         log_dir: str | os.PathLike[str],
         *,
         program: str | None = None,
         health_timeout_s: float = 600.0,
         options: LoadOptions = LoadOptions(),
     ):
-        from ..registry import backend_entry
-
         self.program = check_launch(engine, model_path, program)
         if not (isinstance(health_timeout_s, int | float) and health_timeout_s > 0):
             raise ConfigError(f"health_timeout_s: a positive number of seconds, got {health_timeout_s!r}")
-        self.engine, self.model_path, self.log_dir = engine, model_path, Path(log_dir)
+        self.engine, self.model_path, self.log_dir = engine, str(model_path), Path(log_dir)  # given: checked above
         self.health_timeout_s, self.options = float(health_timeout_s), options
-        self.capabilities = backend_entry("live").capabilities
         self.starts = 0  # servers this backend started
         self._running = _Running()
         weakref.finalize(self, self._running.stop)  # when dropped, and at interpreter exit
@@ -126,6 +125,10 @@ class LaunchingBackend:
         self._check_alive(server)
         return result
 
+    def check(self) -> None:
+        """A one-line ConfigError unless the engine's program (and the weights it loads) can still be found."""
+        check_launch(self.engine, self.model_path, None if self.program is None else shlex.join(self.program))
+
     def close(self) -> None:
         """Stop the server, if one runs; a later `run` starts a fresh one."""
         self._running.stop()
@@ -146,17 +149,12 @@ class LaunchingBackend:
             running.stop()
         self.starts += 1
         log = self.log_dir / f"{self.engine}-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}-{next(_STARTS)}.log"
+        launch = ServerLaunch(
+            self.engine, self.model_path, log, program=self.program, health_timeout_s=self.health_timeout_s
+        )
         try:
             self.log_dir.mkdir(parents=True, exist_ok=True)
-            running.server = start_server(
-                config,
-                self.engine,
-                self.model_path,
-                log,
-                program=self.program,
-                health_timeout_s=self.health_timeout_s,
-                cancelled=observer.should_stop if observer else lambda: False,
-            )
+            running.server = launch.start(config, cancelled=observer.should_stop if observer else never)
         except ExportError as err:  # a config this engine cannot run
             raise LaunchError(str(err)) from None
         except OSError as err:

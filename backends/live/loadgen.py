@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import time
 from dataclasses import dataclass
+from typing import Any
 
 import httpx
 
@@ -128,7 +129,7 @@ async def replay(
             run = _Run(pool, options, observer, server)
             stop = asyncio.Event()
             poller = None
-            if server is not None:
+            if server is not None and options.metrics_interval_s is not None:  # a server timeline: the interval is set
                 poller = asyncio.create_task(poll(control, options.metrics_interval_s, stop, run.t0, server))
             cpu = time.process_time()
             try:
@@ -164,7 +165,7 @@ def _body(request: Request, model: str, ids: tuple[int, int] | None, seed: int, 
 async def _target(client: httpx.AsyncClient, options: LoadOptions) -> tuple[str, tuple[int, int] | None]:
     """The model to ask for and the prompt-id range; `/v1/models` fills in what the options leave open."""
     tokens = options.prompt == "tokens"
-    entry: dict = {}
+    entry: dict[str, Any] = {}
     if options.model is None or (tokens and options.token_ids is None):
         entry = await _first_model(client, required=options.model is None)
     n_vocab = (entry.get("meta") or {}).get("n_vocab")
@@ -172,7 +173,7 @@ async def _target(client: httpx.AsyncClient, options: LoadOptions) -> tuple[str,
     return options.model or entry["id"], ids
 
 
-async def _first_model(client: httpx.AsyncClient, required: bool) -> dict:
+async def _first_model(client: httpx.AsyncClient, required: bool) -> dict[str, Any]:
     """The first entry `/v1/models` lists; {} if there is none and the model is not `required`."""
     try:
         response = await client.get("/v1/models")
@@ -182,12 +183,25 @@ async def _first_model(client: httpx.AsyncClient, required: bool) -> dict:
             raise ValueError("the first entry has no id")
     except (httpx.HTTPError, ValueError, KeyError, IndexError, TypeError) as err:
         if required:
-            raise ServerUnreachable(
-                f"endpoint: {client.base_url.join('/v1/models')} lists no model "
-                f"({type(err).__name__}: {err}); is the server up? (or name the model to request)"
-            ) from None
+            raise no_model_listed(str(client.base_url.join("/v1/models")), err) from None
         return {}
     return entry
+
+
+def no_model_listed(url: str, err: Exception) -> ServerUnreachable:
+    """The one-line error of a `/v1/models` at `url` that did not answer with a model."""
+    return ServerUnreachable(
+        f"endpoint: {url} lists no model ({type(err).__name__}: {err}); is the server up? (or name the model to request)"
+    )
+
+
+def check_endpoint(base_url: str, timeout_s: float = 10.0) -> None:
+    """ServerUnreachable (one line) unless the server at `base_url` answers GET /v1/models."""
+    url = f"{base_url}/v1/models"
+    try:
+        httpx.get(url, timeout=timeout_s)
+    except httpx.HTTPError as err:
+        raise no_model_listed(url, err) from None
 
 
 class _Run:
@@ -201,7 +215,7 @@ class _Run:
         self.t0 = self.loop.time()
         self.deadline = self.t0 + options.max_duration_s
         self.done: list[LiveRequest] = []
-        self.tasks: set[asyncio.Task] = set()
+        self.tasks: set[asyncio.Task[None]] = set()
 
     async def drive(self, workload: Workload, bodies: list[bytes]) -> None:
         """Send the workload (open or closed loop); raise RunCancelled if the observer asks to stop."""
@@ -222,7 +236,7 @@ class _Run:
                 t.cancel()
             await asyncio.gather(*self.tasks, return_exceptions=True)
 
-    async def _watch(self, main: asyncio.Task) -> None:
+    async def _watch(self, main: asyncio.Task[None]) -> None:
         """Report a snapshot every SNAPSHOT_INTERVAL_S, and cancel the run when the observer says stop."""
         assert self.observer is not None
         next_snapshot = self.t0

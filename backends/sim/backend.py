@@ -5,12 +5,11 @@ from __future__ import annotations
 import itertools
 
 from ...scenarios.scenario import Scenario
-from ..base import RunObserver
+from ..base import Capabilities, RunObserver
 from ..config import ResolvedConfig, ServingConfig
 from ..footprint import check_footprint
 from ..policies.delay import DelayScheduler
-from ..policies.modes import PolicyEnv
-from ..registry import backend_entry
+from ..policies.modes import MODES, PolicyEnv
 from ..result import RunResult
 from .costs import BatchShape, CostModel, capped_pairs
 from .engine import Engine
@@ -31,10 +30,16 @@ class SimBackend:
     """
 
     name = "sim"
-    capabilities = backend_entry("sim").capabilities
+    capabilities = Capabilities(modes=tuple(MODES), timeline=True, reconfigurable=True, paced=False, simulated=True)
 
     def __init__(self, exact_decode: bool = False):
         self.exact_decode = exact_decode
+
+    def check(self) -> None:
+        """Nothing to check: the simulator needs no server or program."""
+
+    def close(self) -> None:
+        """Nothing to release: a run holds nothing once it returns."""
 
     def run(
         self,

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from ...backends.knobs import KNOBS, setting_text
+from ...backends.registry import backend_tag
 from ...backends.result import RunResult
 from ...backends.tokens import format_tokens
 
@@ -84,7 +85,7 @@ def legend_names(ids: Sequence[int], results: Sequence[RunResult], labels: Seque
 def run_heads(ids: Sequence[int], results: Sequence[RunResult], labels: Sequence[str | None]) -> list[str]:
     """`run <id> [<backend>] [<label>]`: what a legend name starts with, and a table column's header."""
     return [
-        " ".join(filter(None, (f"run {run_id}", None if result.backend == "sim" else result.backend, label)))
+        " ".join(filter(None, (f"run {run_id}", backend_tag(result.backend), label)))
         for run_id, result, label in zip(ids, results, labels)
     ]
 

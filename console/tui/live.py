@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
@@ -19,8 +20,8 @@ from textual.worker import Worker, get_current_worker
 from ...backends.base import RunCancelled
 from ...backends.footprint import check_footprint
 from ...backends.launch import ENGINES
-from ...backends.live.launcher import Server, start_server
-from ...backends.registry import BACKENDS, backend_entry, make_backend
+from ...backends.live.launcher import ServerLaunch, serving
+from ...backends.registry import backend_entry, backends, open_backend
 from ...backends.result import RunResult
 from ...scenarios import Scenario, catalog, load_scenario
 from ...store import ConfigRow, RunRow, StoreError
@@ -153,7 +154,7 @@ class LiveScreen(View):
         with Grid(id="live-controls", classes="controls"):
             yield Label("backend")
             yield Select(
-                [(f"{e.name}: {e.title}", e.name) for e in BACKENDS.values()],
+                [(f"{e.name}: {e.title}", e.name) for e in backends().values()],
                 value="sim",
                 allow_blank=False,
                 compact=True,
@@ -302,31 +303,35 @@ class LiveScreen(View):
     def _run(self, job: LiveJob) -> None:
         """Resolve the config, launch its server if asked, run the backend, and store the finished run.
 
-        A server the console launched is stopped however the run ends.
+        A server the console launched is stopped, and the backend closed, however the run ends.
         """
         cancelled = get_current_worker().cancelled_event
         observer = PacedObserver(job.speed, lambda frame: self.post_message(RunProgress(frame)), cancelled)
-        server: Server | None = None
         try:
             config = load_source(job.source, self.session.config, self.session.db).resolve()
-            options = {}
-            if backend_entry(job.backend).capabilities.endpoint:
-                if job.server != ATTACH:
-                    log = self.session.db.parent / SERVE_LOG
-                    self.app.call_from_thread(self._status, f"launching {job.server} (log {shown_path(log)})...")
-                    server = start_server(config, job.server, job.target, log, cancelled=cancelled.is_set)
-                options["endpoint"] = server.url if server else job.target
-            ranks = config.pp if backend_entry(job.backend).capabilities.timeline else 0  # strip rows
-            self.post_message(RunStarted(job.scenario.name, ranks, job.total))
-            result = make_backend(job.backend, **options).run(
-                job.scenario,
-                config,
-                rate=job.rate,
-                seed=job.seed,
-                num_requests=job.requests,
-                observer=observer,
-                timeline=True,
-            )
+            with contextlib.ExitStack() as stack:
+                options = {}
+                if backend_entry(job.backend).capabilities.endpoint:
+                    options["endpoint"] = job.target
+                    if job.server != ATTACH:
+                        log = self.session.db.parent / SERVE_LOG
+                        self.app.call_from_thread(self._status, f"launching {job.server} (log {shown_path(log)})...")
+                        launch = ServerLaunch(job.server, job.target, log)
+                        options["endpoint"] = stack.enter_context(
+                            serving(launch, config, cancelled=cancelled.is_set)
+                        ).url
+                ranks = config.pp if backend_entry(job.backend).capabilities.timeline else 0  # strip rows
+                self.post_message(RunStarted(job.scenario.name, ranks, job.total))
+                backend = stack.enter_context(open_backend(job.backend, **options))
+                result = backend.run(
+                    job.scenario,
+                    config,
+                    rate=job.rate,
+                    seed=job.seed,
+                    num_requests=job.requests,
+                    observer=observer,
+                    timeline=True,
+                )
         except RunCancelled:
             observer.flush()
             self.post_message(RunStopped(observer.sim_time))
@@ -334,9 +339,6 @@ class LiveScreen(View):
         except Exception as err:  # noqa: BLE001 - whatever a backend raises becomes a notification
             self.post_message(RunFailed(one_line(err)))
             return
-        finally:
-            if server is not None:
-                server.stop()
         observer.flush()
         try:
             with open_store(self.session.db) as store:

@@ -15,7 +15,7 @@ import threading
 import pytest
 
 from pipedeck.backends.config import ServingConfig
-from pipedeck.backends.live.launcher import start_server
+from pipedeck.backends.live.launcher import ServerLaunch
 from pipedeck.backends.registry import make_backend
 from pipedeck.console.cli import cli
 from pipedeck.console.errors import run_cli
@@ -27,14 +27,14 @@ CPU = dict(model="qwen2.5-14b", hardware="a100-40g-pcie", tp=1, pp=1, chunk=512,
 
 @pytest.fixture()
 def server(llama_server_binary, tiny_model, tmp_path):
-    with start_server(
-        ServingConfig(**CPU).resolve(),
+    launch = ServerLaunch(
         "llama-server",
         str(tiny_model),
         tmp_path / "server.log",
         program=(str(llama_server_binary),),
         health_timeout_s=30,
-    ) as running:
+    )
+    with launch.start(ServingConfig(**CPU).resolve()) as running:
         yield running
 
 

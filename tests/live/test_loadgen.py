@@ -11,8 +11,6 @@ import pytest
 from pipedeck.backends.base import RunCancelled, RunObserver
 from pipedeck.backends.errors import ConfigError
 from pipedeck.backends.live import (
-    LiveRequest,
-    LiveRun,
     LoadOptions,
     ServerUnreachable,
     replay,
@@ -23,6 +21,7 @@ from pipedeck.backends.live.client import _event, _Stream
 from pipedeck.backends.live.loadgen import _body
 from pipedeck.backends.live.mock_server import MOCK_ERROR, Behaviour, MockServer
 from pipedeck.backends.live.prompts import text_prompt, token_prompt, token_range
+from pipedeck.backends.live_result import LiveRequest, LiveRun
 from pipedeck.scenarios import Request, Workload, load_scenario
 
 QUIET = {"model": "mock", "token_ids": (100, 1000), "metrics_interval_s": None}

@@ -188,19 +188,15 @@ def run_live(endpoint: str, db, *extra: str) -> list[str]:
     ]
 
 
-def test_a_run_against_a_closed_port_fails_in_one_line_counting_the_refusals_and_is_stored(capsys, tmp_path):
-    db = tmp_path / "runs.duckdb"
-    assert (
-        run_cli(cli, run_live(f"http://127.0.0.1:{closed_port()}", db)) == 1
-    )  # served nothing: a failure while running
-    captured = capsys.readouterr()
-    err = captured.err.splitlines()
-    assert err == ["pipedeck: error: 0 of 6 requests served: 6 connection refused (stored as run 1)"], err
-    assert "live: sent 6, failed 6 (6 connection refused), unsent 0" in captured.out
-    with RunStore.open(db) as store:
-        stored = store.get_run(1).result
-    assert [r.error.split(":")[0] for r in stored.live.requests] == ["connection refused"] * 6
-    assert stored.summary()["live"]["errors"] == {"connection refused": 6}
+def test_a_run_against_a_closed_port_is_refused_by_the_backend_s_check_before_any_request(capsys, tmp_path):
+    """The served model named or not, nothing listening is found by check() before a request is sent."""
+    db, port = tmp_path / "runs.duckdb", closed_port()
+    assert run_cli(cli, run_live(f"http://127.0.0.1:{port}", db)) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1 and err[0].startswith(
+        f"pipedeck: error: endpoint: http://127.0.0.1:{port}/v1/models lists no model (ConnectError: "
+    ), err
+    assert not db.exists(), "no run: nothing stored"
 
 
 def test_a_run_where_every_request_gets_http_500_fails_with_the_servers_whole_message(capsys, tmp_path):

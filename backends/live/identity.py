@@ -1,0 +1,14 @@
+"""The live backend's name and capabilities: what its declaration announces and its backends report.
+
+Kept apart from backend.py so that the registry reads them without loading the HTTP stack.
+"""
+
+from __future__ import annotations
+
+from ..base import Capabilities
+from ..policies.modes import MODES
+
+NAME = "live"
+# A live server runs the config it was started with, whatever its mode (launched per config with
+# `launch=ENGINE`, it restarts to change config); it keeps wall time itself.
+CAPABILITIES = Capabilities(modes=tuple(MODES), timeline=False, reconfigurable=False, paced=True, endpoint=True)
