@@ -8,7 +8,7 @@ import pytest
 
 from pipedeck.backends.config import ResolvedConfig, ServingConfig, default_layer_split
 from pipedeck.backends.errors import ConfigError
-from pipedeck.backends.knobs import KNOBS
+from pipedeck.backends.knobs import declared_knobs
 from pipedeck.backends.policies.modes import MODES
 from pipedeck.backends.tokens import format_tokens, parse_tokens
 
@@ -237,7 +237,7 @@ def test_to_dict_from_dict_round_trip(config):
             "virtual_stages",
             "layer_split",
             "kv_capacity",
-        } | {k.field for k in KNOBS}
+        } | {k.field for k in declared_knobs()}
         assert ServingConfig.from_dict(data).values() == c.values()  # a stored config comes back unresolved
         again = ServingConfig.from_dict(json.loads(json.dumps(data)))  # lists come back from JSON
         assert again.values() == c.values() and again.resolve() == c.resolve()
