@@ -61,7 +61,8 @@ class Scheduling:
         engines={
             "vllm": EngineFlag(flags=("--max-num-batched-tokens",), with_flags=("--enable-chunked-prefill",)),
             "sglang": EngineFlag(flags=("--chunked-prefill-size",)),
-            "llama-server": EngineFlag(flags=("--batch-size", "--ubatch-size")),
+            # llama.cpp common/common.h common_params: n_batch 2048
+            "llama-server": EngineFlag(flags=("--batch-size", "--ubatch-size"), default=2048),
         },
     )
     max_running: int = knob(
@@ -72,8 +73,11 @@ class Scheduling:
         help="Max running requests (--max-num-seqs).",
         engines={
             "vllm": EngineFlag(flags=("--max-num-seqs",)),
-            "sglang": EngineFlag(flags=("--max-running-requests",)),
-            "llama-server": EngineFlag(flags=("--parallel",)),  # slots: the requests it decodes at once
+            # the request pool caps it, at most 4096 (model_runner: min(max(tokens / context * 512, 2048), 4096))
+            "sglang": EngineFlag(flags=("--max-running-requests",), default=4096),
+            "fastpp": EngineFlag(default=4096),  # spelled as SGLang; the fork's base, 0.4.1, sizes the pool alike
+            # slots: the requests it decodes at once; tools/server: n_parallel -1 (auto) gives 4
+            "llama-server": EngineFlag(flags=("--parallel",), default=4),
         },
     )
     decode_in_budget: bool = knob(
