@@ -213,8 +213,9 @@ class ServingConfig(
     def from_dict(cls, data: dict[str, object]) -> ServingConfig:
         """Inverse of `to_dict`; unknown keys are a ConfigError."""
         values = dict(data)
-        if values.get("layer_split") is not None:
-            values["layer_split"] = tuple(values["layer_split"])  # type: ignore[call-overload]
+        split = values.get("layer_split")
+        if isinstance(split, (list, tuple)):
+            values["layer_split"] = tuple(split)
         return cls.from_values(values)
 
 
@@ -228,6 +229,7 @@ class ResolvedConfig(ServingConfig):
     layer_split: tuple[int, ...]
     kv_capacity: int
     virtual_stages: int
+    _profiles: tuple[ModelProfile, HardwareProfile]
 
     @classmethod
     def of(cls, config: ServingConfig, model: ModelProfile, hardware: HardwareProfile) -> ResolvedConfig:

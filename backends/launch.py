@@ -88,6 +88,13 @@ class Launch:
             raise ExportError(f"format: the launch has no {name}")
         return values[-1]
 
+    def count(self, name: str) -> int:
+        """The whole-number value of option `name`; ExportError if the launch has none, or a switch."""
+        value = self.option(name)
+        if value is None:
+            raise ExportError(f"format: the launch's {name} takes no value")
+        return int(value)
+
 
 @dataclass(frozen=True)
 class Release:
@@ -170,7 +177,10 @@ class ServingEngine:
         for release in self.releases:
             if version in (release.version, f"v{release.version}"):
                 return release
-        newest = max((r for r in self.releases if r.parsed()), key=Release.parsed, default=None)
+        versions = {r.version: v for r in self.releases if (v := r.parsed()) is not None}
+        newest = max(
+            (r for r in self.releases if r.version in versions), key=lambda r: versions[r.version], default=None
+        )
         allowed = ", ".join(r.version for r in self.releases) + (
             f", or one newer than {newest.version}" if newest else ""
         )
@@ -179,7 +189,7 @@ class ServingEngine:
             raise ExportError(
                 f"engine_version: {self.name} {version!r}{source} is not a version number; allowed: {allowed}"
             )
-        if asked is not None and newest is not None and asked > newest.parsed():
+        if asked is not None and newest is not None and asked > versions[newest.version]:
             return replace(
                 newest,
                 version=str(asked),
@@ -415,7 +425,7 @@ def _vllm_check(config: ResolvedConfig, release: Release, launch: Launch) -> Non
     that rule does not apply. The export refuses rather than raising the budget,
     which would launch another config than the one simulated.
     """
-    tokens, seqs = int(launch.option("--max-num-batched-tokens")), int(launch.option("--max-num-seqs"))
+    tokens, seqs = launch.count("--max-num-batched-tokens"), launch.count("--max-num-seqs")
     if tokens < seqs:
         raise ExportError(
             f"chunk: vLLM refuses --max-num-batched-tokens {tokens} below --max-num-seqs {seqs} "
@@ -526,7 +536,7 @@ def _sglang_check(config: ResolvedConfig, release: Release, launch: Launch) -> N
     """SGLang's own rules for the values exported, as the release checks them."""
     if (
         not release.mixed_chunk_with_pp
-        and int(launch.option("--pp-size")) > 1
+        and launch.count("--pp-size") > 1
         and any(flag.name == "--enable-mixed-chunk" for flag in launch.flags)
     ):
         raise ExportError(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
+from typing import Any
 
 import click
 
@@ -17,7 +18,7 @@ _DEFAULT = ServingConfig()
 DEFAULT_SCENARIO = "azure-conv"  # what simulate, run and tune use without --scenario: chat traffic under load
 
 
-def _knob_option(knob: Knob) -> Callable:
+def _knob_option(knob: Knob) -> Callable[..., Any]:
     """A click option for one declared knob; `config_from_options` validates its value by the declaration."""
     default = knob_default(knob.field)
     if knob.kind == "bool":
@@ -28,7 +29,7 @@ def _knob_option(knob: Knob) -> Callable:
     return click.option(knob.flag, knob.field, default=str(default), show_default=True, help=knob.help, metavar=metavar)
 
 
-def config_options(fn: Callable) -> Callable:
+def config_options(fn: Callable[..., Any]) -> Callable[..., Any]:
     """--model --hardware --tp --pp --mode --layer-split --kv-capacity and every declared knob (--chunk ...)."""
     options = [
         click.option(
@@ -104,7 +105,7 @@ def check_writable(path: str, flag: str) -> None:
         raise click.BadParameter(f"cannot write {path}", param_hint=flag)
 
 
-def workload_options(fn: Callable) -> Callable:
+def workload_options(fn: Callable[..., Any]) -> Callable[..., Any]:
     """--scenario (default DEFAULT_SCENARIO) --rate --requests --seed."""
     options = [
         click.option(

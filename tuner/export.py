@@ -82,8 +82,9 @@ def write_export(
     except OSError as err:
         raise ExportError(f"out: cannot create folder {folder}: {err.strerror or err}") from None
     paths = [_write_atomic(folder / name, text, mode) for name, (text, mode) in files.items()]
-    for line in warnings if warn is not None else ():
-        warn(line)
+    if warn is not None:
+        for line in warnings:
+            warn(line)
     return paths
 
 

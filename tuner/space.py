@@ -116,7 +116,7 @@ class Dimension:
     flag: str  # as on the command line and in --fix
     fields: tuple[str, ...]  # ServingConfig fields it decides
     parse: Callable[[str], object]  # a --fix value -> the value of each field it names
-    suggest: Callable[[optuna.Trial, Draft, SpaceContext], Draft]
+    suggest: Callable[[optuna.trial.BaseTrial, Draft, SpaceContext], Draft]
     default: Callable[[Draft, SpaceContext], dict[str, object]]  # engine default, as trial params
     active: Callable[[Draft], bool] = lambda draft: True
     searched: bool = True  # False: only ever pinned with --fix, so never a knob the search could move
@@ -195,7 +195,7 @@ def engine_search(
     return searched, {**fixed, "delay_scheduling": fixed.get("delay_scheduling", False)}
 
 
-def suggest_config(trial: optuna.Trial, ctx: SpaceContext, fixed: dict[str, object]) -> Draft:
+def suggest_config(trial: optuna.trial.BaseTrial, ctx: SpaceContext, fixed: dict[str, object]) -> Draft:
     """Sample (or take pinned) values for every active dimension, in registration order.
 
     A pin of None (`--fix layer-split=default`) leaves the field to ServingConfig's default.
@@ -261,17 +261,24 @@ def _int_field(name: str) -> Callable[[str], int]:
     return parse
 
 
-def _suggest_parallelism(trial: optuna.Trial, draft: Draft, ctx: SpaceContext) -> Draft:
+def _count(value: object) -> int:
+    """A whole number the draft holds (tp, pp, chunk), as pinned or sampled."""
+    if isinstance(value, (int, float, str)):
+        return int(value)
+    raise ConfigError(f"fix: expected a whole number, got {value!r}")
+
+
+def _suggest_parallelism(trial: optuna.trial.BaseTrial, draft: Draft, ctx: SpaceContext) -> Draft:
     if "tp" in draft:
-        return {"pp": _split_devices(ctx, tp=int(draft["tp"]))}
+        return {"pp": _split_devices(ctx, given=_count(draft["tp"]), name="tp")}
     if "pp" in draft:
-        return {"tp": _split_devices(ctx, pp=int(draft["pp"]))}
+        return {"tp": _split_devices(ctx, given=_count(draft["pp"]), name="pp")}
     tp = int(trial.suggest_categorical("tp", ctx.tp_options))
     return {"tp": tp, "pp": ctx.devices // tp}
 
 
-def _split_devices(ctx: SpaceContext, tp: int | None = None, pp: int | None = None) -> int:
-    given, name = (tp, "tp") if tp is not None else (pp, "pp")
+def _split_devices(ctx: SpaceContext, *, given: int, name: str) -> int:
+    """What is left of the devices once `name` (tp or pp) takes `given` of them."""
     if given < 1 or ctx.devices % given:
         raise ConfigError(f"{name}: must divide the {ctx.devices} devices, got {given}")
     return ctx.devices // given
@@ -290,26 +297,28 @@ def _parse_mode(text: str) -> str:
     return text
 
 
-def _suggest_mode(trial: optuna.Trial, draft: Draft, ctx: SpaceContext) -> Draft:
-    if int(draft["pp"]) == 1:  # the TP baseline has no pipeline to schedule
+def _suggest_mode(trial: optuna.trial.BaseTrial, draft: Draft, ctx: SpaceContext) -> Draft:
+    if _count(draft["pp"]) == 1:  # the TP baseline has no pipeline to schedule
         return {"mode": "cpp"}
     return {"mode": trial.suggest_categorical("mode", ctx.modes or tuple(MODES))}
 
 
-def _suggest_chunk(trial: optuna.Trial, draft: Draft, ctx: SpaceContext) -> Draft:
+def _suggest_chunk(trial: optuna.trial.BaseTrial, draft: Draft, ctx: SpaceContext) -> Draft:
     """A log-scaled chunk snapped to the tile (uneven sizes such as 24K are tile multiples too)."""
     low, high = ctx.chunk_range
     return {"chunk": max(low, round(trial.suggest_int("chunk", low, high, log=True) / ctx.tile) * ctx.tile)}
 
 
-def _suggest_max_running(trial: optuna.Trial, draft: Draft, ctx: SpaceContext) -> Draft:
+def _suggest_max_running(trial: optuna.trial.BaseTrial, draft: Draft, ctx: SpaceContext) -> Draft:
     """The running-request cap, at most the chunk: vLLM refuses --max-num-seqs above --max-num-batched-tokens."""
-    return {"max_running": min(trial.suggest_int("max-running", *ctx.max_running_range, log=True), int(draft["chunk"]))}
+    return {
+        "max_running": min(trial.suggest_int("max-running", *ctx.max_running_range, log=True), _count(draft["chunk"]))
+    }
 
 
 def _split_shape(draft: Draft, ctx: SpaceContext) -> tuple[tuple[int, ...], int]:
     """vLLM's split for this pipeline and how far each stage may move from it."""
-    stages = int(draft["pp"]) * MODES[str(draft["mode"])].virtual_stages
+    stages = _count(draft["pp"]) * MODES[str(draft["mode"])].virtual_stages
     base = default_layer_split(ctx.layers, stages)
     if stages == 1:
         return base, 0
@@ -325,7 +334,7 @@ def _split_param(stage: int, stages: int) -> str:
     return f"layer-split[{stage}] of {stages}"
 
 
-def _suggest_split(trial: optuna.Trial, draft: Draft, ctx: SpaceContext) -> Draft:
+def _suggest_split(trial: optuna.trial.BaseTrial, draft: Draft, ctx: SpaceContext) -> Draft:
     """Each stage but the last within `reach` layers of vLLM's split; the last stage takes the rest."""
     base, reach = _split_shape(draft, ctx)
     if reach == 0:
@@ -348,7 +357,7 @@ def knob_dimension(knob: Knob) -> Dimension:
     flag = knob.field.replace("_", "-")
     default = knob_default(knob.field)
 
-    def sample(trial: optuna.Trial) -> object:
+    def sample(trial: optuna.trial.BaseTrial) -> object:
         if search.choices:
             return trial.suggest_categorical(flag, search.choices)  # type: ignore[arg-type]
         if knob.kind in ("int", "tokens"):
@@ -378,7 +387,7 @@ register_dimension(
         ("mode",),
         _parse_mode,
         _suggest_mode,
-        lambda draft, ctx: {"mode": "cpp"} if int(draft["pp"]) > 1 else {},
+        lambda draft, ctx: {"mode": "cpp"} if _count(draft["pp"]) > 1 else {},
     )
 )
 register_dimension(
