@@ -14,7 +14,7 @@ from functools import cached_property
 from typing import TypeVar
 
 from .errors import ConfigError
-from .knobs import declared_knobs, knob_default
+from .knobs import declared_knobs, knob_default, knob_named
 from .memory import kv_capacity_tokens, weight_bytes_per_device
 from .parts import (
     AdaptiveSettings,
@@ -67,6 +67,56 @@ def _positive_int(name: str, value: object) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise ConfigError(f"{name}: must be a positive integer, got {value!r}")
     return value
+
+
+DERIVED = ("virtual_stages", "layer_split", "kv_capacity")  # blank: derived by `resolve()`
+
+
+def parse_value(name: str, value: object) -> object:
+    """One field's value as an operator writes it (text such as "8k", "31,30" or "on") in the field's own type.
+
+    A knob is parsed by its declaration, the cluster shape by its own rule;
+    blank text leaves a derived field to `resolve()`. A one-line ConfigError
+    names the field and what it takes otherwise.
+    """
+    declared = knob_named(name)
+    if declared is not None:
+        return declared.check(value)
+    if not isinstance(value, str):
+        return value
+    text = value.strip()
+    if name in DERIVED and text in ("", "default"):
+        return None
+    if name == "layer_split":
+        return parse_layer_split(text)
+    if name == "kv_capacity":
+        return parse_tokens(text, name)
+    if name in ("tp", "pp", "virtual_stages"):
+        try:
+            return _positive_int(name, int(text))
+        except ValueError:
+            raise ConfigError(f"{name}: must be a positive integer, got {value!r}") from None
+    return text
+
+
+@dataclass(frozen=True)
+class RawConfig:
+    """A config as the command line or the Config form gives it: values by field name, text such as "8k" allowed.
+
+    `parse()` turns it into the typed `ServingConfig` (whose `resolve()`
+    then checks the values together); nothing else makes one.
+    """
+
+    given: tuple[tuple[str, object], ...]
+
+    @classmethod
+    def of(cls, values: dict[str, object]) -> RawConfig:
+        """The raw values by field name."""
+        return cls(tuple(values.items()))
+
+    def parse(self) -> ServingConfig:
+        """Each value in its field's type; a one-line ConfigError naming the first that does not parse."""
+        return ServingConfig.from_values({name: parse_value(name, value) for name, value in self.given})
 
 
 P = TypeVar("P")

@@ -9,10 +9,9 @@ from typing import Any
 import click
 
 from ..backends.chunk_checks import chunk_warnings
-from ..backends.config import ServingConfig, parse_layer_split
+from ..backends.config import RawConfig, ServingConfig
 from ..backends.knobs import Knob, declared_knobs, knob_default
 from ..backends.policies.modes import MODES
-from ..backends.tokens import parse_tokens
 
 _DEFAULT = ServingConfig()
 DEFAULT_SCENARIO = "azure-conv"  # what simulate, run and tune use without --scenario: chat traffic under load
@@ -78,19 +77,7 @@ def config_given(ctx: click.Context) -> bool:
 
 def config_from_options(opts: dict[str, object]) -> ServingConfig:
     """Build and validate a ServingConfig from the parsed options; print a warning line for an odd chunk."""
-    capacity = opts["kv_capacity"]
-    config = ServingConfig.from_values(
-        {
-            "model": opts["model"],
-            "hardware": opts["hardware"],
-            "tp": opts["tp"],
-            "pp": opts["pp"],
-            "mode": opts["mode"],
-            "layer_split": None if opts["layer_split"] is None else parse_layer_split(str(opts["layer_split"])),
-            "kv_capacity": None if capacity is None else parse_tokens(str(capacity), "kv_capacity"),
-            **{knob.field: knob.check(opts[knob.field]) for knob in declared_knobs()},
-        }
-    ).resolve()
+    config = RawConfig.of({name: opts[name] for name in config_fields() if opts[name] is not None}).parse().resolve()
     for line in chunk_warnings(config):
         click.echo(f"pipedeck: warning: {line}", err=True)
     return config

@@ -126,7 +126,7 @@ def test_the_config_form_shows_it_for_its_modes_and_explains_a_bad_value(throwaw
             fill(form, {"f-mode": "dcpp", "f-pp": "2", "f-throwaway_depth": "12"})
             await pilot.pause()
             assert form.query_one("#f-throwaway_depth", Input).has_class("-invalid")
-            assert str(form.query_one("#m-throwaway_depth", Static).content) == "must be in [1, 9], got 12"
+            assert str(form.query_one("#m-throwaway_depth", Static).content) == "must be in [1, 9], got '12'"
 
     asyncio.run(scenario())
 

@@ -8,8 +8,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from types import NoneType
 
-from ...backends.config import ServingConfig
-from ...backends.errors import ConfigError
+from ...backends.config import ServingConfig, parse_value
 from ...backends.knobs import Knob, declared_knobs, knob_named
 from ...backends.policies.modes import MODES
 from ...backends.profiles import hardware_names, model_names
@@ -88,23 +87,10 @@ def to_text(value: object) -> str:
 
 
 def parse(field: FormField, text: str) -> object:
-    """The form's text as a field value; text that is not a number is passed on for `resolve()` to explain."""
-    text = text.strip()
-    if not text and field.optional:
+    """The form's text as a field value, parsed as the command line parses it; a derived field left blank is None."""
+    if not text.strip() and field.optional:
         return None
-    if field.value_type is tuple:
-        try:
-            return tuple(int(part) for part in text.split(","))
-        except ValueError:
-            raise ConfigError(
-                f"{field.name}: expected comma-separated whole numbers such as 31,30, got {text!r}"
-            ) from None
-    if field.value_type in (int, float):
-        try:
-            return field.value_type(text)
-        except ValueError:
-            return text
-    return text
+    return parse_value(field.name, text)
 
 
 def error_field(message: str, names: Iterable[str]) -> str | None:
