@@ -1,6 +1,8 @@
 """`ServingConfig`, one serving deployment as asked (the sum of its parts), and `ResolvedConfig`, the same validated.
 
-`ServingConfig.resolve()` validates every field before any work and returns a
+`RawConfig` holds what the command line or the Config form gave (text such
+as "8k"); its `parse()` gives a `ServingConfig` whose fields hold their own
+types. `ServingConfig.resolve()` validates every field before any work and returns a
 `ResolvedConfig`: derived fields filled in (layer split, virtual stages, KV
 capacity) and the model and hardware profiles it was resolved against. The
 backends run resolved configs only.

@@ -11,6 +11,7 @@ registered parts (backends/parts.py); `register_part` adds a part.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
@@ -154,12 +155,22 @@ def knob_fields(part: type) -> list[dataclasses.Field[Any]]:
 
 def declared_knobs() -> tuple[Knob, ...]:
     """Every declared knob, part by part in registration order, each named after its field."""
-    return tuple(dataclasses.replace(f.metadata["knob"], field=f.name) for part in PARTS for f in knob_fields(part))
+    return _knobs_of(tuple(PARTS))
+
+
+@functools.cache
+def _knobs_of(parts: tuple[type, ...]) -> tuple[Knob, ...]:
+    return tuple(dataclasses.replace(f.metadata["knob"], field=f.name) for part in parts for f in knob_fields(part))
 
 
 def knob_named(name: str) -> Knob | None:
     """The declared knob of config field `name`, if it is one."""
-    return next((k for k in declared_knobs() if k.field == name), None)
+    return _knobs_by_name(tuple(PARTS)).get(name)
+
+
+@functools.cache
+def _knobs_by_name(parts: tuple[type, ...]) -> dict[str, Knob]:
+    return {knob.field: knob for knob in _knobs_of(parts)}
 
 
 def knob_default(name: str) -> object:

@@ -15,6 +15,7 @@ trial's choices as `--fix` names and values, as the run store keeps them.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -25,7 +26,7 @@ import optuna
 from ..backends.config import ServingConfig, default_layer_split, parse_layer_split
 from ..backends.engine_defaults import EngineDefaults, engine_defaults
 from ..backends.errors import ConfigError
-from ..backends.knobs import Knob, declared_knobs, knob_default, setting_text
+from ..backends.knobs import PARTS, Knob, declared_knobs, knob_default, setting_text
 from ..backends.launch import engines_for, get_engine
 from ..backends.policies.modes import MODES
 from ..backends.profiles.schema import HardwareProfile
@@ -426,5 +427,10 @@ KV_CAPACITY = Dimension(
 def dimensions() -> list[Dimension]:
     """The search space in sampling order: the registered structural dimensions, then every declared knob with a
     `search` in declaration order (backends/parts.py and any part registered since), then the pinned-only ones."""
-    knobs = [knob_dimension(knob) for knob in declared_knobs() if knob.search is not None]
-    return [*DIMENSIONS, *knobs, KV_CAPACITY]
+    return [*DIMENSIONS, *_knob_dimensions(tuple(PARTS)), KV_CAPACITY]
+
+
+@functools.cache
+def _knob_dimensions(parts: tuple[type, ...]) -> tuple[Dimension, ...]:
+    """The dimensions of the knobs `parts` declare with a search (`parts`: the registered ones, as the key)."""
+    return tuple(knob_dimension(knob) for knob in declared_knobs() if knob.search is not None)
