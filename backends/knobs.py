@@ -140,12 +140,14 @@ def register_part(part: type) -> type:
 
 @contextmanager
 def registered_part(part: type) -> Iterator[type]:
-    """`part` registered for the duration of a block (a plugin's tests), removed after."""
+    """`part` registered for the duration of a block (a plugin's tests), removed after unless it was already."""
+    added = part not in PARTS
     register_part(part)
     try:
         yield part
     finally:
-        PARTS.remove(part)
+        if added:
+            PARTS.remove(part)
 
 
 def knob_fields(part: type) -> list[dataclasses.Field[Any]]:

@@ -14,8 +14,9 @@ from textual.widgets import Input, Static
 
 from pipedeck.backends.config import ServingConfig
 from pipedeck.backends.errors import ConfigError
-from pipedeck.backends.knobs import registered_part
+from pipedeck.backends.knobs import declared_knobs, registered_part
 from pipedeck.backends.launch import Flag, plan_launch
+from pipedeck.backends.parts import Scheduling
 from pipedeck.console.tui import PipedeckApp
 from pipedeck.console.tui.config import ConfigScreen
 from pipedeck.console.tui.fields import form_fields, shown_for
@@ -71,6 +72,9 @@ def test_once_removed_it_is_no_config_field():
         pass
     with pytest.raises(ConfigError, match=r"^throwaway_depth: not a config field; allowed: "):
         ServingConfig.from_values({"throwaway_depth": 4})
+    with registered_part(Scheduling):  # registering a part already there leaves it there
+        pass
+    assert "max_running" in {knob.field for knob in declared_knobs()}
 
 
 def cli(*args: str) -> subprocess.CompletedProcess[str]:
