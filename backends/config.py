@@ -1,6 +1,8 @@
-"""`ServingConfig`, the knobs of one serving deployment as asked, and `ResolvedConfig`, the same validated.
+"""`ServingConfig`, one serving deployment as asked (the sum of its parts), and `ResolvedConfig`, the same validated.
 
-`ServingConfig.resolve()` validates every field before any work and returns a
+`RawConfig` holds what the command line or the Config form gave (text such
+as "8k"); its `parse()` gives a `ServingConfig` whose fields hold their own
+types. `ServingConfig.resolve()` validates every field before any work and returns a
 `ResolvedConfig`: derived fields filled in (layer split, virtual stages, KV
 capacity) and the model and hardware profiles it was resolved against. The
 backends run resolved configs only.
@@ -11,10 +13,21 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 from functools import cached_property
+from typing import TypeVar
 
 from .errors import ConfigError
-from .knobs import KNOBS
+from .knobs import declared_knobs, knob_default, knob_named
 from .memory import kv_capacity_tokens, weight_bytes_per_device
+from .parts import (
+    AdaptiveSettings,
+    DcppSettings,
+    DelaySettings,
+    Deployment,
+    FastPPSettings,
+    Memory,
+    Parallelism,
+    Scheduling,
+)
 from .policies.layouts import LAYOUTS
 from .policies.modes import MODES, ModeSpec
 from .profiles import ProfileError, load_hardware, load_model
@@ -58,55 +71,73 @@ def _positive_int(name: str, value: object) -> int:
     return value
 
 
-@dataclass(frozen=True)
-class ServingConfig:
-    """One deployment: model, cluster shape, pipeline mode and scheduler knobs.
+DERIVED = ("virtual_stages", "layer_split", "kv_capacity")  # blank: derived by `resolve()`
 
-    `layer_split` lists layer counts per virtual stage in execution order and
-    `kv_capacity` is in tokens; both are derived when left as None. Call
-    `resolve()` to validate and fill them in.
+
+def parse_value(name: str, value: object) -> object:
+    """One field's value as an operator writes it (text such as "8k", "31,30" or "on") in the field's own type.
+
+    A knob is parsed by its declaration, the cluster shape by its own rule;
+    blank text leaves a derived field to `resolve()`. A one-line ConfigError
+    names the field and what it takes otherwise.
+    """
+    declared = knob_named(name)
+    if declared is not None:
+        return declared.check(value)
+    if not isinstance(value, str):
+        return value
+    text = value.strip()
+    if name in DERIVED and text in ("", "default"):
+        return None
+    if name == "layer_split":
+        return parse_layer_split(text)
+    if name == "kv_capacity":
+        return parse_tokens(text, name)
+    if name in ("tp", "pp", "virtual_stages"):
+        try:
+            return _positive_int(name, int(text))
+        except ValueError:
+            raise ConfigError(f"{name}: must be a positive integer, got {value!r}") from None
+    return text
+
+
+@dataclass(frozen=True)
+class RawConfig:
+    """A config as the command line or the Config form gives it: values by field name, text such as "8k" allowed.
+
+    `parse()` turns it into the typed `ServingConfig` (whose `resolve()`
+    then checks the values together); nothing else makes one.
     """
 
-    model: str = "deepseek-v3.1"
-    hardware: str = "ascend-910c"
-    tp: int = 8
-    pp: int = 2
-    mode: str = "cpp"
-    chunk: int = 8192
-    virtual_stages: int | None = None
-    layer_split: tuple[int, ...] | None = None
-    max_running: int = 256
-    kv_capacity: int | None = None
-    decode_in_budget: bool = True  # vLLM, and SGLang with mixed chunks, count decodes against the chunk budget
-    output_reserve: float = 1.0  # share of running requests' remaining output that KV admission keeps free
-    mixed_batches: bool = True  # decodes ride along with prefill chunks (SGLang without mixed chunk: no)
-    sticky_decodes: bool = False  # SGLang: a request decodes in one micro-batch slot, each slot its whole batch
-    # DCPP (vLLM-Ascend profiling chunk)
-    smooth_factor: float = 1.0
-    min_chunk: int = 4096
-    # FastPP chunk controllers (fastpp-* modes; `chunk` is their largest chunk); defaults are FastPP's
-    slo_ttft_s: float = 2.0
-    slo_tpot_s: float = 0.2
-    controller_min_chunk: int = 128
-    controller_base_chunk: int = 128
-    controller_step: int = 128
-    kv_free_threshold: float = 0.10
-    tpot_violation: float = 1.08
-    ttft_low: float = 0.1
-    ttft_high: float = 0.3
-    tpot_safe: float = 0.85
-    alp_window_s: float = 10.0
-    slo_tpot_coeff: float = 1.05
-    rls_forgetting: float = 0.9975
-    # delay scheduling (decode micro-batch rebalancing), any mode
-    delay_scheduling: bool = False
-    waiting_tok_threshold: int = 1024
-    load_alpha: float = 0.4
-    base_unit: int = 128
-    delay_mode: str = "auto"
-    # vpp-adaptive
-    adaptive_threshold: float = 0.05
-    adaptive_fit_chunks: int = 3
+    given: tuple[tuple[str, object], ...]
+
+    @classmethod
+    def of(cls, values: dict[str, object]) -> RawConfig:
+        """The raw values by field name."""
+        return cls(tuple(values.items()))
+
+    def parse(self) -> ServingConfig:
+        """Each value in its field's type; a one-line ConfigError naming the first that does not parse."""
+        return ServingConfig.from_values({name: parse_value(name, value) for name, value in self.given})
+
+
+P = TypeVar("P")
+
+
+@dataclass(frozen=True)
+class ServingConfig(
+    DelaySettings, AdaptiveSettings, FastPPSettings, DcppSettings, Memory, Scheduling, Parallelism, Deployment
+):
+    """One deployment as asked: the sum of the config parts (backends/parts.py), not yet validated.
+
+    Its fields are the parts' fields: the deployment, the cluster shape and
+    every knob of the built-in parts. Knobs of parts registered beyond those
+    (`register_part`) are kept in `extra_knobs`, by name. `layer_split`,
+    `virtual_stages` and `kv_capacity` are derived when left as None. Call
+    `resolve()` to validate every value and fill them in.
+    """
+
+    extra_knobs: tuple[tuple[str, object], ...] = ()
 
     @cached_property
     def model_profile(self) -> ModelProfile:
@@ -142,13 +173,32 @@ class ServingConfig:
             per_rank[rank] += count
         return per_rank
 
+    def part(self, part: type[P]) -> P:
+        """The values of one config part (backends/parts.py, or one registered beyond them) as that part."""
+        values = self.values()
+        return part(**{f.name: values[f.name] for f in dataclasses.fields(part)})  # type: ignore[arg-type]
+
     def replace(self, **changes: object) -> ServingConfig:
         """An unresolved copy with some fields changed (derived fields are re-derived on resolve)."""
-        return ServingConfig(**{**self.values(), **changes})
+        return ServingConfig.from_values({**self.values(), **changes})
 
     def values(self) -> dict[str, object]:
-        """Every field by name."""
-        return {f.name: getattr(self, f.name) for f in dataclasses.fields(ServingConfig)}
+        """Every field by name, the knobs of registered parts beyond the built-in ones included."""
+        fields = {f.name: getattr(self, f.name) for f in dataclasses.fields(ServingConfig) if f.name != "extra_knobs"}
+        extra = {k.field: knob_default(k.field) for k in declared_knobs() if k.field not in fields}
+        return {**fields, **extra, **dict(self.extra_knobs)}
+
+    @classmethod
+    def from_values(cls, values: dict[str, object]) -> ServingConfig:
+        """A config from values by field name; a declared knob of a registered part is kept by name,
+        any other unknown name is a ConfigError naming the allowed ones."""
+        names = {f.name for f in dataclasses.fields(cls)} - {"extra_knobs"}
+        declared = {k.field for k in declared_knobs()}
+        unknown = sorted(set(values) - names - declared)
+        if unknown:
+            raise ConfigError(f"{unknown[0]}: not a config field; allowed: {', '.join(sorted(names | declared))}")
+        extra = tuple((name, value) for name, value in values.items() if name not in names)
+        return cls(**{name: value for name, value in values.items() if name in names}, extra_knobs=extra)  # type: ignore[arg-type]
 
     def resolve(self) -> ResolvedConfig:
         """Validate every field and fill in the derived ones; raise ConfigError on the first bad one."""
@@ -185,9 +235,9 @@ class ServingConfig:
             )
         if sum(split) != model.num_layers:
             raise ConfigError(f"layer_split: must sum to {model.name}'s {model.num_layers} layers, got {sum(split)}")
-        chunk = parse_tokens(self.chunk, "chunk")
-        knobs = {k.field: k.check(getattr(self, k.field)) for k in KNOBS}
-        checked = self.replace(tp=tp, pp=pp, virtual_stages=virtual, layer_split=split, chunk=chunk, **knobs)
+        values = self.values()
+        knobs = {k.field: k.check(values[k.field]) for k in declared_knobs()}
+        checked = self.replace(tp=tp, pp=pp, virtual_stages=virtual, layer_split=split, **knobs)
         heaviest = max(checked.layers_per_rank())
         weights = weight_bytes_per_device(model, tp, heaviest) / 1e9
         if weights > hw.memory_gb * hw.memory_utilization:
@@ -206,22 +256,19 @@ class ServingConfig:
         return ResolvedConfig.of(checked.replace(kv_capacity=capacity), model, hw)
 
     def to_dict(self) -> dict[str, object]:
-        """Plain-data view (for JSON, the store and exports)."""
-        data = dataclasses.asdict(self)
+        """Plain-data view (for JSON, the store and exports): every field and knob by name."""
+        data = self.values()
         data["layer_split"] = list(self.layer_split) if self.layer_split is not None else None
         return data
 
     @classmethod
     def from_dict(cls, data: dict[str, object]) -> ServingConfig:
         """Inverse of `to_dict`; unknown keys are a ConfigError."""
-        names = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(data) - names)
-        if unknown:
-            raise ConfigError(f"{unknown[0]}: not a config field; allowed: {', '.join(sorted(names))}")
         values = dict(data)
-        if values.get("layer_split") is not None:
-            values["layer_split"] = tuple(values["layer_split"])  # type: ignore[arg-type]
-        return cls(**values)  # type: ignore[arg-type]
+        split = values.get("layer_split")
+        if isinstance(split, (list, tuple)):
+            values["layer_split"] = tuple(split)
+        return cls.from_values(values)
 
 
 class ResolvedConfig(ServingConfig):
@@ -234,11 +281,12 @@ class ResolvedConfig(ServingConfig):
     layer_split: tuple[int, ...]
     kv_capacity: int
     virtual_stages: int
+    _profiles: tuple[ModelProfile, HardwareProfile]
 
     @classmethod
     def of(cls, config: ServingConfig, model: ModelProfile, hardware: HardwareProfile) -> ResolvedConfig:
         """`config`'s values, already checked, with the profiles they were checked against."""
-        resolved = cls(**config.values())
+        resolved = cls(**{f.name: getattr(config, f.name) for f in dataclasses.fields(config)})
         object.__setattr__(resolved, "_profiles", (model, hardware))  # frozen: set once, while building
         return resolved
 

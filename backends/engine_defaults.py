@@ -11,6 +11,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from .errors import ConfigError
+from .knobs import knob_fields
+from .parts import Scheduling
 from .profiles.schema import HardwareProfile
 
 
@@ -22,6 +24,16 @@ class EngineDefaults:
     chunk: int
     max_running: int
     source: str
+
+
+def _declared(name: str, engine: str) -> int:
+    """The engine's own default of a `Scheduling` knob where no rule of the device's changes it, as the knob
+    declares it (backends/parts.py)."""
+    declaration = next(f.metadata["knob"] for f in knob_fields(Scheduling) if f.name == name)
+    value = declaration.engines[engine].default
+    if not isinstance(value, int):
+        raise TypeError(f"{name}: {engine}'s declared default is not a whole number: {value!r}")
+    return value
 
 
 def _memory_gib(hardware: HardwareProfile) -> float:
@@ -68,7 +80,7 @@ def _sglang(hardware: HardwareProfile) -> EngineDefaults:
     return EngineDefaults(
         "SGLang 0.5",
         chunk,
-        4096,
+        _declared("max_running", "sglang"),
         "sglang/srt/server_args.py ServerArgs._handle_gpu_memory_settings: chunked_prefill_size 2048 below "
         "20 GiB, 32768 on NPUs below 32 GiB, 2048 below 35 GiB, 4096 below 60 GiB, 32768 on NPUs below 64 GiB, "
         "8192 below 160 GiB, else 16384; running requests capped by the request pool, at most 4096 "
@@ -84,7 +96,7 @@ def _fastpp(hardware: HardwareProfile) -> EngineDefaults:
     return EngineDefaults(
         "FastPP fork of SGLang 0.4.1",
         chunk,
-        4096,
+        _declared("max_running", "fastpp"),
         "sglang 0.4.1 sglang/srt/server_args.py ServerArgs.__post_init__: chunked_prefill_size 2048 below "
         "25,000 MiB of GPU memory, else 8192; running requests capped by the request pool, at most 4096 "
         "(model_runner: max_num_reqs = min(max(tokens / context * 512, 2048), 4096))",
@@ -94,8 +106,8 @@ def _fastpp(hardware: HardwareProfile) -> EngineDefaults:
 def _llama_server(hardware: HardwareProfile) -> EngineDefaults:
     return EngineDefaults(
         "llama.cpp llama-server",
-        2048,
-        4,
+        _declared("chunk", "llama-server"),
+        _declared("max_running", "llama-server"),
         "llama.cpp common/common.h common_params: n_batch 2048; tools/server: n_parallel -1 (auto) gives 4 slots",
     )
 

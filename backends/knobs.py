@@ -1,34 +1,80 @@
-"""Scheduler knobs beyond the cluster shape: their kinds, ranges and help, declared once.
+"""A knob is declared once, as a field of a config part: `field: int = knob(256, help=..., low=1, ...)`.
 
-`ServingConfig.resolve()` validates them from this table and the CLI builds
-its flags from it, so a knob added here is validated and settable
-everywhere (the tuner registers the ones it searches in tuner/space.py).
+The `Knob` record in the field's metadata says everything the rest of
+pipedeck derives from it: validation (`ServingConfig.resolve()`), the CLI
+option (console/options.py), the tuner's search dimension (tuner/space.py),
+the Config form (console/tui) and each engine's spelling of it
+(backends/launch.py). `declared_knobs()` lists every knob by walking the
+registered parts (backends/parts.py); `register_part` adds a part.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import math
-from dataclasses import dataclass
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
 
 from .errors import ConfigError
 from .tokens import parse_tokens
 
+KINDS = ("tokens", "int", "float", "bool", "choice")
 
-@dataclass(frozen=True)
+
+@dataclass(frozen=True, kw_only=True)
+class Search:
+    """How the tuner samples a knob: a range (`log` scale, `step`) or `choices`, only while `when` (a switch) is on.
+
+    The modes it is searched in are the knob's own `modes`.
+    """
+
+    low: float = 0
+    high: float = 0
+    log: bool = False
+    step: int | None = None
+    choices: tuple[object, ...] = ()
+    when: str = ""  # a bool knob that must be on for this one to be searched ("": always)
+
+
+@dataclass(frozen=True, kw_only=True)
+class EngineFlag:
+    """How one serving engine takes a knob: its option names (none: not settable there) and its own default.
+
+    A bool knob's flags are switches passed when it is on; any other knob's
+    flags each take the value. `with_flags` are switches passed beside it.
+    """
+
+    flags: tuple[str, ...] = ()
+    with_flags: tuple[str, ...] = ()
+    default: object = None  # the engine's own value when not told (None: not recorded)
+
+
+@dataclass(frozen=True, kw_only=True)
 class Knob:
-    """One scheduler knob: the ServingConfig field, what values it takes, and what it does."""
+    """One knob: its config field, what values it takes, what it does, where it applies and how it is set."""
 
-    field: str
+    field: str = ""  # filled in from the part's field name by `declared_knobs()`
     kind: str  # tokens, int, float, bool or choice
     help: str
+    unit: str = ""
     low: float | None = None
     high: float | None = None
     low_open: bool = False  # the low bound itself is not allowed
     choices: tuple[str, ...] = ()
+    modes: tuple[str, ...] = ()  # the pipeline modes that read it (empty: every mode)
+    search: Search | None = None  # None: the tuner never samples it by this declaration
+    engines: Mapping[str, EngineFlag] = dataclasses.field(default_factory=dict)
 
     @property
     def flag(self) -> str:
         return "--" + self.field.replace("_", "-")
+
+    def applies_to(self, mode: str) -> bool:
+        """Whether `mode` reads this knob."""
+        return not self.modes or mode in self.modes
 
     def allowed(self) -> str:
         if self.kind == "choice":
@@ -62,7 +108,7 @@ class Knob:
             number: float = parse_tokens(value, self.field)  # type: ignore[arg-type]
         else:
             try:
-                number = float(value) if self.kind == "float" else int(str(value))
+                number = float(value) if self.kind == "float" else int(str(value))  # type: ignore[arg-type]
             except (TypeError, ValueError):
                 raise ConfigError(f"{self.field}: must be a number {self.allowed()}, got {value!r}") from None
             if isinstance(value, bool) or not math.isfinite(number):
@@ -73,53 +119,69 @@ class Knob:
         return number
 
 
-KNOBS: tuple[Knob, ...] = (
-    Knob("max_running", "int", "Max running requests (--max-num-seqs).", 1),
-    Knob("decode_in_budget", "bool", "Decodes count against the chunk budget (vLLM, SGLang --enable-mixed-chunk: on)."),
-    Knob("mixed_batches", "bool", "Steps mix decodes with prefill chunks (vLLM, SGLang --enable-mixed-chunk: on)."),
-    Knob(
-        "sticky_decodes",
-        "bool",
-        "Each request decodes in the micro-batch it joined, whose every step decodes its "
-        "whole running batch (SGLang's PP scheduler: on; vLLM: off).",
-    ),
-    Knob(
-        "output_reserve",
-        "float",
-        "KV admission keeps this share of running outputs free (1: never preempt; SGLang settles at 0.098, vLLM 0).",
-        0,
-        1,
-    ),
-    Knob("smooth_factor", "float", "DCPP: pull dynamic chunks towards the base chunk, in (0, 1].", 0, 1, low_open=True),
-    Knob("min_chunk", "tokens", "DCPP: smallest dynamic chunk (tokens).", 1),
-    Knob("slo_ttft_s", "float", "FastPP controllers: the TTFT target they steer by (s).", 0, low_open=True),
-    Knob("slo_tpot_s", "float", "FastPP controllers: the TPOT target they steer by (s).", 0, low_open=True),
-    Knob("controller_min_chunk", "tokens", "FastPP: smallest chunk the controller may choose.", 1),
-    Knob("controller_base_chunk", "tokens", "FastPP greedy: the chunk it starts from.", 1),
-    Knob("controller_step", "tokens", "FastPP: chunk sizes move in steps of this many tokens.", 1),
-    Knob("kv_free_threshold", "float", "FastPP greedy: free-KV fraction below which chunks reset small.", 0, 1),
-    Knob("tpot_violation", "float", "FastPP greedy: shrink when TPOT > this x the TPOT SLO.", 0, low_open=True),
-    Knob("ttft_low", "float", "FastPP greedy: shrink when TTFT < this x the TTFT SLO.", 0),
-    Knob("ttft_high", "float", "FastPP greedy: grow when TTFT > this x the TTFT SLO ...", 0),
-    Knob("tpot_safe", "float", "FastPP greedy: ... and TPOT < this x the TPOT SLO.", 0, low_open=True),
-    Knob("alp_window_s", "float", "FastPP ALP: seconds of arrivals and backlog it plans for.", 0, low_open=True),
-    Knob("slo_tpot_coeff", "float", "FastPP ALP: TPOT budget as a multiple of the TPOT SLO.", 0, low_open=True),
-    Knob("rls_forgetting", "float", "FastPP ALP: recursive least squares forgetting factor.", 0, 1, low_open=True),
-    Knob("delay_scheduling", "bool", "Delay scheduling: rebalance decode micro-batches (on/off)."),
-    Knob("waiting_tok_threshold", "int", "Delay scheduling: off while this many prompt tokens wait.", 0),
-    Knob("load_alpha", "float", "Delay scheduling: how far a micro-batch may exceed the mean.", 0),
-    Knob("base_unit", "int", "Delay scheduling: hardware-efficient micro-batch size unit.", 1),
-    Knob("delay_mode", "choice", "Delay scheduling: whom to delay.", choices=("auto", "tpot_first", "e2e_first")),
-    Knob(
-        "adaptive_threshold",
-        "float",
-        "vpp-adaptive: relative deviation from the linear law that triggers resizing.",
-        0,
-        low_open=True,
-    ),
-    Knob("adaptive_fit_chunks", "int", "vpp-adaptive: chunks the linear law is fitted on.", 2),
-)
-KNOB_BY_FIELD: dict[str, Knob] = {knob.field: knob for knob in KNOBS}
+def knob(default: object, **declaration: Any) -> Any:
+    """A config part's field declared as a knob: its default, and `Knob`'s other attributes by keyword."""
+    if declaration.get("kind") not in KINDS:
+        raise TypeError(f"knob kind must be one of {', '.join(KINDS)}, got {declaration.get('kind')!r}")
+    return field(default=default, metadata={"knob": Knob(**declaration)})
+
+
+PARTS: list[type] = []  # the config parts whose knobs are declared, in the order their options are listed
+
+
+def register_part(part: type) -> type:
+    """Add a frozen dataclass whose knob fields join the config, the CLI, the search, the form and the launch."""
+    if not dataclasses.is_dataclass(part) or not part.__dataclass_params__.frozen:  # type: ignore[attr-defined]
+        raise TypeError(f"{part.__name__}: a config part must be a frozen dataclass")
+    if part not in PARTS:
+        PARTS.append(part)
+    return part
+
+
+@contextmanager
+def registered_part(part: type) -> Iterator[type]:
+    """`part` registered for the duration of a block (a plugin's tests), removed after unless it was already."""
+    added = part not in PARTS
+    register_part(part)
+    try:
+        yield part
+    finally:
+        if added:
+            PARTS.remove(part)
+
+
+def knob_fields(part: type) -> list[dataclasses.Field[Any]]:
+    """The fields of `part` declared with `knob()`."""
+    return [f for f in dataclasses.fields(part) if "knob" in f.metadata]
+
+
+def declared_knobs() -> tuple[Knob, ...]:
+    """Every declared knob, part by part in registration order, each named after its field."""
+    return _knobs_of(tuple(PARTS))
+
+
+@functools.cache
+def _knobs_of(parts: tuple[type, ...]) -> tuple[Knob, ...]:
+    return tuple(dataclasses.replace(f.metadata["knob"], field=f.name) for part in parts for f in knob_fields(part))
+
+
+def knob_named(name: str) -> Knob | None:
+    """The declared knob of config field `name`, if it is one."""
+    return _knobs_by_name(tuple(PARTS)).get(name)
+
+
+@functools.cache
+def _knobs_by_name(parts: tuple[type, ...]) -> dict[str, Knob]:
+    return {knob.field: knob for knob in _knobs_of(parts)}
+
+
+def knob_default(name: str) -> object:
+    """The default of declared knob `name`."""
+    for part in PARTS:
+        for f in knob_fields(part):
+            if f.name == name:
+                return f.default
+    raise KeyError(name)
 
 
 def setting_text(value: object) -> str:

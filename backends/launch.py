@@ -25,6 +25,7 @@ from packaging.version import InvalidVersion, Version
 
 from ..errors import InputError
 from .config import ResolvedConfig, default_layer_split
+from .knobs import Knob, declared_knobs
 from .profiles.schema import Checkpoint
 
 Value = int | float | str | None
@@ -87,6 +88,13 @@ class Launch:
             raise ExportError(f"format: the launch has no {name}")
         return values[-1]
 
+    def count(self, name: str) -> int:
+        """The whole-number value of option `name`; ExportError if the launch has none, or a switch."""
+        value = self.option(name)
+        if value is None:
+            raise ExportError(f"format: the launch's {name} takes no value")
+        return int(value)
+
 
 @dataclass(frozen=True)
 class Release:
@@ -116,7 +124,7 @@ Render = Callable[[ResolvedConfig, Release], Launch]
 Check = Callable[[ResolvedConfig, Release, Launch], None]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ModeSupport:
     """How an engine runs one mode: what the mode adds to the launch and what it needs."""
 
@@ -125,7 +133,7 @@ class ModeSupport:
     min_pp: int = 1
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ServingEngine:
     """One serving engine: launcher, releases, devices, spelling of the common knobs, value rules and modes."""
 
@@ -169,7 +177,10 @@ class ServingEngine:
         for release in self.releases:
             if version in (release.version, f"v{release.version}"):
                 return release
-        newest = max((r for r in self.releases if r.parsed()), key=Release.parsed, default=None)
+        versions = {r.version: v for r in self.releases if (v := r.parsed()) is not None}
+        newest = max(
+            (r for r in self.releases if r.version in versions), key=lambda r: versions[r.version], default=None
+        )
         allowed = ", ".join(r.version for r in self.releases) + (
             f", or one newer than {newest.version}" if newest else ""
         )
@@ -178,7 +189,7 @@ class ServingEngine:
             raise ExportError(
                 f"engine_version: {self.name} {version!r}{source} is not a version number; allowed: {allowed}"
             )
-        if asked is not None and newest is not None and asked > newest.parsed():
+        if asked is not None and newest is not None and asked > versions[newest.version]:
             return replace(
                 newest,
                 version=str(asked),
@@ -336,6 +347,25 @@ def vpp_layer_ranges(config: ResolvedConfig) -> list[list[list[int]]]:
     return ranges
 
 
+def knob_flags(config: ResolvedConfig, spelling: str) -> tuple[Flag, ...]:
+    """The options of every declared knob of the config's mode that engine `spelling` takes, in declaration order
+    (backends/parts.py): a switch for a bool knob that is on, the value otherwise, each followed by the switches
+    it comes with."""
+    values = config.values()
+    flags: list[Flag] = []
+    for knob in declared_knobs():
+        way = knob.engines.get(spelling)
+        if way is None or not way.flags or not knob.applies_to(config.mode):
+            continue
+        value = values[knob.field]
+        if knob.kind == "bool":
+            flags += [Flag(name) for name in way.flags] if value else []
+        else:
+            flags += [Flag(name, value) for name in way.flags]  # type: ignore[arg-type]
+        flags += [Flag(name) for name in way.with_flags]
+    return tuple(flags)
+
+
 def _nothing(config: ResolvedConfig, release: Release) -> Launch:
     return Launch()
 
@@ -381,9 +411,7 @@ def _vllm_common(config: ResolvedConfig, release: Release) -> Launch:
         flags=(
             Flag("--tensor-parallel-size", config.tp),
             Flag("--pipeline-parallel-size", config.pp),
-            Flag("--max-num-batched-tokens", config.chunk),
-            Flag("--enable-chunked-prefill"),
-            Flag("--max-num-seqs", config.max_running),
+            *knob_flags(config, "vllm"),
         ),
     )
 
@@ -397,7 +425,7 @@ def _vllm_check(config: ResolvedConfig, release: Release, launch: Launch) -> Non
     that rule does not apply. The export refuses rather than raising the budget,
     which would launch another config than the one simulated.
     """
-    tokens, seqs = int(launch.option("--max-num-batched-tokens")), int(launch.option("--max-num-seqs"))
+    tokens, seqs = launch.count("--max-num-batched-tokens"), launch.count("--max-num-seqs")
     if tokens < seqs:
         raise ExportError(
             f"chunk: vLLM refuses --max-num-batched-tokens {tokens} below --max-num-seqs {seqs} "
@@ -508,7 +536,7 @@ def _sglang_check(config: ResolvedConfig, release: Release, launch: Launch) -> N
     """SGLang's own rules for the values exported, as the release checks them."""
     if (
         not release.mixed_chunk_with_pp
-        and int(launch.option("--pp-size")) > 1
+        and launch.count("--pp-size") > 1
         and any(flag.name == "--enable-mixed-chunk" for flag in launch.flags)
     ):
         raise ExportError(
@@ -524,14 +552,7 @@ SGLANG_METRICS = Flag("--enable-metrics")
 
 def _sglang_flags(config: ResolvedConfig) -> tuple[Flag, ...]:
     """The common knobs in the spelling SGLang and its forks share."""
-    return (
-        Flag("--tp-size", config.tp),
-        Flag("--pp-size", config.pp),
-        Flag("--chunked-prefill-size", config.chunk),
-        Flag("--max-running-requests", config.max_running),
-        *((Flag("--enable-mixed-chunk"),) if config.mixed_batches else ()),
-        SGLANG_METRICS,
-    )
+    return (Flag("--tp-size", config.tp), Flag("--pp-size", config.pp), *knob_flags(config, "sglang"), SGLANG_METRICS)
 
 
 def _sglang_common(config: ResolvedConfig, release: Release) -> Launch:
@@ -574,13 +595,12 @@ def _llama_common(config: ResolvedConfig, release: Release) -> Launch:
         )
     return Launch(
         flags=(
-            Flag("--parallel", config.max_running),  # slots: the requests it decodes at once
-            # one KV pool the slots share, as llama-server's default (--parallel auto) has and the baseline assumes;
-            # without it an explicit --parallel splits --ctx-size into fixed per-slot shares (tools/server/server.cpp)
+            # one KV pool the slots (--parallel) share, as llama-server's default (--parallel auto) has and the
+            # baseline assumes; without it an explicit --parallel splits --ctx-size into fixed per-slot shares
+            # (tools/server/server.cpp)
             Flag("--kv-unified"),
             Flag("--ctx-size", config.kv_capacity),  # KV cache tokens of the whole pool
-            Flag("--batch-size", config.chunk),  # tokens one decode call takes: the step's budget
-            Flag("--ubatch-size", config.chunk),
+            *knob_flags(config, "llama-server"),  # --batch-size and --ubatch-size: the step's budget; --parallel
             LLAMA_METRICS,
         )
     )
@@ -588,13 +608,13 @@ def _llama_common(config: ResolvedConfig, release: Release) -> Launch:
 
 register_engine(
     ServingEngine(
-        "vllm-ascend",
-        ("vllm", "serve"),
-        None,
-        _ascend_common,
-        ASCEND_RELEASES,
-        ("ascend",),
-        "vllm-config.yaml",
+        name="vllm-ascend",
+        program=("vllm", "serve"),
+        model_flag=None,
+        common=_ascend_common,
+        releases=ASCEND_RELEASES,
+        platforms=("ascend",),
+        config_file="vllm-config.yaml",
         check=_vllm_check,
         hub_env={"modelscope": "VLLM_USE_MODELSCOPE"},
         package="vllm-ascend",
@@ -602,13 +622,13 @@ register_engine(
 )
 register_engine(
     ServingEngine(
-        "vllm",
-        ("vllm", "serve"),
-        None,
-        _vllm_common,
-        VLLM_RELEASES,
-        ("cuda",),
-        "vllm-config.yaml",
+        name="vllm",
+        program=("vllm", "serve"),
+        model_flag=None,
+        common=_vllm_common,
+        releases=VLLM_RELEASES,
+        platforms=("cuda",),
+        config_file="vllm-config.yaml",
         check=_vllm_check,
         hub_env={"modelscope": "VLLM_USE_MODELSCOPE"},
         package="vllm",
@@ -616,14 +636,14 @@ register_engine(
 )
 register_engine(
     ServingEngine(
-        "sglang",
-        ("python", "-m", "sglang.launch_server"),
-        "--model-path",
-        _sglang_common,
-        SGLANG_RELEASES,
-        ("cuda",),
-        "sglang-config.yaml",
-        "model-path",
+        name="sglang",
+        program=("python", "-m", "sglang.launch_server"),
+        model_flag="--model-path",
+        common=_sglang_common,
+        releases=SGLANG_RELEASES,
+        platforms=("cuda",),
+        config_file="sglang-config.yaml",
+        config_model_key="model-path",
         check=_sglang_check,
         hub_env={"modelscope": "SGLANG_USE_MODELSCOPE"},
         package="sglang",
@@ -632,12 +652,12 @@ register_engine(
 )
 register_engine(
     ServingEngine(
-        "llama-server",
-        ("llama-server",),
-        "--model",
-        _llama_common,
-        LLAMA_RELEASES,
-        ("cpu", "cuda"),
+        name="llama-server",
+        program=("llama-server",),
+        model_flag="--model",
+        common=_llama_common,
+        releases=LLAMA_RELEASES,
+        platforms=("cpu", "cuda"),
         model_file=True,
         hub_flag="-hf",
         always=(LLAMA_METRICS,),
@@ -660,21 +680,6 @@ FASTPP_RELEASES = (
         f"the {FASTPP}: SGLang 0.4.1 plus its pipeline, dynamic-chunk and batch-rebalancing options; no --config file",
     ),
 )
-_FASTPP_DEFAULTS = {
-    "kv_free_threshold": 0.10,
-    "tpot_violation": 1.08,
-    "ttft_low": 0.1,
-    "ttft_high": 0.3,
-    "tpot_safe": 0.85,
-    "alp_window_s": 10.0,
-    "slo_tpot_coeff": 1.05,
-    "rls_forgetting": 0.9975,
-    "controller_min_chunk": 128,
-    "waiting_tok_threshold": 1024,
-    "load_alpha": 0.4,
-    "base_unit": 128,
-    "delay_mode": "auto",
-}
 
 
 def _fastpp_common(config: ResolvedConfig, release: Release) -> Launch:
@@ -704,9 +709,14 @@ def _fastpp_upstream(launch: Launch) -> tuple[str, ...]:
     )
 
 
-def _fastpp_tuned(config: ResolvedConfig, fields: tuple[str, ...]) -> tuple[str, ...]:
+def _fastpp_tuned(config: ResolvedConfig, knobs: list[Knob]) -> tuple[str, ...]:
     """Notes for tuned values that differ from FastPP's defaults (it takes them from its own config)."""
-    changed = [f"{f}={getattr(config, f)!r}" for f in fields if getattr(config, f) != _FASTPP_DEFAULTS[f]]
+    values = config.values()
+    changed = [
+        f"{k.field}={values[k.field]!r}"
+        for k in knobs
+        if "fastpp" in k.engines and values[k.field] != k.engines["fastpp"].default
+    ]
     return (
         (f"Tuned FastPP settings that differ from its defaults (set them in the fork's config): {', '.join(changed)}",)
         if changed
@@ -716,12 +726,12 @@ def _fastpp_tuned(config: ResolvedConfig, fields: tuple[str, ...]) -> tuple[str,
 
 def _fastpp(strategy: str) -> Render:
     def render(config: ResolvedConfig, release: Release) -> Launch:
-        fields = config.mode_spec.params
+        own = [k for k in declared_knobs() if k.modes and k.applies_to(config.mode)]
         return Launch(
             flags=(Flag("--enable-dynamic-chunk"), Flag("--dynamic-chunk-strategy", strategy)),
             notes=(
                 f"The controller steers by TTFT {config.slo_ttft_s:g} s and TPOT {config.slo_tpot_s:g} s.",
-                *_fastpp_tuned(config, tuple(f for f in fields if f in _FASTPP_DEFAULTS)),
+                *_fastpp_tuned(config, own),
             ),
         )
 
@@ -733,30 +743,30 @@ def _fastpp_rebalancing(config: ResolvedConfig, release: Release) -> Launch:
         flags=(Flag("--enable-batch-rebalancing"),),
         notes=(
             "Delay scheduling is the fork's --enable-batch-rebalancing.",
-            *_fastpp_tuned(config, ("waiting_tok_threshold", "load_alpha", "base_unit", "delay_mode")),
+            *_fastpp_tuned(config, [k for k in declared_knobs() if not k.modes]),
         ),
     )
 
 
 register_engine(
     ServingEngine(
-        "fastpp",
-        ("python", "-m", "sglang.launch_server"),
-        "--model-path",
-        _fastpp_common,
-        FASTPP_RELEASES,
-        ("cuda",),
-        delay_scheduling=ModeSupport(_fastpp_rebalancing),
+        name="fastpp",
+        program=("python", "-m", "sglang.launch_server"),
+        model_flag="--model-path",
+        common=_fastpp_common,
+        releases=FASTPP_RELEASES,
+        platforms=("cuda",),
+        delay_scheduling=ModeSupport(render=_fastpp_rebalancing),
         fork=FASTPP,
         upstream=_fastpp_upstream,
         always=(SGLANG_METRICS,),
     )
 )
 for _name in ENGINES:
-    register_support(_name, "cpp", ModeSupport(_nothing))
-register_support("vllm-ascend", "dcpp", ModeSupport(_ascend_dcpp, min_pp=2))
-register_support("sglang", "dcpp", ModeSupport(_sglang_dcpp, min_pp=2))
+    register_support(_name, "cpp", ModeSupport(render=_nothing))
+register_support("vllm-ascend", "dcpp", ModeSupport(render=_ascend_dcpp, min_pp=2))
+register_support("sglang", "dcpp", ModeSupport(render=_sglang_dcpp, min_pp=2))
 for _mode in ("vpp-sync", "vpp-async", "vpp"):
-    register_support("vllm-ascend", _mode, ModeSupport(_ascend_vpp, requires="VPP development branch"))
-register_support("fastpp", "fastpp-greedy", ModeSupport(_fastpp("greedy")))
-register_support("fastpp", "fastpp-alp", ModeSupport(_fastpp("alp")))
+    register_support("vllm-ascend", _mode, ModeSupport(render=_ascend_vpp, requires="VPP development branch"))
+register_support("fastpp", "fastpp-greedy", ModeSupport(render=_fastpp("greedy")))
+register_support("fastpp", "fastpp-alp", ModeSupport(render=_fastpp("alp")))

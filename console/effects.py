@@ -5,13 +5,17 @@ from __future__ import annotations
 from rich.console import Console
 from rich.markup import escape
 
-from ..backends.knobs import setting_text
+from ..backends.knobs import knob_named, setting_text
 from ..backends.tokens import format_tokens
 from ..tuner.explain import KnobEffect
 from ..tuner.spec import TuneSpec
 from ..tuner.study import TuneOutcome
 
-TOKEN_KNOBS = ("chunk", "min-chunk", "kv-capacity", "controller-min-chunk")
+
+def _counts_tokens(knob: str) -> bool:
+    """Whether `--fix` name `knob` is a token count: the KV capacity, or a knob declared of kind tokens."""
+    declared = knob_named(knob.replace("-", "_"))
+    return knob == "kv-capacity" or (declared is not None and declared.kind == "tokens")
 
 
 def knob_text(knob: str, value: object) -> str:
@@ -20,7 +24,7 @@ def knob_text(knob: str, value: object) -> str:
         return "x".join(map(str, value))
     if isinstance(value, (tuple, list)):
         return ",".join(map(str, value))
-    if knob in TOKEN_KNOBS and isinstance(value, int) and not isinstance(value, bool):
+    if _counts_tokens(knob) and isinstance(value, int) and not isinstance(value, bool):
         return format_tokens(value)
     return setting_text(value)
 

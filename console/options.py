@@ -4,22 +4,22 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
+from typing import Any
 
 import click
 
 from ..backends.chunk_checks import chunk_warnings
-from ..backends.config import ServingConfig, parse_layer_split
-from ..backends.knobs import KNOBS, Knob
+from ..backends.config import RawConfig, ServingConfig
+from ..backends.knobs import Knob, declared_knobs, knob_default
 from ..backends.policies.modes import MODES
-from ..backends.tokens import parse_tokens
 
 _DEFAULT = ServingConfig()
 DEFAULT_SCENARIO = "azure-conv"  # what simulate, run and tune use without --scenario: chat traffic under load
 
 
-def _knob_option(knob: Knob) -> Callable:
-    """A click option for one scheduler knob; values are validated by ServingConfig.resolve()."""
-    default = getattr(_DEFAULT, knob.field)
+def _knob_option(knob: Knob) -> Callable[..., Any]:
+    """A click option for one declared knob; `config_from_options` validates its value by the declaration."""
+    default = knob_default(knob.field)
     if knob.kind == "bool":
         return click.option(
             f"{knob.flag}/--no-{knob.flag[2:]}", knob.field, default=default, show_default=True, help=knob.help
@@ -28,8 +28,8 @@ def _knob_option(knob: Knob) -> Callable:
     return click.option(knob.flag, knob.field, default=str(default), show_default=True, help=knob.help, metavar=metavar)
 
 
-def config_options(fn: Callable) -> Callable:
-    """--model --hardware --tp --pp --mode --chunk --layer-split --kv-capacity and every scheduler knob."""
+def config_options(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """--model --hardware --tp --pp --mode --layer-split --kv-capacity and every declared knob (--chunk ...)."""
     options = [
         click.option(
             "--model",
@@ -46,12 +46,6 @@ def config_options(fn: Callable) -> Callable:
         click.option("--pp", type=int, default=_DEFAULT.pp, show_default=True, help="Pipeline-parallel size (ranks)."),
         click.option("--mode", default=_DEFAULT.mode, show_default=True, help=f"Pipeline mode: {', '.join(MODES)}."),
         click.option(
-            "--chunk",
-            default=str(_DEFAULT.chunk),
-            show_default=True,
-            help="Chunk size / step token budget (24k, 24K or 24576).",
-        ),
-        click.option(
             "--layer-split",
             default=None,
             help="Layers per virtual stage in execution order, e.g. 31,30 (default: vLLM's even split).",
@@ -59,47 +53,31 @@ def config_options(fn: Callable) -> Callable:
         click.option(
             "--kv-capacity", default=None, help="KV cache capacity in tokens (default: device memory minus weights)."
         ),
-        *(_knob_option(knob) for knob in KNOBS),
+        *(_knob_option(knob) for knob in declared_knobs()),
     ]
     for option in reversed(options):
         fn = option(fn)
     return fn
 
 
-CONFIG_FIELDS = (
-    "model",
-    "hardware",
-    "tp",
-    "pp",
-    "mode",
-    "chunk",
-    "layer_split",
-    "kv_capacity",
-    *(knob.field for knob in KNOBS),
-)  # the parameters `config_options` adds
+SHAPE_FIELDS = ("model", "hardware", "tp", "pp", "mode", "layer_split", "kv_capacity")  # options beside the knobs
+
+
+def config_fields() -> tuple[str, ...]:
+    """The parameters `config_options` adds."""
+    return (*SHAPE_FIELDS, *(knob.field for knob in declared_knobs()))
 
 
 def config_given(ctx: click.Context) -> bool:
     """Whether the user set any config option (on the command line or in the environment), not only defaults."""
     return any(
-        ctx.get_parameter_source(name) not in (None, click.core.ParameterSource.DEFAULT) for name in CONFIG_FIELDS
+        ctx.get_parameter_source(name) not in (None, click.core.ParameterSource.DEFAULT) for name in config_fields()
     )
 
 
 def config_from_options(opts: dict[str, object]) -> ServingConfig:
     """Build and validate a ServingConfig from the parsed options; print a warning line for an odd chunk."""
-    capacity = opts["kv_capacity"]
-    config = ServingConfig(
-        model=opts["model"],
-        hardware=opts["hardware"],
-        tp=opts["tp"],
-        pp=opts["pp"],
-        mode=opts["mode"],
-        chunk=parse_tokens(opts["chunk"], "chunk"),
-        layer_split=None if opts["layer_split"] is None else parse_layer_split(opts["layer_split"]),
-        kv_capacity=None if capacity is None else parse_tokens(capacity, "kv_capacity"),
-        **{knob.field: opts[knob.field] for knob in KNOBS},
-    ).resolve()
+    config = RawConfig.of({name: opts[name] for name in config_fields() if opts[name] is not None}).parse().resolve()
     for line in chunk_warnings(config):
         click.echo(f"pipedeck: warning: {line}", err=True)
     return config
@@ -114,7 +92,7 @@ def check_writable(path: str, flag: str) -> None:
         raise click.BadParameter(f"cannot write {path}", param_hint=flag)
 
 
-def workload_options(fn: Callable) -> Callable:
+def workload_options(fn: Callable[..., Any]) -> Callable[..., Any]:
     """--scenario (default DEFAULT_SCENARIO) --rate --requests --seed."""
     options = [
         click.option(

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
-from pipedeck.backends.config import ResolvedConfig, ServingConfig, default_layer_split
+from pipedeck.backends.config import RawConfig, ResolvedConfig, ServingConfig, default_layer_split
 from pipedeck.backends.errors import ConfigError
-from pipedeck.backends.knobs import KNOBS
+from pipedeck.backends.knobs import declared_knobs
 from pipedeck.backends.policies.modes import MODES
 from pipedeck.backends.tokens import format_tokens, parse_tokens
 
@@ -237,7 +238,7 @@ def test_to_dict_from_dict_round_trip(config):
             "virtual_stages",
             "layer_split",
             "kv_capacity",
-        } | {k.field for k in KNOBS}
+        } | {k.field for k in declared_knobs()}
         assert ServingConfig.from_dict(data).values() == c.values()  # a stored config comes back unresolved
         again = ServingConfig.from_dict(json.loads(json.dumps(data)))  # lists come back from JSON
         assert again.values() == c.values() and again.resolve() == c.resolve()
@@ -274,3 +275,38 @@ def test_from_dict_rejects_unknown_key():
 
 def test_from_dict_partial_uses_defaults():
     assert ServingConfig.from_dict({"mode": "vpp"}) == ServingConfig(mode="vpp")
+
+
+def test_the_raw_form_parses_into_typed_fields():
+    raw = RawConfig.of(
+        {
+            "tp": "4",
+            "chunk": "8k",
+            "layer_split": "31,30",
+            "kv_capacity": " ",
+            "delay_scheduling": "on",
+            "ttft_low": "0.2",
+        }
+    )
+    config = raw.parse()
+    assert (config.tp, config.chunk, config.layer_split, config.kv_capacity) == (4, 8192, (31, 30), None)
+    assert config.delay_scheduling is True and config.ttft_low == 0.2
+    assert all(
+        not isinstance(value, str)
+        for name, value in config.values().items()
+        if name not in ("model", "hardware", "mode", "delay_mode")
+    )
+
+
+@pytest.mark.parametrize(
+    "given, message",
+    [
+        ({"tp": "x"}, "tp: must be a positive integer, got 'x'"),
+        ({"chunk": "lots"}, "chunk: expected a token count such as 24k or 24576, got 'lots'"),
+        ({"load_alpha": "-1"}, "load_alpha: must be a non-negative number, got '-1'"),
+        ({"layer_split": "a,b"}, "layer_split: expected comma-separated layer counts such as 31,30, got 'a,b'"),
+    ],
+)
+def test_the_raw_form_names_the_field_that_does_not_parse(given, message):
+    with pytest.raises(ConfigError, match=f"^{re.escape(message)}$"):
+        RawConfig.of(given).parse()

@@ -5,6 +5,7 @@ import pytest
 
 from pipedeck.backends.config import ServingConfig
 from pipedeck.backends.errors import ConfigError
+from pipedeck.backends.parts import DelaySettings
 from pipedeck.backends.policies.delay import DelayScheduler
 from pipedeck.backends.sim.backend import build_engine
 from pipedeck.backends.sim.scheduler import SimRequest
@@ -56,9 +57,7 @@ class Ready:
 
 
 def test_a_group_just_past_a_tile_boundary_drops_the_excess_and_nobody_waits_twice():
-    policy = DelayScheduler(
-        pp=2, slo_tpot_s=0.2, waiting_tok_threshold=1024, load_alpha=0.4, base_unit=128, mode="e2e_first"
-    )
+    policy = DelayScheduler(pp=2, slo_tpot_s=0.2, settings=DelaySettings(delay_mode="e2e_first"))
     ready = [Ready(i, 10, 0.0) for i in range(130)]
     go, later = policy.split(ready, decoding=260, backlog_tokens=0, now=1.0)
     assert len(go) == 128 and [q.seq for q in later] == [128, 129]  # the newest wait
@@ -67,18 +66,14 @@ def test_a_group_just_past_a_tile_boundary_drops_the_excess_and_nobody_waits_twi
 
 
 def test_tpot_first_delays_the_requests_with_the_most_slack():
-    policy = DelayScheduler(
-        pp=2, slo_tpot_s=0.2, waiting_tok_threshold=1024, load_alpha=0.4, base_unit=128, mode="tpot_first"
-    )
+    policy = DelayScheduler(pp=2, slo_tpot_s=0.2, settings=DelaySettings(delay_mode="tpot_first"))
     ready = [Ready(i, 100, first) for i, first in enumerate([0.0] * 64 + [9.0] + [0.0] * 64)]  # seq 64: lowest TPOT
     _, later = policy.split(ready, decoding=258, backlog_tokens=0, now=10.0)
     assert [q.seq for q in later] == [64]
 
 
 def test_off_while_prompts_wait():
-    policy = DelayScheduler(
-        pp=2, slo_tpot_s=0.2, waiting_tok_threshold=1024, load_alpha=0.4, base_unit=128, mode="auto"
-    )
+    policy = DelayScheduler(pp=2, slo_tpot_s=0.2, settings=DelaySettings(delay_mode="auto"))
     go, later = policy.split([Ready(i, 1, 0.0) for i in range(130)], decoding=260, backlog_tokens=5000, now=1.0)
     assert len(go) == 130 and later == []
 

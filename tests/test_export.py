@@ -530,14 +530,14 @@ def test_unknown_engine(tmp_path):
 
 def test_a_new_engine_or_mode_is_a_registration(tmp_path, monkeypatch):
     fork = ServingEngine(
-        "sglang-fork",
-        ("python", "-m", "sglang.launch_server"),
-        "--model-path",
-        lambda c, r: Launch(flags=(Flag("--tp-size", c.tp),)),
-        (Release("1.0", "the only one"),),
+        name="sglang-fork",
+        program=("python", "-m", "sglang.launch_server"),
+        model_flag="--model-path",
+        common=lambda c, r: Launch(flags=(Flag("--tp-size", c.tp),)),
+        releases=(Release("1.0", "the only one"),),
     )
     monkeypatch.setitem(ENGINES, fork.name, fork)
-    register_support(fork.name, "cpp", ModeSupport(lambda c, r: Launch(flags=(Flag("--enable-dynamic-chunk"),))))
+    register_support(fork.name, "cpp", ModeSupport(render=lambda c, r: Launch(flags=(Flag("--enable-dynamic-chunk"),))))
     files = {p.name: p for p in write_export(best(**QWEN, tp=2, pp=2), "sglang-fork", tmp_path)}
     assert set(files) == {"serve.sh", "pipedeck-best.json"}  # no --config YAML for this engine
     assert options(parse_script(files["serve.sh"])[1]) == {

@@ -9,6 +9,8 @@ import numpy as np
 import pytest
 
 from pipedeck.backends.config import ServingConfig
+from pipedeck.backends.knobs import declared_knobs
+from pipedeck.backends.parts import FastPPSettings
 from pipedeck.backends.policies.chunking import StepReport
 from pipedeck.backends.policies.fastpp_alp import PredictiveChunkController
 from pipedeck.backends.policies.fastpp_greedy import GreedyChunkController
@@ -50,7 +52,8 @@ GROW = dict(ttfts=(1.0,), token_gaps=(0.1,))
 
 
 def greedy(**changes: object) -> GreedyChunkController:
-    return GreedyChunkController(ServingConfig(pp=1, chunk=1024, controller_base_chunk=512).replace(**changes))
+    config = ServingConfig(pp=1, chunk=1024, controller_base_chunk=512).replace(**changes)
+    return GreedyChunkController(pp=config.pp, chunk=config.chunk, settings=config.part(FastPPSettings))
 
 
 def decide(controller: GreedyChunkController, **fields: object) -> int:
@@ -198,7 +201,14 @@ def alp(profiled: list[int] | None = None, **changes: object) -> PredictiveChunk
             profiled.append(n)
         return max(A0 + A1 * n, FLOOR)
 
-    return PredictiveChunkController(PolicyEnv(config, lambda n: 0.0, lambda n, p: 0.0, decode_stage_time))
+    return PredictiveChunkController(
+        PolicyEnv(
+            config=config,
+            chunk_latency=lambda n: 0.0,
+            entry_stage_time=lambda n, p: 0.0,
+            decode_stage_time=decode_stage_time,
+        )
+    )
 
 
 def test_alp_profiles_the_linear_layers_by_running_decode_only_batches():
@@ -340,7 +350,8 @@ def test_fastpp_modes_are_registered_like_sglang_pp(mode):
     spec = MODES[mode]
     fields = {f.name for f in dataclasses.fields(ServingConfig)}
     assert (spec.layout, spec.sync_transfers, spec.extra_in_flight, spec.entry_first) == ("linear", False, 0, False)
-    assert "FastPP" in spec.summary and spec.params and set(spec.params) <= fields
+    own = {k.field for k in declared_knobs() if k.modes and k.applies_to(mode)}
+    assert "FastPP" in spec.summary and own and own <= fields
 
 
 @pytest.fixture

@@ -113,9 +113,11 @@ def test_the_strip_draws_the_span_covering_most_of_each_cell_and_bubbles_blank()
 
 def test_the_form_has_every_config_field_and_maps_errors_to_them():
     fields = {f.name: f for f in form_fields()}
-    assert list(fields) == [f for f in ServingConfig.__dataclass_fields__]
+    assert list(fields) == list(ServingConfig().values())
     assert fields["mode"].kind == "choice" and "vpp" in fields["mode"].choices
-    assert parse(fields["tp"], "4") == 4 and parse(fields["tp"], "four") == "four"  # resolve() explains "four"
+    assert parse(fields["tp"], "4") == 4 and parse(fields["chunk"], "24k") == 24576
+    with pytest.raises(ConfigError, match=r"^tp: must be a positive integer, got 'four'$"):
+        parse(fields["tp"], "four")
     assert parse(fields["layer_split"], " ") is None and parse(fields["layer_split"], "31,30") == (31, 30)
     with pytest.raises(ConfigError, match=r"^layer_split: "):
         parse(fields["layer_split"], "31;30")

@@ -3,6 +3,7 @@
 import pytest
 
 from pipedeck.backends.config import ServingConfig
+from pipedeck.backends.parts import AdaptiveSettings
 from pipedeck.backends.policies.adaptive import AdaptiveChunk
 from pipedeck.backends.policies.chunking import StepReport
 from pipedeck.backends.sim import SimBackend
@@ -62,7 +63,11 @@ def report(chunks: list[tuple[int, int]], stage_s: float) -> StepReport:
 
 
 def test_the_law_is_fitted_on_distinct_prefixes_of_lone_full_chunks():
-    policy = AdaptiveChunk(512, 0.05, 2, lambda chunk, prefix: 1e-3 * chunk + 1e-7 * chunk * prefix)
+    policy = AdaptiveChunk(
+        base=512,
+        settings=AdaptiveSettings(adaptive_threshold=0.05, adaptive_fit_chunks=2),
+        stage_time=lambda chunk, prefix: 1e-3 * chunk + 1e-7 * chunk * prefix,
+    )
     policy.request_chunk(0)
     policy.observe(report([(256, 0), (256, 0)], 0.5))  # two prompts' first chunks packed: not one chunk's time
     policy.observe(report([(512, 0)], 0.5))

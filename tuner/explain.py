@@ -16,7 +16,7 @@ from ..backends.config import ServingConfig
 from ..backends.errors import ConfigError
 from .objective import Evaluator
 from .objectives import Objective
-from .space import DIMENSIONS, Dimension
+from .space import Dimension, dimensions
 from .spec import TuneSpec
 
 DEPENDENT = {"parallelism": ("layer_split",)}  # a split belongs to its pipeline depth: it goes back with it
@@ -38,7 +38,7 @@ def knob_effects(
     spec: TuneSpec, winner: Mapping[str, object], winner_value: float, baseline: Mapping[str, object]
 ) -> list[KnobEffect]:
     """The effect of every searched knob the winner sets differently from `baseline`, largest first."""
-    moved = [dim for dim in DIMENSIONS if dim.searched and _value(winner, dim) != _value(baseline, dim)]
+    moved = [dim for dim in dimensions() if dim.searched and _value(winner, dim) != _value(baseline, dim)]
     carried = {f for dim in moved for f in DEPENDENT.get(dim.flag, ())}  # they go back with their knob
     evaluator = Evaluator(spec)
     effects = []

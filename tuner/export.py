@@ -82,8 +82,9 @@ def write_export(
     except OSError as err:
         raise ExportError(f"out: cannot create folder {folder}: {err.strerror or err}") from None
     paths = [_write_atomic(folder / name, text, mode) for name, (text, mode) in files.items()]
-    for line in warnings if warn is not None else ():
-        warn(line)
+    if warn is not None:
+        for line in warnings:
+            warn(line)
     return paths
 
 
@@ -159,10 +160,12 @@ def _weights_from_model(engine: ServingEngine) -> list[str]:
     The profile's checkpoint is no default here: it is not in the format such
     an engine loads (llama-server takes GGUF).
     """
+    model_flag, hub_flag = engine.model_flag, engine.hub_flag
+    assert model_flag and hub_flag, f"{engine.name} names no model flag"  # only engines that load by flag get here
     return [
         'MODEL="${MODEL:?set it to a local GGUF file or a hub id org/name[:quant]}"',
-        f'if [[ -e "$MODEL" || "$MODEL" == *.gguf ]]; then WEIGHTS=({shlex.quote(engine.model_flag)} "$MODEL"); '
-        f'else WEIGHTS=({shlex.quote(engine.hub_flag)} "$MODEL"); fi',
+        f'if [[ -e "$MODEL" || "$MODEL" == *.gguf ]]; then WEIGHTS=({shlex.quote(model_flag)} "$MODEL"); '
+        f'else WEIGHTS=({shlex.quote(hub_flag)} "$MODEL"); fi',
         "",
     ]
 
@@ -189,7 +192,7 @@ def render_yaml(config: ServingConfig, plan: Plan) -> str:
         head.append(f"# ({', '.join(off)} must stay on the command line: the --config loader drops false values.)")
     if exports:
         head += ["# with this environment:", *exports]
-    return "\n".join(head) + "\n" + yaml.safe_dump(data, sort_keys=False)
+    return "\n".join(head) + "\n" + str(yaml.safe_dump(data, sort_keys=False))
 
 
 def render_record(best: BestConfig, config: ServingConfig, plan: Plan) -> str:

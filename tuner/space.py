@@ -15,6 +15,7 @@ trial's choices as `--fix` names and values, as the run store keeps them.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -25,7 +26,7 @@ import optuna
 from ..backends.config import ServingConfig, default_layer_split, parse_layer_split
 from ..backends.engine_defaults import EngineDefaults, engine_defaults
 from ..backends.errors import ConfigError
-from ..backends.knobs import KNOB_BY_FIELD, setting_text
+from ..backends.knobs import PARTS, Knob, declared_knobs, knob_default, setting_text
 from ..backends.launch import engines_for, get_engine
 from ..backends.policies.modes import MODES
 from ..backends.profiles.schema import HardwareProfile
@@ -116,7 +117,7 @@ class Dimension:
     flag: str  # as on the command line and in --fix
     fields: tuple[str, ...]  # ServingConfig fields it decides
     parse: Callable[[str], object]  # a --fix value -> the value of each field it names
-    suggest: Callable[[optuna.Trial, Draft, SpaceContext], Draft]
+    suggest: Callable[[optuna.trial.BaseTrial, Draft, SpaceContext], Draft]
     default: Callable[[Draft, SpaceContext], dict[str, object]]  # engine default, as trial params
     active: Callable[[Draft], bool] = lambda draft: True
     searched: bool = True  # False: only ever pinned with --fix, so never a knob the search could move
@@ -127,11 +128,11 @@ class Dimension:
         return self.fields[0].replace("_", "-")
 
 
-DIMENSIONS: list[Dimension] = []
+DIMENSIONS: list[Dimension] = []  # the structural dimensions, whose sampling needs code; knobs come after
 
 
 def register_dimension(dim: Dimension) -> Dimension:
-    """Add a knob to the search space (after those it depends on)."""
+    """Add a structural dimension to the search space (after those it depends on); a knob needs none."""
     DIMENSIONS.append(dim)
     return dim
 
@@ -139,10 +140,10 @@ def register_dimension(dim: Dimension) -> Dimension:
 def dimension_for(flag: str) -> Dimension:
     """The dimension that decides the field a --fix flag names (tp and pp: the parallelism)."""
     name = flag.strip().replace("_", "-")
-    for dim in DIMENSIONS:
+    for dim in dimensions():
         if name in (f.replace("_", "-") for f in dim.fields):
             return dim
-    flags = sorted(f.replace("_", "-") for d in DIMENSIONS for f in d.fields)
+    flags = sorted(f.replace("_", "-") for d in dimensions() for f in d.fields)
     raise ConfigError(f"fix: unknown dimension {flag!r}; allowed: {', '.join(flags)}")
 
 
@@ -152,7 +153,7 @@ SHAPE_DIMENSIONS = ("parallelism", "mode", "chunk", "max-running", "layer-split"
 def knob_settings(config: Draft) -> list[str]:
     """`flag=value` for each searched knob beyond the shape that is active for this config, in search order."""
     settings = []
-    for dim in DIMENSIONS:
+    for dim in dimensions():
         if dim.flag in SHAPE_DIMENSIONS or not dim.active(config):
             continue
         settings.append(f"{dim.flag}={setting_text(config.get(dim.fields[0]))}")
@@ -195,13 +196,13 @@ def engine_search(
     return searched, {**fixed, "delay_scheduling": fixed.get("delay_scheduling", False)}
 
 
-def suggest_config(trial: optuna.Trial, ctx: SpaceContext, fixed: dict[str, object]) -> Draft:
+def suggest_config(trial: optuna.trial.BaseTrial, ctx: SpaceContext, fixed: dict[str, object]) -> Draft:
     """Sample (or take pinned) values for every active dimension, in registration order.
 
     A pin of None (`--fix layer-split=default`) leaves the field to ServingConfig's default.
     """
     draft: Draft = {"model": ctx.model, "hardware": ctx.hardware, **fixed}
-    for dim in DIMENSIONS:
+    for dim in dimensions():
         if dim.active(draft) and not all(f in draft for f in dim.fields):
             draft.update(dim.suggest(trial, draft, ctx))
     return draft
@@ -211,7 +212,7 @@ def dimension_of_param(name: str) -> Dimension | None:
     """The dimension that samples Optuna parameter `name`; None for a name this space never makes."""
     if "[" in name and not _SPLIT_PARAM.fullmatch(name):
         return None
-    return next((dim for dim in DIMENSIONS if dim.searched and dim.param == name.split("[", 1)[0]), None)
+    return next((dim for dim in dimensions() if dim.searched and dim.param == name.split("[", 1)[0]), None)
 
 
 def foreign_params(names: Iterable[str]) -> list[str]:
@@ -225,7 +226,7 @@ def searched_flags(params: Iterable[str], config: Draft) -> dict[str, object]:
     sampled = {id(dim) for dim in map(dimension_of_param, params) if dim is not None}
     return {
         field.replace("_", "-"): _flag_value(config[field])
-        for dim in DIMENSIONS
+        for dim in dimensions()
         if id(dim) in sampled
         for field in dim.fields
         if field in config
@@ -241,7 +242,7 @@ def default_params(ctx: SpaceContext, fixed: dict[str, object]) -> dict[str, obj
     params: dict[str, object] = {}
     draft: Draft = {"model": ctx.model, "hardware": ctx.hardware, **fixed}
     trial = optuna.trial.FixedTrial(params)
-    for dim in DIMENSIONS:
+    for dim in dimensions():
         if dim.active(draft) and not all(f in draft for f in dim.fields):
             params.update(dim.default(draft, ctx))
             draft.update(dim.suggest(trial, draft, ctx))
@@ -261,17 +262,24 @@ def _int_field(name: str) -> Callable[[str], int]:
     return parse
 
 
-def _suggest_parallelism(trial: optuna.Trial, draft: Draft, ctx: SpaceContext) -> Draft:
+def _count(value: object) -> int:
+    """A whole number the draft holds (tp, pp, chunk), as pinned or sampled."""
+    if isinstance(value, (int, float, str)):
+        return int(value)
+    raise ConfigError(f"fix: expected a whole number, got {value!r}")
+
+
+def _suggest_parallelism(trial: optuna.trial.BaseTrial, draft: Draft, ctx: SpaceContext) -> Draft:
     if "tp" in draft:
-        return {"pp": _split_devices(ctx, tp=int(draft["tp"]))}
+        return {"pp": _split_devices(ctx, given=_count(draft["tp"]), name="tp")}
     if "pp" in draft:
-        return {"tp": _split_devices(ctx, pp=int(draft["pp"]))}
+        return {"tp": _split_devices(ctx, given=_count(draft["pp"]), name="pp")}
     tp = int(trial.suggest_categorical("tp", ctx.tp_options))
     return {"tp": tp, "pp": ctx.devices // tp}
 
 
-def _split_devices(ctx: SpaceContext, tp: int | None = None, pp: int | None = None) -> int:
-    given, name = (tp, "tp") if tp is not None else (pp, "pp")
+def _split_devices(ctx: SpaceContext, *, given: int, name: str) -> int:
+    """What is left of the devices once `name` (tp or pp) takes `given` of them."""
     if given < 1 or ctx.devices % given:
         raise ConfigError(f"{name}: must divide the {ctx.devices} devices, got {given}")
     return ctx.devices // given
@@ -290,26 +298,28 @@ def _parse_mode(text: str) -> str:
     return text
 
 
-def _suggest_mode(trial: optuna.Trial, draft: Draft, ctx: SpaceContext) -> Draft:
-    if int(draft["pp"]) == 1:  # the TP baseline has no pipeline to schedule
+def _suggest_mode(trial: optuna.trial.BaseTrial, draft: Draft, ctx: SpaceContext) -> Draft:
+    if _count(draft["pp"]) == 1:  # the TP baseline has no pipeline to schedule
         return {"mode": "cpp"}
     return {"mode": trial.suggest_categorical("mode", ctx.modes or tuple(MODES))}
 
 
-def _suggest_chunk(trial: optuna.Trial, draft: Draft, ctx: SpaceContext) -> Draft:
+def _suggest_chunk(trial: optuna.trial.BaseTrial, draft: Draft, ctx: SpaceContext) -> Draft:
     """A log-scaled chunk snapped to the tile (uneven sizes such as 24K are tile multiples too)."""
     low, high = ctx.chunk_range
     return {"chunk": max(low, round(trial.suggest_int("chunk", low, high, log=True) / ctx.tile) * ctx.tile)}
 
 
-def _suggest_max_running(trial: optuna.Trial, draft: Draft, ctx: SpaceContext) -> Draft:
+def _suggest_max_running(trial: optuna.trial.BaseTrial, draft: Draft, ctx: SpaceContext) -> Draft:
     """The running-request cap, at most the chunk: vLLM refuses --max-num-seqs above --max-num-batched-tokens."""
-    return {"max_running": min(trial.suggest_int("max-running", *ctx.max_running_range, log=True), int(draft["chunk"]))}
+    return {
+        "max_running": min(trial.suggest_int("max-running", *ctx.max_running_range, log=True), _count(draft["chunk"]))
+    }
 
 
 def _split_shape(draft: Draft, ctx: SpaceContext) -> tuple[tuple[int, ...], int]:
     """vLLM's split for this pipeline and how far each stage may move from it."""
-    stages = int(draft["pp"]) * MODES[str(draft["mode"])].virtual_stages
+    stages = _count(draft["pp"]) * MODES[str(draft["mode"])].virtual_stages
     base = default_layer_split(ctx.layers, stages)
     if stages == 1:
         return base, 0
@@ -325,7 +335,7 @@ def _split_param(stage: int, stages: int) -> str:
     return f"layer-split[{stage}] of {stages}"
 
 
-def _suggest_split(trial: optuna.Trial, draft: Draft, ctx: SpaceContext) -> Draft:
+def _suggest_split(trial: optuna.trial.BaseTrial, draft: Draft, ctx: SpaceContext) -> Draft:
     """Each stage but the last within `reach` layers of vLLM's split; the last stage takes the rest."""
     base, reach = _split_shape(draft, ctx)
     if reach == 0:
@@ -339,36 +349,31 @@ def _default_split(draft: Draft, ctx: SpaceContext) -> dict[str, object]:
     return {_split_param(i, len(base)): b for i, b in enumerate(base[:-1])} if reach else {}
 
 
-def _parse_fraction(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        value = float("nan")
-    if not 0 < value <= 1:
-        raise ConfigError(f"smooth_factor: must be in (0, 1], got {text!r}")
-    return value
+def knob_dimension(knob: Knob) -> Dimension:
+    """The dimension of a declared knob with a `search`: sampled under its --fix name as the declaration says,
+    in the modes it applies to and while the switch it depends on is on, defaulting to its declared default."""
+    search = knob.search
+    if search is None:
+        raise ValueError(f"{knob.field}: declares no search")
+    flag = knob.field.replace("_", "-")
+    default = knob_default(knob.field)
 
+    def sample(trial: optuna.trial.BaseTrial) -> object:
+        if search.choices:
+            return trial.suggest_categorical(flag, search.choices)  # type: ignore[arg-type]
+        if knob.kind in ("int", "tokens"):
+            return trial.suggest_int(flag, int(search.low), int(search.high), step=search.step or 1, log=search.log)
+        return trial.suggest_float(flag, search.low, search.high, log=search.log)
 
-def _mode_is(*modes: str) -> Callable[[Draft], bool]:
-    return lambda draft: draft.get("mode") in modes
+    def active(draft: Draft) -> bool:
+        in_mode = not knob.modes or draft.get("mode") in knob.modes
+        return in_mode and (not search.when or bool(draft.get(search.when)))
 
-
-def _delaying(draft: Draft) -> bool:
-    return bool(draft.get("delay_scheduling"))
-
-
-def knob_dimension(
-    field: str, sample: Callable[[optuna.Trial, str], object], active: Callable[[Draft], bool]
-) -> Dimension:
-    """A dimension for one scheduler knob: sampled by `sample` under its --fix name, defaulting to ServingConfig's value."""
-    knob = KNOB_BY_FIELD[field]
-    default = getattr(ServingConfig(), field)
-    flag = field.replace("_", "-")
     return Dimension(
         flag,
-        (field,),
+        (knob.field,),
         knob.check,
-        lambda trial, draft, ctx: {field: sample(trial, flag)},
+        lambda trial, draft, ctx: {knob.field: sample(trial)},
         lambda draft, ctx: {flag: default},
         active=active,
     )
@@ -383,7 +388,7 @@ register_dimension(
         ("mode",),
         _parse_mode,
         _suggest_mode,
-        lambda draft, ctx: {"mode": "cpp"} if int(draft["pp"]) > 1 else {},
+        lambda draft, ctx: {"mode": "cpp"} if _count(draft["pp"]) > 1 else {},
     )
 )
 register_dimension(
@@ -405,90 +410,27 @@ register_dimension(
     )
 )
 register_dimension(Dimension("layer-split", ("layer_split",), parse_layer_split, _suggest_split, _default_split))
-register_dimension(
-    Dimension(
-        "smooth-factor",
-        ("smooth_factor",),
-        _parse_fraction,
-        lambda trial, draft, ctx: {"smooth_factor": trial.suggest_float("smooth-factor", 0.1, 1.0)},
-        lambda draft, ctx: {"smooth-factor": 1.0},
-        active=_mode_is("dcpp"),
-    )
-)
-register_dimension(
-    Dimension(
-        "min-chunk",
-        ("min_chunk",),
-        lambda text: parse_tokens(text, "min_chunk"),
-        lambda trial, draft, ctx: {"min_chunk": trial.suggest_int("min-chunk", 1024, 16384, step=1024)},
-        lambda draft, ctx: {"min-chunk": 4096},
-        active=_mode_is("dcpp"),
-    )
-)
 
-# FastPP's controllers (their SLO targets come from the study's SLO, not the search)
-_greedy, _alp = _mode_is("fastpp-greedy"), _mode_is("fastpp-alp")
-for _field, _low, _high, _active in (
-    ("kv_free_threshold", 0.02, 0.3, _greedy),
-    ("tpot_violation", 1.0, 1.3, _greedy),
-    ("ttft_low", 0.02, 0.3, _greedy),
-    ("ttft_high", 0.15, 0.8, _greedy),
-    ("tpot_safe", 0.6, 1.0, _greedy),
-    ("alp_window_s", 2.0, 30.0, _alp),
-    ("slo_tpot_coeff", 0.8, 1.2, _alp),
-    ("rls_forgetting", 0.99, 0.9999, _alp),
-):
-    register_dimension(
-        knob_dimension(_field, lambda trial, name, lo=_low, hi=_high: trial.suggest_float(name, lo, hi), _active)
-    )
-register_dimension(
-    knob_dimension(
-        "controller_min_chunk",
-        lambda trial, name: trial.suggest_int(name, 128, 1024, step=128),
-        _mode_is("fastpp-greedy", "fastpp-alp"),
-    )
-)
-# vpp-adaptive
-register_dimension(
-    knob_dimension(
-        "adaptive_threshold",
-        lambda trial, name: trial.suggest_float(name, 0.01, 0.3, log=True),
-        _mode_is("vpp-adaptive"),
-    )
-)
-register_dimension(
-    knob_dimension("adaptive_fit_chunks", lambda trial, name: trial.suggest_int(name, 2, 6), _mode_is("vpp-adaptive"))
-)
-# delay scheduling, any mode: on or off, then its thresholds
-register_dimension(
-    knob_dimension(
-        "delay_scheduling", lambda trial, name: trial.suggest_categorical(name, (False, True)), lambda draft: True
-    )
-)
-register_dimension(
-    knob_dimension("waiting_tok_threshold", lambda trial, name: trial.suggest_int(name, 0, 8192, step=256), _delaying)
-)
-register_dimension(knob_dimension("load_alpha", lambda trial, name: trial.suggest_float(name, 0.1, 0.8), _delaying))
-register_dimension(
-    knob_dimension("base_unit", lambda trial, name: trial.suggest_categorical(name, (64, 128, 256)), _delaying)
-)
-register_dimension(
-    knob_dimension(
-        "delay_mode",
-        lambda trial, name: trial.suggest_categorical(name, ("auto", "tpot_first", "e2e_first")),
-        _delaying,
-    )
-)
 # pinned only, never searched (`--fix kv-capacity=8192`): what a live engine must be told it can hold, e.g.
 # llama-server, which splits its KV cache (--ctx-size) over its slots (--parallel)
-register_dimension(
-    Dimension(
-        "kv-capacity",
-        ("kv_capacity",),
-        lambda text: parse_tokens(text, "kv_capacity"),
-        lambda trial, draft, ctx: {},
-        lambda draft, ctx: {},
-        active=lambda draft: False,
-        searched=False,
-    )
+KV_CAPACITY = Dimension(
+    "kv-capacity",
+    ("kv_capacity",),
+    lambda text: parse_tokens(text, "kv_capacity"),
+    lambda trial, draft, ctx: {},
+    lambda draft, ctx: {},
+    active=lambda draft: False,
+    searched=False,
 )
+
+
+def dimensions() -> list[Dimension]:
+    """The search space in sampling order: the registered structural dimensions, then every declared knob with a
+    `search` in declaration order (backends/parts.py and any part registered since), then the pinned-only ones."""
+    return [*DIMENSIONS, *_knob_dimensions(tuple(PARTS)), KV_CAPACITY]
+
+
+@functools.cache
+def _knob_dimensions(parts: tuple[type, ...]) -> tuple[Dimension, ...]:
+    """The dimensions of the knobs `parts` declare with a search (`parts`: the registered ones, as the key)."""
+    return tuple(knob_dimension(knob) for knob in declared_knobs() if knob.search is not None)

@@ -28,7 +28,7 @@ from ..store import StudyRow, TrialRow
 from .objective import config_key, search_precision
 from .objectives import Objective, objective_named
 from .slo import Slo
-from .space import DIMENSIONS
+from .space import dimensions
 
 FREE_KNOBS = (
     "knobs free within the tie set (each of their values among the ties gives a tied result, given "
@@ -96,7 +96,7 @@ def changes(config: Mapping[str, object], baseline: Mapping[str, object] | None)
     if baseline is None:
         return 0
     acting, base = in_force(config)[0], in_force(baseline)[0]
-    return sum(_knob(acting, dim.fields) != _knob(base, dim.fields) for dim in DIMENSIONS if dim.searched)
+    return sum(_knob(acting, dim.fields) != _knob(base, dim.fields) for dim in dimensions() if dim.searched)
 
 
 def free_knobs(configs: Sequence[Mapping[str, object]]) -> tuple[str, ...]:
@@ -104,7 +104,7 @@ def free_knobs(configs: Sequence[Mapping[str, object]]) -> tuple[str, ...]:
     if len(configs) < 2:
         return ()
     acting = [in_force(c)[0] for c in configs]
-    return tuple(dim.flag for dim in DIMENSIONS if dim.searched and len({_knob(c, dim.fields) for c in acting}) > 1)
+    return tuple(dim.flag for dim in dimensions() if dim.searched and len({_knob(c, dim.fields) for c in acting}) > 1)
 
 
 def _knob(config: Mapping[str, object], fields: tuple[str, ...]) -> str:

@@ -16,15 +16,17 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from ..parts import AdaptiveSettings
 from .chunking import ALIGN, FixedChunk, StepReport
 
 
 class AdaptiveChunk(FixedChunk):
     """Fixed chunks, resized locally once measured stage times leave the linear law."""
 
-    def __init__(self, base: int, threshold: float, fit_chunks: int, stage_time: Callable[[int, int], float]):
-        super().__init__(base)
-        self.threshold, self.fit_chunks, self.stage_time = threshold, fit_chunks, stage_time
+    def __init__(self, *, base: int, settings: AdaptiveSettings, stage_time: Callable[[int, int], float]):
+        super().__init__(chunk=base)
+        self.threshold, self.fit_chunks = settings.adaptive_threshold, settings.adaptive_fit_chunks
+        self.stage_time = stage_time
         self.floor = min(base, ALIGN)
         self.resized = 0  # resized chunks of earlier prompts
         self._reset()

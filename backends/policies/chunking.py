@@ -13,6 +13,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
+from ..parts import DcppSettings
+
 ALIGN = 64
 
 
@@ -56,7 +58,7 @@ class ChunkPolicy(Protocol):
 class FixedChunk:
     """A fixed per-step token budget (CPP, VPP): every chunk is `chunk` tokens."""
 
-    def __init__(self, chunk: int):
+    def __init__(self, *, chunk: int):
         self.chunk = chunk
 
     def step_budget(self) -> int:
@@ -83,12 +85,13 @@ class DynamicChunk(FixedChunk):
 
     With f fitted at start-up, a request with L tokens already prefilled gets
     the x solving f(L + x) - f(L) = f(base) - f(0), smoothed towards base by
-    smooth_factor, floored at min_chunk and aligned to 64 tokens.
+    smooth_factor, floored at min_chunk (at most base) and aligned to 64 tokens.
     """
 
-    def __init__(self, base: int, smooth_factor: float, min_chunk: int, latency: Callable[[int], float]):
-        super().__init__(base)
-        self.smooth_factor = smooth_factor
+    def __init__(self, *, base: int, settings: DcppSettings, latency: Callable[[int], float]):
+        super().__init__(chunk=base)
+        self.smooth_factor = settings.smooth_factor
+        min_chunk = min(settings.min_chunk, base)
         self.floor = max(ALIGN, -(-min_chunk // ALIGN) * ALIGN)
         self.a, self.b, _ = fit_quadratic(latency, base)
         self._target = self.a * base * base + self.b * base

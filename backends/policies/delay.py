@@ -27,6 +27,8 @@ import math
 from collections.abc import Sequence
 from typing import Protocol, TypeVar
 
+from ..parts import DelaySettings
+
 
 class DecodeView(Protocol):
     """What the policy reads of a request ready to decode."""
@@ -44,12 +46,11 @@ AUTO_SWITCH = 0.9  # auto: tpot_first once observed TPOT reaches this x the SLO
 class DelayScheduler:
     """Chooses which ready decodes join the next micro-batch."""
 
-    def __init__(
-        self, pp: int, slo_tpot_s: float, waiting_tok_threshold: int, load_alpha: float, base_unit: int, mode: str
-    ):
+    def __init__(self, *, pp: int, slo_tpot_s: float, settings: DelaySettings):
         self.pp, self.slo_tpot_s = pp, slo_tpot_s
-        self.waiting_tok_threshold, self.load_alpha, self.base_unit = waiting_tok_threshold, load_alpha, base_unit
-        self.mode = mode
+        s = settings
+        self.waiting_tok_threshold, self.load_alpha, self.base_unit = s.waiting_tok_threshold, s.load_alpha, s.base_unit
+        self.mode = s.delay_mode
         self.delayed = 0  # requests held back so far (each time one is held)
         self._held: set[int] = set()  # seq of the requests held back last step
 

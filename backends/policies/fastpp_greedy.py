@@ -19,12 +19,8 @@ stays within [controller_min_chunk, chunk] and starts at controller_base_chunk.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
+from ..parts import FastPPSettings
 from .chunking import StepReport
-
-if TYPE_CHECKING:
-    from ..config import ResolvedConfig
 
 
 def p90(values: list[float]) -> float | None:
@@ -35,11 +31,11 @@ def p90(values: list[float]) -> float | None:
 class GreedyChunkController:
     """FastPP's SLO-feedback controller: every pp steps, reset, shrink, grow or keep the chunk."""
 
-    def __init__(self, config: ResolvedConfig):
-        c = config
-        self.pp, self.step = c.pp, c.controller_step
-        self.high = c.chunk
-        self.low = min(c.controller_min_chunk, c.chunk)
+    def __init__(self, *, pp: int, chunk: int, settings: FastPPSettings):
+        c = settings
+        self.pp, self.step = pp, c.controller_step
+        self.high = chunk
+        self.low = min(c.controller_min_chunk, chunk)
         self.slo_ttft, self.slo_tpot = c.slo_ttft_s, c.slo_tpot_s
         self.kv_free_threshold = c.kv_free_threshold
         self.tpot_violation, self.tpot_safe = c.tpot_violation, c.tpot_safe

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from ..parts import AdaptiveSettings, DcppSettings, FastPPSettings
 from .adaptive import AdaptiveChunk
 from .chunking import ChunkPolicy, DynamicChunk, FixedChunk
 from .fastpp_greedy import GreedyChunkController
@@ -23,7 +24,7 @@ if TYPE_CHECKING:
     from ..config import ResolvedConfig
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class PolicyEnv:
     """What a backend offers policies: a resolved config and its latency probes.
 
@@ -37,7 +38,7 @@ class PolicyEnv:
     decode_stage_time: Callable[[int], float]  # entry-stage time of a decode-only batch of n one-token contexts
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ModeSpec:
     """How one pipeline mode schedules work."""
 
@@ -49,7 +50,6 @@ class ModeSpec:
     entry_first: bool  # rank 0 runs a new micro-batch's first stage before an older one's last (VPP-Async)
     chunk_policy: Callable[[PolicyEnv], ChunkPolicy]
     pack_prompts: bool = True  # a step's budget left after one prompt's chunk takes the next prompts' chunks
-    params: tuple[str, ...] = ()  # config fields only this mode reads
 
     @property
     def virtual_stages(self) -> int:
@@ -67,83 +67,92 @@ def register_mode(spec: ModeSpec) -> ModeSpec:
 
 
 def _fixed(env: PolicyEnv) -> ChunkPolicy:
-    return FixedChunk(env.config.chunk)
+    return FixedChunk(chunk=env.config.chunk)
 
 
 def _dcpp(env: PolicyEnv) -> ChunkPolicy:
-    c = env.config
-    return DynamicChunk(c.chunk, c.smooth_factor, min(c.min_chunk, c.chunk), env.chunk_latency)
+    return DynamicChunk(base=env.config.chunk, settings=env.config.part(DcppSettings), latency=env.chunk_latency)
 
 
 def _adaptive(env: PolicyEnv) -> ChunkPolicy:
-    c = env.config
-    return AdaptiveChunk(c.chunk, c.adaptive_threshold, c.adaptive_fit_chunks, env.entry_stage_time)
+    return AdaptiveChunk(
+        base=env.config.chunk, settings=env.config.part(AdaptiveSettings), stage_time=env.entry_stage_time
+    )
 
 
-register_mode(ModeSpec("cpp", "chunked prefill PP: fixed chunks, stage i on rank i", "linear", True, 0, False, _fixed))
 register_mode(
     ModeSpec(
-        "dcpp",
-        "dynamic chunk PP (vLLM-Ascend profiling chunk): later chunks shrink to equal time",
-        "linear",
-        True,
-        0,
-        False,
-        _dcpp,
-        params=("smooth_factor", "min_chunk"),
+        name="cpp",
+        summary="chunked prefill PP: fixed chunks, stage i on rank i",
+        layout="linear",
+        sync_transfers=True,
+        extra_in_flight=0,
+        entry_first=False,
+        chunk_policy=_fixed,
     )
 )
 register_mode(
     ModeSpec(
-        "vpp-sync",
-        "V-shaped fold-back, blocking transfers in program order, one prompt's chunk per step",
-        "foldback",
-        True,
-        1,
-        False,
-        _fixed,
+        name="dcpp",
+        summary="dynamic chunk PP (vLLM-Ascend profiling chunk): later chunks shrink to equal time",
+        layout="linear",
+        sync_transfers=True,
+        extra_in_flight=0,
+        entry_first=False,
+        chunk_policy=_dcpp,
+    )
+)
+register_mode(
+    ModeSpec(
+        name="vpp-sync",
+        summary="V-shaped fold-back, blocking transfers in program order, one prompt's chunk per step",
+        layout="foldback",
+        sync_transfers=True,
+        extra_in_flight=1,
+        entry_first=False,
+        chunk_policy=_fixed,
         pack_prompts=False,
     )
 )
 register_mode(
     ModeSpec(
-        "vpp-async",
-        "fold-back with overlapped transfers and the entry rank's swapped order",
-        "foldback",
-        False,
-        1,
-        True,
-        _fixed,
+        name="vpp-async",
+        summary="fold-back with overlapped transfers and the entry rank's swapped order",
+        layout="foldback",
+        sync_transfers=False,
+        extra_in_flight=1,
+        entry_first=True,
+        chunk_policy=_fixed,
         pack_prompts=False,
     )
 )
 register_mode(
     ModeSpec(
-        "vpp",
-        "vpp-async plus cross-request packing: a step's leftover budget takes the next prompts' leading chunks",
-        "foldback",
-        False,
-        1,
-        True,
-        _fixed,
+        name="vpp",
+        summary="vpp-async plus cross-request packing: a step's leftover budget takes the next prompts' leading chunks",
+        layout="foldback",
+        sync_transfers=False,
+        extra_in_flight=1,
+        entry_first=True,
+        chunk_policy=_fixed,
     )
 )
 register_mode(
     ModeSpec(
-        "vpp-adaptive",
-        "vpp whose chunks are resized locally when stage times leave the linear law (e.g. DSA)",
-        "foldback",
-        False,
-        1,
-        True,
-        _adaptive,
-        params=("adaptive_threshold", "adaptive_fit_chunks"),
+        name="vpp-adaptive",
+        summary="vpp whose chunks are resized locally when stage times leave the linear law (e.g. DSA)",
+        layout="foldback",
+        sync_transfers=False,
+        extra_in_flight=1,
+        entry_first=True,
+        chunk_policy=_adaptive,
     )
 )
 
 
 def _fastpp_greedy(env: PolicyEnv) -> ChunkPolicy:
-    return GreedyChunkController(env.config)
+    c = env.config
+    return GreedyChunkController(pp=c.pp, chunk=c.chunk, settings=c.part(FastPPSettings))
 
 
 def _fastpp_alp(env: PolicyEnv) -> ChunkPolicy:
@@ -155,43 +164,23 @@ def _fastpp_alp(env: PolicyEnv) -> ChunkPolicy:
 
 register_mode(
     ModeSpec(
-        "fastpp-greedy",
-        "FastPP greedy: every pp steps reset, shrink or grow the chunk on free KV and observed TTFT/TPOT",
-        "linear",
-        False,
-        0,
-        False,
-        _fastpp_greedy,
-        params=(
-            "slo_ttft_s",
-            "slo_tpot_s",
-            "controller_min_chunk",
-            "controller_base_chunk",
-            "controller_step",
-            "kv_free_threshold",
-            "tpot_violation",
-            "ttft_low",
-            "ttft_high",
-            "tpot_safe",
-        ),
+        name="fastpp-greedy",
+        summary="FastPP greedy: every pp steps reset, shrink or grow the chunk on free KV and observed TTFT/TPOT",
+        layout="linear",
+        sync_transfers=False,
+        extra_in_flight=0,
+        entry_first=False,
+        chunk_policy=_fastpp_greedy,
     )
 )
 register_mode(
     ModeSpec(
-        "fastpp-alp",
-        "FastPP ALP: the smallest chunk whose RLS-predicted latency keeps TPOT and prefill throughput",
-        "linear",
-        False,
-        0,
-        False,
-        _fastpp_alp,
-        params=(
-            "slo_tpot_s",
-            "controller_min_chunk",
-            "controller_step",
-            "alp_window_s",
-            "slo_tpot_coeff",
-            "rls_forgetting",
-        ),
+        name="fastpp-alp",
+        summary="FastPP ALP: the smallest chunk whose RLS-predicted latency keeps TPOT and prefill throughput",
+        layout="linear",
+        sync_transfers=False,
+        extra_in_flight=0,
+        entry_first=False,
+        chunk_policy=_fastpp_alp,
     )
 )

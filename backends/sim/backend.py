@@ -8,6 +8,7 @@ from ...scenarios.scenario import Scenario
 from ..base import Capabilities, RunObserver
 from ..config import ResolvedConfig, ServingConfig
 from ..footprint import check_footprint
+from ..parts import DelaySettings, Scheduling
 from ..policies.delay import DelayScheduler
 from ..policies.modes import MODES, PolicyEnv
 from ..result import RunResult
@@ -55,7 +56,7 @@ class SimBackend:
         config = config.resolve()
         check_footprint(self.name, scenario, config, num_requests, seed, rate, timeline)  # before any is drawn
         workload = scenario.workload(seed=seed, rate=rate, num_requests=num_requests)
-        engine = build_engine(config, timeline, observer, exact_decode=self.exact_decode)
+        engine = build_engine(config, timeline=timeline, observer=observer, exact_decode=self.exact_decode)
         requests = [SimRequest(r.id, r.arrival_s, r.prompt_tokens, r.output_tokens) for r in workload.requests]
         makespan = engine.run(requests, workload.concurrency)
         return RunResult(
@@ -77,6 +78,7 @@ class SimBackend:
 
 def build_engine(
     config: ResolvedConfig,
+    *,
     timeline: bool = False,
     observer: RunObserver | None = None,
     cost: CostModel | None = None,
@@ -100,33 +102,36 @@ def build_engine(
     def decode_stage_time(batch: int) -> float:
         return cost.stage_costs(BatchShape(batch, 0, 0, 0, batch, batch, 0, batch))[0][0]
 
-    env = PolicyEnv(config, chunk_latency, entry_stage_time, decode_stage_time)
+    env = PolicyEnv(
+        config=config,
+        chunk_latency=chunk_latency,
+        entry_stage_time=entry_stage_time,
+        decode_stage_time=decode_stage_time,
+    )
     in_flight = config.pp + spec.extra_in_flight
     delay = (
-        DelayScheduler(
-            in_flight,
-            config.slo_tpot_s,
-            config.waiting_tok_threshold,
-            config.load_alpha,
-            config.base_unit,
-            config.delay_mode,
-        )
+        DelayScheduler(pp=in_flight, slo_tpot_s=config.slo_tpot_s, settings=config.part(DelaySettings))
         if config.delay_scheduling
         else None
     )
     scheduler = StepScheduler(
-        cost,
-        spec.chunk_policy(env),
-        config.max_running,
-        config.kv_capacity,
-        in_flight,
-        topk,
-        delay,
-        config.decode_in_budget,
-        config.mixed_batches,
-        config.output_reserve,
-        spec.pack_prompts,
-        config.sticky_decodes,
-        exact_decode,
+        cost=cost,
+        chunk_policy=spec.chunk_policy(env),
+        scheduling=config.part(Scheduling),
+        kv_capacity=config.kv_capacity,
+        slots=in_flight,
+        topk=topk,
+        delay=delay,
+        pack_prompts=spec.pack_prompts,
+        exact=exact_decode,
     )
-    return Engine(cost, scheduler, ranks, spec.sync_transfers, in_flight, spec.entry_first, timeline, observer)
+    return Engine(
+        cost=cost,
+        scheduler=scheduler,
+        stage_ranks=ranks,
+        sync=spec.sync_transfers,
+        in_flight=in_flight,
+        entry_first=spec.entry_first,
+        timeline=timeline,
+        observer=observer,
+    )

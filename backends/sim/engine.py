@@ -113,6 +113,7 @@ class Engine:
 
     def __init__(
         self,
+        *,
         cost: StageCosts,
         scheduler: StepScheduler,
         stage_ranks: tuple[int, ...],

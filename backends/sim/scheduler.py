@@ -42,6 +42,7 @@ from __future__ import annotations
 from collections import deque
 from typing import Final, Protocol, cast
 
+from ..parts import Scheduling
 from ..policies.chunking import ChunkPolicy, FixedChunk
 from ..policies.delay import DelayScheduler
 from .costs import BatchShape, StageCosts, capped_pairs
@@ -169,25 +170,23 @@ class StepScheduler:
 
     def __init__(
         self,
+        *,
         cost: StageCosts,
         chunk_policy: ChunkPolicy,
-        max_running: int,
+        scheduling: Scheduling,
         kv_capacity: int,
         slots: int,
         topk: int = 0,
         delay: DelayScheduler | None = None,
-        decode_in_budget: bool = True,
-        mixed_batches: bool = True,
-        output_reserve: float = 1.0,
         pack_prompts: bool = True,
-        sticky_decodes: bool = False,
         exact: bool = False,
     ):
         self.cost, self.policy = cost, chunk_policy
         self.delay = delay  # decode micro-batch rebalancing, when on
-        self.decode_in_budget, self.mixed_batches = decode_in_budget, mixed_batches
-        self.pack_prompts, self.sticky = pack_prompts, sticky_decodes
-        self.max_running, self.kv_capacity, self.output_reserve = max_running, kv_capacity, output_reserve
+        self.decode_in_budget, self.mixed_batches = scheduling.decode_in_budget, scheduling.mixed_batches
+        self.pack_prompts, self.sticky = pack_prompts, scheduling.sticky_decodes
+        self.max_running, self.kv_capacity = scheduling.max_running, kv_capacity
+        self.output_reserve = scheduling.output_reserve
         self.topk = topk  # DSA keys per query (0 = dense attention)
         kind = type(chunk_policy)
         self.learns = kind.observe is not FixedChunk.observe  # completions report to the policy
@@ -197,7 +196,7 @@ class StepScheduler:
         self.bulk = delay is None and not exact
         self.waiting: deque[SimRequest] = deque()
         self.prefilling: list[SimRequest] = []
-        pools = slots if sticky_decodes else 1
+        pools = slots if scheduling.sticky_decodes else 1
         self.decoding: list[deque[SimRequest]] = [deque() for _ in range(pools)]
         self.groups: list[list[DecodeGroup]] = [[] for _ in range(pools)]  # a few groups each: lists
         self.running = 0

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from ...backends.knobs import KNOBS, setting_text
+from ...backends.knobs import declared_knobs, setting_text
 from ...backends.registry import backend_tag
 from ...backends.result import RunResult
 from ...backends.tokens import format_tokens
 
 MAX_PARTS = 4  # differing settings named in a legend entry; more become "+N more"
 DERIVED = ("virtual_stages", "kv_capacity")  # follow from mode, layer split, tp × pp and the profiles
-_BOOLS = {knob.field for knob in KNOBS if knob.kind == "bool"}
+_BOOLS = {knob.field for knob in declared_knobs() if knob.kind == "bool"}
 
 
 def _config(key: str, show: Callable[[object], str] = str) -> Callable[[RunResult], str | None]:

@@ -76,7 +76,7 @@ class ConfigScreen(View):
             for field in self.fields:
                 with Vertical(classes="field", id=f"field-{field.name}"):
                     yield Label(field.label)
-                    yield field_widget(field, getattr(self.session.config, field.name))
+                    yield field_widget(field, self.session.config.values()[field.name])
                     yield Static("", classes="message", id=f"m-{field.name}")
         yield Static("", id="config-summary")
         with Horizontal(classes="actions", id="config-actions"):
@@ -175,7 +175,7 @@ class ConfigScreen(View):
     def on_config_loaded(self, message: ConfigLoaded) -> None:
         for field in self.fields:
             control = self.query_one(f"#f-{field.name}")
-            value = getattr(message.config, field.name)
+            value = message.config.values()[field.name]
             if isinstance(control, Input):
                 control.value = to_text(value)
             elif field.kind == "bool":
@@ -203,7 +203,7 @@ class ConfigScreen(View):
                 values[field.name] = self._value(field)
             except ConfigError as err:
                 errors[field.name] = str(err)
-        draft = None if errors else ServingConfig(**values)
+        draft = None if errors else ServingConfig.from_values(values)
         resolved = None
         if draft is not None:
             try:
@@ -249,7 +249,7 @@ class ConfigScreen(View):
         if field.name == "mode":
             return MODES[resolved.mode].summary
         if field.optional and self._value(field) is None:
-            return f"derived: {to_text(getattr(resolved, field.name))}"
+            return f"derived: {to_text(resolved.values()[field.name])}"
         return ""
 
     def _show(self, field: FormField, shown: bool, message: str, error: bool) -> None:

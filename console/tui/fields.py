@@ -8,9 +8,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from types import NoneType
 
-from ...backends.config import ServingConfig
-from ...backends.errors import ConfigError
-from ...backends.knobs import KNOB_BY_FIELD
+from ...backends.config import ServingConfig, parse_value
+from ...backends.knobs import Knob, declared_knobs, knob_named
 from ...backends.policies.modes import MODES
 from ...backends.profiles import hardware_names, model_names
 
@@ -37,37 +36,43 @@ class FormField:
         return self.name.replace("_", " ")
 
 
-def form_fields() -> list[FormField]:
-    """Every ServingConfig field, in declaration order; a declared knob brings its choices and help."""
+KIND_TYPES: dict[str, type] = {"tokens": int, "int": int, "float": float, "bool": bool, "choice": str}
+
+
+def _field_types() -> list[tuple[str, object]]:
+    """Each config field and its type hint, then each knob of a part registered beyond the built-in ones."""
     hints = typing.get_type_hints(ServingConfig)
+    names = [f.name for f in dataclasses.fields(ServingConfig) if f.name != "extra_knobs"]
+    extra = [(k.field, KIND_TYPES[k.kind]) for k in declared_knobs() if k.field not in names]
+    return [(name, hints[name]) for name in names] + extra
+
+
+def form_fields() -> list[FormField]:
+    """Every config field and declared knob, in declaration order; a declared knob brings its choices and help."""
     fields = []
-    for f in dataclasses.fields(ServingConfig):
-        hint = hints[f.name]
+    for name, hint in _field_types():
         args = [a for a in typing.get_args(hint) if a is not NoneType]
         optional = NoneType in typing.get_args(hint)
         base = args[0] if optional and len(args) == 1 else hint
         value_type = typing.get_origin(base) or base
-        knob = KNOB_BY_FIELD.get(f.name)
+        knob = knob_named(name)
         help_text = f"{knob.help} Allowed: {knob.allowed()}." if knob else ""
-        if f.name in CHOICES:
-            fields.append(FormField(f.name, "choice", str, optional, tuple(CHOICES[f.name]())))
+        if name in CHOICES:
+            fields.append(FormField(name, "choice", str, optional, tuple(CHOICES[name]())))
         elif knob is not None and knob.kind == "choice":
-            fields.append(FormField(f.name, "choice", str, optional, knob.choices, help_text))
+            fields.append(FormField(name, "choice", str, optional, knob.choices, help_text))
         elif value_type is bool:
-            fields.append(FormField(f.name, "bool", bool, optional, help=help_text))
+            fields.append(FormField(name, "bool", bool, optional, help=help_text))
         else:
-            fields.append(FormField(f.name, "text", value_type, optional, help=help_text))
+            fields.append(FormField(name, "text", value_type, optional, help=help_text))  # type: ignore[arg-type]
     return fields
 
 
-def mode_only_fields() -> frozenset[str]:
-    """Fields that only some modes read (a mode's `params`)."""
-    return frozenset(name for spec in MODES.values() for name in spec.params)
-
-
 def shown_for(field: str, mode: str) -> bool:
-    """Whether the form shows `field` while `mode` is selected: general fields always, mode fields for their mode."""
-    return field not in mode_only_fields() or (mode in MODES and field in MODES[mode].params)
+    """Whether the form shows `field` while `mode` is selected: general fields always, a knob that only some
+    modes read (its declared `modes`) for those modes."""
+    knob: Knob | None = knob_named(field)
+    return knob is None or knob.applies_to(mode)
 
 
 def to_text(value: object) -> str:
@@ -82,23 +87,10 @@ def to_text(value: object) -> str:
 
 
 def parse(field: FormField, text: str) -> object:
-    """The form's text as a field value; text that is not a number is passed on for `resolve()` to explain."""
-    text = text.strip()
-    if not text and field.optional:
+    """The form's text as a field value, parsed as the command line parses it; a derived field left blank is None."""
+    if not text.strip() and field.optional:
         return None
-    if field.value_type is tuple:
-        try:
-            return tuple(int(part) for part in text.split(","))
-        except ValueError:
-            raise ConfigError(
-                f"{field.name}: expected comma-separated whole numbers such as 31,30, got {text!r}"
-            ) from None
-    if field.value_type in (int, float):
-        try:
-            return field.value_type(text)
-        except ValueError:
-            return text
-    return text
+    return parse_value(field.name, text)
 
 
 def error_field(message: str, names: Iterable[str]) -> str | None:
@@ -109,6 +101,5 @@ def error_field(message: str, names: Iterable[str]) -> str | None:
 
 def normalised(draft: ServingConfig, resolved: ServingConfig) -> ServingConfig:
     """The draft with every value it gives replaced by its resolved form (24k -> 24576); derived fields stay None."""
-    return draft.replace(
-        **{f.name: getattr(resolved, f.name) for f in dataclasses.fields(draft) if getattr(draft, f.name) is not None}
-    )
+    given, acting = draft.values(), resolved.values()
+    return draft.replace(**{name: acting[name] for name, value in given.items() if value is not None})
