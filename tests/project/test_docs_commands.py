@@ -5,14 +5,14 @@ from __future__ import annotations
 
 import re
 import shlex
-from pathlib import Path
 
 import click
 import pytest
 
 from pipedeck.console.cli import cli
+from tests.paths import ROOT
 
-DOCS = Path(__file__).resolve().parent.parent / "docs"
+DOCS = ROOT / "docs"
 
 
 def command_lines() -> list[tuple[str, str]]:

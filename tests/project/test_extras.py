@@ -8,14 +8,14 @@ import functools
 import importlib.metadata
 import re
 import tomllib
-from pathlib import Path
 
 import pytest
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 from packaging.version import Version
 
-ROOT = Path(__file__).resolve().parents[1]
+from tests.paths import ROOT
+
 SOURCES = ("backends", "console", "scenarios", "store", "tuner", "tests", "benchmarks")
 CI = ROOT / ".ci" / "run"  # the commands it runs (ruff, mypy) use the test extra too
 # Packages used by another name than a module they provide: a pytest fixture, a command.

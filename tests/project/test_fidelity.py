@@ -8,15 +8,13 @@ import importlib.util
 import math
 import sys
 from importlib import resources
-from pathlib import Path
 
 import pytest
 
 from pipedeck.backends.config import SGLANG_MIXED_CHUNK, ServingConfig
 from pipedeck.backends.profiles import load_hardware
 from pipedeck.tuner.objective import Evaluator, TuneSpec
-
-ROOT = Path(__file__).resolve().parent.parent
+from tests.paths import ROOT
 
 
 def _load_fidelity():

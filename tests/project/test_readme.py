@@ -18,7 +18,8 @@ from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+from tests.paths import ROOT
+
 README = ROOT / "README.md"
 SETUP = [
     "pip install -e . && pipedeck tune --slo ttft=2s,tpot=200ms",

@@ -3,13 +3,11 @@
 from __future__ import annotations
 
 import tomllib
-from pathlib import Path
 
 from packaging.version import Version
 
 from pipedeck.store.schema import SCHEMA_VERSION
-
-ROOT = Path(__file__).resolve().parents[1]
+from tests.paths import ROOT
 
 
 def project_version() -> str:

@@ -22,8 +22,9 @@ import numpy as np
 import pytest
 
 from pipedeck.store import RunStore
+from tests.paths import ROOT
 
-DOC = Path(__file__).resolve().parents[1] / "docs" / "store.md"
+DOC = ROOT / "docs" / "store.md"
 TUNE = [
     "tune",
     "--model",

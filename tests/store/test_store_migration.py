@@ -25,8 +25,9 @@ from pipedeck.store import RunStore, StoreError, schema
 from pipedeck.store.schema import _v3
 from pipedeck.store.transaction import transaction
 from tests.flags import assert_flags_give_back
+from tests.paths import DATA
 
-FIXTURE = Path(__file__).parent / "data" / "store-v2.duckdb.xz"
+FIXTURE = DATA / "store-v2.duckdb.xz"
 ORDER = {
     "runs": "id",
     "run_ranks": "run_id, seq",

@@ -19,9 +19,10 @@ from pipedeck.console.errors import run_cli
 from pipedeck.store import RunStore
 from pipedeck.tuner.calibrate import FITTED, QUICK_PASSES, CalibrationError, fit, measure, plan
 from tests.live.llama_server import make_config
+from tests.paths import DATA, TESTS
 
-START = str(Path(__file__).parent / "live" / "cpu-host.toml")
-FAKE = (sys.executable, str(Path(__file__).parent / "data" / "fake_engine.py"))
+START = str(TESTS / "live" / "cpu-host.toml")
+FAKE = (sys.executable, str(DATA / "fake_engine.py"))
 
 
 @pytest.fixture(scope="module")

@@ -27,8 +27,8 @@ from pipedeck.store import RunStore
 from pipedeck.tuner.confirm import ConfirmRow, candidates, ranks
 from pipedeck.tuner.objective import TuneSpec
 from pipedeck.tuner.slo import parse_slo
+from tests.paths import DATA
 
-DATA = Path(__file__).parent / "data"
 FAKE = f"{sys.executable} {DATA / 'fake_engine.py'}"
 TINY = str(DATA / "tiny-chat.toml")
 CPU = dict(model="qwen2.5-14b", hardware="a100-40g-pcie", tp=1, pp=1, chunk=512, max_running=4, kv_capacity=4096)

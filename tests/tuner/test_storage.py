@@ -1,6 +1,6 @@
 """Study storages and the workers that share one: bad --storage values, admission, config claims, recovery.
 
-Runs without PostgreSQL (tests/test_postgres.py has the real server's tests).
+Runs without PostgreSQL (tests/tuner/test_postgres.py has the real server's tests).
 """
 
 from __future__ import annotations

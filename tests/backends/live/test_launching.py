@@ -21,8 +21,8 @@ from pipedeck.backends.live.launcher import LaunchError
 from pipedeck.backends.live.launching import LaunchingBackend, check_launch
 from pipedeck.backends.registry import make_backend
 from pipedeck.scenarios import load_scenario
+from tests.paths import DATA
 
-DATA = Path(__file__).parent / "data"
 FAKE = f"{sys.executable} {DATA / 'fake_engine.py'}"
 TINY = str(DATA / "tiny-chat.toml")
 CPU = dict(model="qwen2.5-14b", hardware="a100-40g-pcie", tp=1, pp=1, chunk=512, max_running=4, kv_capacity=4096)

@@ -18,8 +18,9 @@ from pipedeck.backends.launch import ExportError
 from pipedeck.backends.live.launcher import LaunchError, server_command, start_server
 from pipedeck.console.cli import cli
 from pipedeck.console.errors import run_cli
+from tests.paths import DATA
 
-FAKE = (sys.executable, str(Path(__file__).parent / "data" / "fake_engine.py"))
+FAKE = (sys.executable, str(DATA / "fake_engine.py"))
 CPU = dict(model="qwen2.5-14b", hardware="a100-40g-pcie", tp=1, pp=1, chunk=512, max_running=4, kv_capacity=4096)
 
 

@@ -26,8 +26,9 @@ from pipedeck.backends.profiles import (
 from pipedeck.backends.profiles.build import build_profile, numeric_fields
 from pipedeck.backends.profiles.writer import profile_toml
 from pipedeck.backends.sim.costs import BatchShape, CostModel
+from tests.paths import DATA, ROOT
 
-HF = Path(__file__).parent / "data" / "hf"
+HF = DATA / "hf"
 MODELS = ["deepseek-v3.1", "glm-5.2", "qwen2.5-14b", "qwen2.5-32b", "qwen3-coder-30b-a3b"]
 HARDWARE = ["a100-40g-pcie", "ascend-910c", "h100-sxm", "h200-sxm"]
 # Fields read from config.json; the published sizes and deployment precision are not.
@@ -509,7 +510,7 @@ def test_a_bad_checkpoint_entry_is_one_line_naming_it(tmp_path, entry, message) 
 def test_a_profile_without_the_later_fields_loads_as_the_shared_trace_s_does(tmp_path):
     """A hardware profile written before graph replay and platforms (the Vidur trace's A100) still loads: decode
     steps pay the eager collective latency, with that recorded as the source, and the platform is unknown."""
-    text = (Path(__file__).parent.parent / "backends/profiles/hardware/a100-40g-pcie.toml").read_text()
+    text = (ROOT / "backends/profiles/hardware/a100-40g-pcie.toml").read_text()
     kept = [line for line in text.splitlines() if not line.startswith(("graph_collective_latency_us", "platform"))]
     old = tmp_path / "old-a100.toml"
     old.write_text("\n".join(kept) + "\n")
@@ -521,7 +522,7 @@ def test_a_profile_without_the_later_fields_loads_as_the_shared_trace_s_does(tmp
 
 def test_sources_that_are_not_a_table_are_a_one_line_error_when_a_field_falls_back():
     """The fallback records its own source; a `sources` that is no table is still refused in one line."""
-    text = (Path(__file__).parent.parent / "backends/profiles/hardware/a100-40g-pcie.toml").read_text()
+    text = (ROOT / "backends/profiles/hardware/a100-40g-pcie.toml").read_text()
     data = tomllib.loads(text)
     data.pop("graph_collective_latency_us")
     data["sources"] = "oops"

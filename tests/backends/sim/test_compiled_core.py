@@ -6,7 +6,6 @@ import json
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
@@ -16,9 +15,8 @@ from pipedeck.backends.sim import SimBackend, compiled, core_status
 from pipedeck.backends.sim.corebuild import CORE, choose_core, source_digest
 from pipedeck.backends.sim.digest import run_digest
 from pipedeck.scenarios import load_scenario
-from tests.test_sim_paths import RARE, SCENARIOS, TRACE
-
-ROOT = Path(__file__).resolve().parents[1]
+from tests.backends.sim.test_sim_paths import RARE, SCENARIOS, TRACE
+from tests.paths import ROOT
 
 
 def digests() -> dict[str, str]:
@@ -57,7 +55,7 @@ def test_the_compiled_core_gives_the_pure_cores_results_on_every_mode():
     pure = json.loads(
         pure_python(
             "import json; from pipedeck.backends.sim import compiled; "
-            "from tests.test_compiled_core import digests; "
+            "from tests.backends.sim.test_compiled_core import digests; "
             "print(json.dumps([compiled(), digests()]))"
         )
     )

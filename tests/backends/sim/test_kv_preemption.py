@@ -15,8 +15,8 @@ from pipedeck.backends.sim.backend import build_engine
 from pipedeck.backends.sim.scheduler import SimRequest
 from pipedeck.scenarios import load_scenario
 from pipedeck.store import RunStore
+from tests.backends.sim.test_engine_invariants import max_overlap
 from tests.emissions import trace
-from tests.test_engine_invariants import max_overlap
 
 KV = 40_000  # tokens: about 30 azure-conv requests' prompts, so decodes fill it
 

@@ -9,8 +9,6 @@ capped contexts.
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
 from pipedeck.backends.config import SGLANG_MIXED_CHUNK, ServingConfig
@@ -19,8 +17,9 @@ from pipedeck.backends.sim import SimBackend, compiled
 from pipedeck.backends.sim.digest import run_digest
 from pipedeck.backends.sim.groups import DecodeGroup
 from pipedeck.scenarios import load_scenario
+from tests.paths import ROOT
 
-TRACE = Path(__file__).resolve().parents[2] / "shared" / "bench" / "vidur-trace"
+TRACE = ROOT.parent / "shared" / "bench" / "vidur-trace"
 SCENARIOS = {  # name: (scenario, rate, requests, config fields)
     "mixed-gsm8k": ("mixed-gsm8k", None, 30, {"chunk": 16 * 1024}),
     "azure-conv": ("azure-conv", 3.0, 50, {"chunk": 16 * 1024}),

@@ -7,7 +7,6 @@ import re
 import subprocess
 import sys
 import webbrowser
-from pathlib import Path
 
 import pytest
 
@@ -22,8 +21,8 @@ from pipedeck.console.tui.fields import error_field, form_fields, parse, shown_f
 from pipedeck.console.tui.livestats import LiveStats
 from pipedeck.console.tui.pacing import Frame, PacedObserver
 from pipedeck.console.tui.widgets.timeline import bubble_ratios, span_cells
+from tests.paths import ROOT
 
-ROOT = Path(__file__).resolve().parents[1]
 CORE = ("backends", "tuner", "store", "scenarios")
 IMPORT_EACH = """
 import importlib, json, pkgutil, sys

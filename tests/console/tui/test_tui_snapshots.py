@@ -1,7 +1,7 @@
 """Snapshots of the console's four views at 100x30, from fixed data (scripted runs and trials, frozen clocks).
 
 After an intended change of a view, look at the new pictures (pytest writes snapshot_report.html) and accept
-them with `python -m pytest tests/test_tui_snapshots.py --snapshot-update`.
+them with `python -m pytest tests/console/tui/test_tui_snapshots.py --snapshot-update`.
 """
 
 from __future__ import annotations
