@@ -25,11 +25,6 @@ def wide_terminal(monkeypatch):
     monkeypatch.setenv("COLUMNS", "200")
 
 
-@pytest.fixture()
-def db(tmp_path) -> Path:
-    return tmp_path / "runs.duckdb"
-
-
 def run(capsys, argv):
     """Run the CLI in-process; return (status, stdout, stderr)."""
     status = run_cli(cli, [str(a) for a in argv])

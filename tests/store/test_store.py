@@ -36,11 +36,6 @@ def sim_result() -> RunResult:
 
 
 @pytest.fixture()
-def db(tmp_path) -> Path:
-    return tmp_path / "runs.duckdb"
-
-
-@pytest.fixture()
 def store(db):
     with RunStore.open(db) as s:
         yield s

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import subprocess
 import sys
 import tomllib
 from pathlib import Path
@@ -18,7 +17,7 @@ from pipedeck.console.cli import cli
 from pipedeck.console.errors import run_cli
 from pipedeck.store import RunStore
 from pipedeck.tuner.calibrate import FITTED, QUICK_PASSES, CalibrationError, fit, measure, plan
-from tests.live.llama_server import make_config
+from tests.mock_program import mock_program
 from tests.paths import DATA, TESTS
 
 START = str(TESTS / "live" / "cpu-host.toml")
@@ -26,9 +25,9 @@ FAKE = (sys.executable, str(DATA / "fake_engine.py"))
 
 
 @pytest.fixture(scope="module")
-def tiny(tmp_path_factory) -> str:
-    """The tiny llama's config.json (tests/live serves the same model)."""
-    return str(make_config(tmp_path_factory.mktemp("model") / "tiny-llama.json"))
+def tiny(tiny_config) -> str:
+    """The tiny llama's config.json as the --model value (tests/live serves the same model)."""
+    return str(tiny_config)
 
 
 def config_of(model: str, **changes: object) -> ResolvedConfig:
@@ -98,16 +97,8 @@ def test_too_little_kv_per_request_is_one_line(tiny):
 @pytest.fixture(scope="module")
 def fast_server():
     """The mock streaming server with fast tokens (the CLI's plumbing, not the fit, is under test here)."""
-    process = subprocess.Popen(
-        [sys.executable, "-m", "pipedeck.backends.live.mock_server", "--token-s", "0.0002", "--first-token-s", "0.002"],
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        yield process.stdout.readline().strip()
-    finally:
-        process.terminate()
-        process.wait(10)
+    with mock_program("--token-s", "0.0002", "--first-token-s", "0.002") as url:
+        yield url
 
 
 def calibrate_argv(model: str, out: Path, *extra: str) -> list[str]:
