@@ -20,6 +20,7 @@ CONFIG = ServingConfig(model="qwen2.5-14b", hardware="a100-40g-pcie", tp=2, pp=2
 REQUESTS = 12
 RATE = 20.0
 CHECKED = ("sim", "live")
+CLOCK_SLACK_S = 1e-6  # an event loop may wake a timer this much before its time
 
 
 def test_every_registered_backend_is_checked():
@@ -54,8 +55,12 @@ def test_every_request_of_the_workload_comes_back_once_in_time_order(backend):
     result = run(backend)
     asked = load_scenario("azure-conv").workload(seed=3, rate=RATE, num_requests=REQUESTS).requests
     assert sorted(r.id for r in result.records) == [q.id for q in asked]
-    for record, request in zip(sorted(result.records, key=lambda r: r.id), asked):
-        assert record.arrival_s == pytest.approx(request.arrival_s, abs=0.05)
+    by_id = sorted(result.records, key=lambda r: r.id)
+    assert [r.arrival_s for r in by_id] == sorted(r.arrival_s for r in by_id)  # they arrive in the workload's order
+    for record, request in zip(by_id, asked):
+        # never before the workload says; how late a live send may be is the machine's load, not the backend's
+        # contract (tests/live/test_loadgen.py checks the live sends against their schedule)
+        assert record.arrival_s >= request.arrival_s - CLOCK_SLACK_S
         assert record.arrival_s < record.first_token_s <= record.finish_s <= result.makespan_s
     assert (result.backend, result.scenario, result.seed, result.rate) == (backend.name, "azure-conv", 3, RATE)
 
