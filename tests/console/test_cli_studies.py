@@ -32,9 +32,9 @@ def metrics(goodput: float, ttft: float) -> dict[str, float]:
 
 
 @pytest.fixture()
-def db(tmp_path):
-    path = tmp_path / "runs.duckdb"
-    with RunStore.open(path) as store:
+def db(db, tmp_path):
+    """The shared run-store path (tests/conftest.py), holding two studies to list."""
+    with RunStore.open(db) as store:
         store.save_study(
             NAME,
             scenario="azure-conv",
@@ -68,7 +68,7 @@ def db(tmp_path):
             settings={"backend": "sim"},
             storage="postgresql://tuner:secret@db.example:5432/studies",
         )
-    return path
+    return db
 
 
 def test_lists_every_study_with_its_name_whole_and_the_recommended_best(capsys, db):
