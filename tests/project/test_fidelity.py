@@ -63,8 +63,7 @@ def test_range_and_ordering_checks():
 
 
 def test_paper_figures_match_the_calibration_tests():
-    import test_calibration_ascend
-    import test_calibration_gpu
+    from tests.backends.sim import test_calibration_ascend, test_calibration_gpu
 
     for mode, terms in test_calibration_ascend.PAPER_512K.items():
         for term, value in terms.items():
