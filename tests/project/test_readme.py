@@ -29,7 +29,7 @@ NEEDS_VLLM = "needs vLLM and four NVIDIA GPUs"
 SKIPPED = {
     "pipedeck tune --slo ttft=2s,tpot=200ms --confirm live --launch vllm --model-path Qwen/Qwen2.5-32B-Instruct "
     "--model qwen2.5-32b --hardware a100-40g-pcie": NEEDS_VLLM,
-    "pipedeck console": "interactive: tests/test_tui_*.py drive the console",
+    "pipedeck console": "interactive: tests/console/tui/test_tui_*.py drive the console",
     "pipedeck serve --engine vllm --model-path Qwen/Qwen2.5-32B-Instruct --from deploy/pipedeck-best.json": NEEDS_VLLM,
 }
 COMMAND_TIMEOUT_S = 600
