@@ -99,7 +99,7 @@ K = 1024
 HARDWARE = {"A": "ascend-910c", "B": "a100-40g-pcie"}
 SWEEP_CHUNKS_K = (8, 16, 24, 32)  # the VPP paper's chunk sweep, best per scheme
 GAP_LENGTHS = ("64k", "128k", "256k", "512k")
-SEEDS = (0, 1, 2)  # section B: mean goodput over these Poisson traces, as tests/test_calibration_gpu.py
+SEEDS = (0, 1, 2)  # section B: mean goodput over these Poisson traces, as tests/backends/sim/test_calibration_gpu.py
 STATIC_CHUNKS = (128, 256, 384, 512, 768, 1024)
 STATIC_CHUNKS_14B = (*STATIC_CHUNKS, 1536, 2048)
 SLO = "ttft=2s,tpot=200ms"

@@ -18,6 +18,6 @@ def console(**opts: object) -> None:
     from .tui import PipedeckApp  # Textual loads only for this command
 
     # Optuna's log handler writes to stderr, the terminal the console draws on; the views report what goes wrong
-    # themselves. (Quitting during a study prints nothing even with it: see tests/test_tui_tune.py.)
+    # themselves. (Quitting during a study prints nothing even with it: see tests/console/tui/test_tui_tune.py.)
     optuna.logging.disable_default_handler()
     PipedeckApp(path).run()

@@ -18,7 +18,7 @@ EXIT_STATUS: tuple[tuple[type[PipedeckError], int], ...] = ((InputError, BAD_INP
 
 
 def exit_status(err: PipedeckError) -> int:
-    """The exit status of an error's kind (bad input for a kindless one, which tests/test_errors.py finds none of)."""
+    """The exit status of an error's kind (bad input for a kindless one, which tests/project/test_errors.py finds none of)."""
     return next((status for kind, status in EXIT_STATUS if isinstance(err, kind)), BAD_INPUT)
 
 

@@ -2,7 +2,7 @@
 
 The bottom of the layering: every package may import it and it imports
 nothing of pipedeck. Every error pipedeck raises derives from one kind below
-(tests/test_errors.py walks the modules to hold it); the CLI turns each kind
+(tests/project/test_errors.py walks the modules to hold it); the CLI turns each kind
 into one line on stderr and its exit status (console/errors.py).
 """
 

@@ -1,14 +1,17 @@
-"""Shared test setup: no test writes the default run store (./pipedeck.duckdb) by accident; a mock live server."""
+"""Shared test setup: no test writes the default run store (./pipedeck.duckdb) by accident; fixtures used in
+several folders (a store path, a mock live server, the tiny model's config, a fake engine's weights)."""
 
 from __future__ import annotations
 
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
+from tests.live.llama_server import make_config
+from tests.mock_program import mock_program
 
 
 @pytest.fixture(autouse=True)
@@ -27,19 +30,23 @@ def far_from_utc(monkeypatch) -> Iterator[None]:
     time.tzset()
 
 
+@pytest.fixture()
+def db(tmp_path) -> Path:
+    """Where the test's own run store goes (not created: the code under test creates it)."""
+    return tmp_path / "runs.duckdb"
+
+
 @pytest.fixture(scope="module")
 def mock_server() -> Iterator[str]:
     """The mock OpenAI-compatible streaming server (backends/live/mock_server.py) on a free loopback port; its URL."""
-    process = subprocess.Popen(
-        [sys.executable, "-m", "pipedeck.backends.live.mock_server", "--token-s", "0.002"],
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        yield process.stdout.readline().strip()
-    finally:
-        process.terminate()
-        process.wait(10)
+    with mock_program("--token-s", "0.002") as url:
+        yield url
+
+
+@pytest.fixture(scope="session")
+def tiny_config(tmp_path_factory) -> Path:
+    """The tiny llama's Hugging Face config.json (pipedeck's --model reads it; tests/live serves that model)."""
+    return make_config(tmp_path_factory.mktemp("model") / "tiny-llama.json")
 
 
 @pytest.fixture()

@@ -1,6 +1,6 @@
 """A backend declared outside pipedeck, as a third party's package would: every request served at a fixed pace.
 
-tests/test_registry.py installs it through a stand-in for the `pipedeck.backends` entry points.
+tests/backends/test_registry.py installs it through a stand-in for the `pipedeck.backends` entry points.
 """
 
 from __future__ import annotations

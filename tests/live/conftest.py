@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.live.llama_server import LlamaServerError, MissingToolError, make_config, make_model, server_binary
+from tests.live.llama_server import LlamaServerError, MissingToolError, make_model, server_binary
 
 LIVE_TESTS = Path(__file__).parent
 
@@ -44,9 +44,3 @@ def llama_server_binary(request) -> Path:
 def tiny_model(tmp_path_factory) -> Path:
     """The tiny random-weight llama GGUF (EOS never sampled), written once per session."""
     return make_model(tmp_path_factory.mktemp("model") / "tiny-llama.gguf")
-
-
-@pytest.fixture(scope="session")
-def tiny_config(tmp_path_factory) -> Path:
-    """The tiny model's Hugging Face config.json (pipedeck's --model reads it as the model profile)."""
-    return make_config(tmp_path_factory.mktemp("model") / "tiny-llama.json")

@@ -58,8 +58,8 @@ def test_ttft_tpot_and_gaps_match_the_servers_delays():
     live, _ = drive(Behaviour(first_token_s=0.06, token_s=0.02), workload(3, output=6, concurrency=1))
     result = run_result(live, "mock", {}, 0, None)
     for record, r in zip(result.records, live.requests, strict=True):
-        assert 0.06 <= record.ttft_s < 0.06 + 0.04
-        assert 0.02 <= record.tpot_s < 0.02 + 0.01  # (E2E - TTFT) / (output - 1)
+        # at least the server's delays (a busy machine only adds to them: no upper bound on wall time)
+        assert record.ttft_s >= 0.06 and record.tpot_s >= 0.02  # TPOT: (E2E - TTFT) / (output - 1)
         assert record.tpot_s == pytest.approx(sum(r.gaps_s) / 5)
         assert min(r.gaps_s) >= 0.015
 
@@ -67,10 +67,9 @@ def test_ttft_tpot_and_gaps_match_the_servers_delays():
 def test_open_loop_sends_on_schedule_while_the_server_is_slow():
     live, _ = drive(Behaviour(first_token_s=0.5), workload(10, gap_s=0.02, output=2))
     assert live.failed() == []
-    lags = [r.send_s - r.scheduled_s for r in live.requests]
-    assert max(lags) < 0.05, lags  # each send at its arrival time, not when an earlier one finished
     last_send = max(r.send_s for r in live.requests)
-    assert last_send < min(r.first_token_s for r in live.requests)  # all 10 out before any answer came back
+    # each sent at its arrival time, not when an earlier one finished: all 10 out before any answer came back
+    assert last_send < min(r.first_token_s for r in live.requests)
 
 
 def test_closed_loop_keeps_at_most_concurrency_requests_in_flight():
@@ -138,7 +137,9 @@ def test_the_run_time_limit_fails_streams_in_flight_and_leaves_later_requests_un
     live, mock = drive(Behaviour(token_s=0.02), load, max_duration_s=0.3)
     assert mock.completions == 1 and live.unsent == 1
     (only,) = live.requests
-    assert only.error.startswith("run time limit: still streaming after ") and 0.3 <= only.end_s < 0.6
+    assert only.error.startswith("run time limit: still streaming after ") and only.end_s >= 0.3
+    events = int(only.error.removeprefix("run time limit: still streaming after ").split()[0])
+    assert events < 50  # cut at the limit: the server had not sent all 50 tokens
 
 
 def test_model_and_vocabulary_come_from_the_server_and_bound_the_prompt_ids():

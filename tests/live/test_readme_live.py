@@ -1,9 +1,9 @@
-"""The README's llama-server examples run as written, in order, from a fresh clone's root (tests/test_readme.py)."""
+"""The README's llama-server examples run as written, in order, from a fresh clone's root (tests/project/test_readme.py)."""
 
 from __future__ import annotations
 
 from tests.postgres_server import free_port
-from tests.test_readme import SKIPPED, examples, fresh_clone, is_live, normalised, run_in_order
+from tests.project.test_readme import SKIPPED, examples, fresh_clone, is_live, normalised, run_in_order
 
 README_PORT = "8080"  # the port the README serves on; the test serves on a free one, so that nothing else collides
 

@@ -5,11 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import socket
-import subprocess
-import sys
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 
 import pytest
 
@@ -22,19 +18,7 @@ from pipedeck.console.errors import run_cli
 from pipedeck.console.runs import row_cells
 from pipedeck.scenarios import load_scenario
 from pipedeck.store import RunStore
-
-
-@contextmanager
-def mock_program(*flags: str) -> Iterator[str]:
-    """A fresh mock server as a program, started with `flags`; its URL."""
-    process = subprocess.Popen(
-        [sys.executable, "-m", "pipedeck.backends.live.mock_server", *flags], stdout=subprocess.PIPE, text=True
-    )
-    try:
-        yield process.stdout.readline().strip()
-    finally:
-        process.terminate()
-        process.wait(10)
+from tests.mock_program import mock_program
 
 
 def failing_mock(fault: str, every: int = 1):
