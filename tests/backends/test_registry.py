@@ -20,8 +20,8 @@ from pipedeck.console.errors import run_cli
 from pipedeck.tuner.inputs import TuneInputs, build_spec
 from pipedeck.tuner.objective import Evaluator
 from pipedeck.tuner.slo import parse_slo
+from tests.paths import ROOT
 
-ROOT = Path(__file__).resolve().parent.parent
 THROWAWAY = EntryPoint("fixed-pace", "tests.throwaway_backend:FIXED_PACE", registry.GROUP)
 
 

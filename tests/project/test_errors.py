@@ -6,7 +6,6 @@ import importlib
 import socket
 import subprocess
 import sys
-from pathlib import Path
 
 import click
 import pytest
@@ -24,6 +23,7 @@ from pipedeck.store import StoreError, StoreFailure, StoreInputError
 from pipedeck.tuner.inputs import TuneInputError, TuneInputs, build_spec
 from pipedeck.tuner.slo import SLOError, parse_slo
 from pipedeck.tuner.storage import StorageLost
+from tests.paths import ROOT
 
 
 @pytest.mark.parametrize(
@@ -69,7 +69,6 @@ def test_a_long_http_error_is_cut_at_a_word_with_an_ellipsis():
 
 # -- kinds: every error class derives from one, and the CLI gives each its exit status -------------------------
 
-ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("errors", "scenarios", "backends", "store", "tuner", "console")
 KINDS = (InputError, RuntimeFailure, Cancelled)
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import ast
 import pickle
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -18,8 +17,8 @@ from pipedeck.tuner.objectives import GOODPUT, OBJECTIVES, THROUGHPUT, TTFT, Obj
 from pipedeck.tuner.slo import Slo, SLOError, parse_slo
 from pipedeck.tuner.spec import TuneSpec, saved_slo
 from pipedeck.tuner.verdict import Finished, decide, stored_verdict
+from tests.paths import ROOT
 
-ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("scenarios", "backends", "store", "tuner", "console")
 DIRECTION_HOME = "tuner/objectives.py"
 # where SLO text enters: its own module, the CLI's option callback, the console's fields, a stored study's settings

@@ -19,7 +19,7 @@ from pipedeck.backends.launch import ExportError
 from pipedeck.backends.live.launcher import LaunchError, ServerLaunch, Terminated, server_command, serving
 from pipedeck.console.cli import cli
 from pipedeck.console.errors import run_cli
-from tests.paths import DATA
+from tests.paths import DATA, ROOT
 
 FAKE = (sys.executable, str(DATA / "fake_engine.py"))
 LAUNCH_FLAGS = {"--program", "--log", "--health-timeout"}
@@ -131,7 +131,7 @@ def test_the_launch_options_are_declared_once_for_every_command_that_takes_them(
     from pipedeck.console.calibrate import calibrate
     from pipedeck.console.serve import serve
 
-    console = Path(__file__).resolve().parent.parent / "console"
+    console = ROOT / "console"
     declaring = {
         path.name
         for path in console.rglob("*.py")
