@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, NamedTuple, Protocol
 from .result import RequestRecord, RunResult, Span
 
 if TYPE_CHECKING:
-    from ..scenarios.scenario import Scenario
+    from ..scenarios import Scenario
     from .config import ServingConfig
 
 

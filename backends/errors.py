@@ -1,6 +1,6 @@
 """The error types for invalid serving configurations and for servers that fail under measurement."""
 
-from ..scenarios.errors import PipedeckError
+from ..scenarios import PipedeckError
 
 
 class ConfigError(PipedeckError):

@@ -23,7 +23,7 @@ from typing import Literal
 
 from packaging.version import InvalidVersion, Version
 
-from ..scenarios.errors import PipedeckError
+from ..scenarios import PipedeckError
 from .config import ResolvedConfig, default_layer_split
 from .profiles.schema import Checkpoint
 

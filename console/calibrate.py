@@ -19,16 +19,20 @@ from rich.console import Console
 from rich.progress import Progress
 from rich.table import Table
 
-from ..backends.config import ResolvedConfig
-from ..backends.launch import ENGINES
-from ..backends.live.launcher import start_server
-from ..backends.profiles import load_hardware
-from ..backends.profiles.writer import profile_toml
-from ..backends.registry import make_backend
-from ..backends.result import RunResult
+from ..backends import ENGINES, ResolvedConfig, RunResult, load_hardware, make_backend, profile_toml, start_server
 from ..store import RunStore
-from ..tuner.calibrate import PASSES, QUICK_PASSES, Fit, Measured, fit, measure, plan
-from ..tuner.calibrated import Provenance, calibrated_profile, calibration_record
+from ..tuner import (
+    PASSES,
+    QUICK_PASSES,
+    Fit,
+    Measured,
+    Provenance,
+    calibrated_profile,
+    calibration_record,
+    fit,
+    measure,
+    plan,
+)
 from .db import WRITE_LOCK_WAIT_S, db_option, db_path
 from .options import check_writable, config_from_options, config_options
 from .output import output_console

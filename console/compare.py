@@ -15,9 +15,7 @@ import click
 import plotly.io as pio
 
 from ..store import RunStore, StoredRun
-from ..tuner.confidence import interval_text
-from ..tuner.like_for_like import like_for_like, study_runs
-from ..tuner.slo import SLO, parse_slo
+from ..tuner import SLO, interval_text, like_for_like, parse_slo, study_runs
 from .db import READ_LOCK_WAIT_S, db_option, db_path, local_time
 from .options import check_writable
 from .plots import PlotRun, Section, latency_cdfs, metrics_table, page, time_breakdown, timelines

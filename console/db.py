@@ -11,7 +11,7 @@ from pathlib import Path
 
 import click
 
-from ..store.paths import ENV_VAR, default_db_path
+from ..store import ENV_VAR, default_db_path
 
 READ_LOCK_WAIT_S = 5.0  # how long a reader waits for another process to let go of the file
 WRITE_LOCK_WAIT_S = 30.0  # how long a finished run waits to be written

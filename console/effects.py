@@ -5,11 +5,8 @@ from __future__ import annotations
 from rich.console import Console
 from rich.markup import escape
 
-from ..backends.knobs import setting_text
-from ..backends.tokens import format_tokens
-from ..tuner.explain import KnobEffect
-from ..tuner.objective import TuneSpec, better_by
-from ..tuner.study import TuneOutcome
+from ..backends import format_tokens, setting_text
+from ..tuner import KnobEffect, TuneOutcome, TuneSpec, better_by
 
 TOKEN_KNOBS = ("chunk", "min-chunk", "kv-capacity", "controller-min-chunk")
 

@@ -7,11 +7,7 @@ from collections.abc import Callable
 
 import click
 
-from ..backends.chunk_checks import chunk_warnings
-from ..backends.config import ServingConfig, parse_layer_split
-from ..backends.knobs import KNOBS, Knob
-from ..backends.policies.modes import MODES
-from ..backends.tokens import parse_tokens
+from ..backends import KNOBS, MODES, Knob, ServingConfig, chunk_warnings, parse_layer_split, parse_tokens
 
 _DEFAULT = ServingConfig()
 DEFAULT_SCENARIO = "azure-conv"  # what simulate, run and tune use without --scenario: chat traffic under load

@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from ..backends.result import RunResult
-from ..backends.tokens import format_tokens
+from ..backends import RunResult, format_tokens
 from .output import PlainReport, RichReport, output_report
 
 QUANTILES = ("mean", "p50", "p90", "p99")

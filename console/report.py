@@ -8,11 +8,17 @@ import click
 import optuna
 
 from ..store import RunStore, StudyRow, TrialRow
-from ..tuner.confidence import interval_text, win_text
-from ..tuner.objective import OBJECTIVES
-from ..tuner.storage import open_storage, shown
-from ..tuner.study import pull_study
-from ..tuner.verdict import FREE_KNOBS, Verdict, stored_verdict
+from ..tuner import (
+    FREE_KNOBS,
+    OBJECTIVES,
+    Verdict,
+    interval_text,
+    open_storage,
+    pull_study,
+    shown,
+    stored_verdict,
+    win_text,
+)
 from .db import READ_LOCK_WAIT_S, db_option, db_path, local_time
 from .options import check_writable
 from .plots import (

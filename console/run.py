@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import click
 
-from ..backends.errors import ServerError
-from ..backends.registry import BACKENDS, backend_entry
-from ..backends.result import RunResult
+from ..backends import BACKENDS, RunResult, ServerError, backend_entry
 from .options import config_from_options, config_given, config_options, workload_options
 from .simulate import execute, output_options
 

@@ -12,8 +12,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from .. import store as run_store  # its RunStore, and DuckDB with it, loads on first use
-from ..backends.policies.modes import MODES
-from ..backends.tokens import format_tokens
+from ..backends import MODES, format_tokens
 from ..store import RunRow
 from .db import READ_LOCK_WAIT_S, db_option, db_path
 from .output import output_console

@@ -8,9 +8,8 @@ from pathlib import Path
 
 import click
 
-from ..backends.launch import ENGINES
-from ..backends.live.launcher import LOOPBACK, LaunchError, start_server
-from ..tuner.export import best_from_json
+from ..backends import ENGINES, LOOPBACK, LaunchError, start_server
+from ..tuner import best_from_json
 from .export import read_config_json
 from .options import config_from_options, config_given, config_options
 

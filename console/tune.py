@@ -11,22 +11,34 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from ..backends.config import ServingConfig
-from ..backends.launch import get_engine
-from ..backends.registry import BACKENDS
-from ..backends.tokens import format_tokens
+from ..backends import BACKENDS, ServingConfig, format_tokens, get_engine
 from ..store import RunStore, default_db_path
-from ..tuner.confidence import win_text
-from ..tuner.explain import KnobEffect, effects_json, knob_effects
-from ..tuner.export import export_best
-from ..tuner.importance import MIN_TRIALS, too_few_text
-from ..tuner.objective import OBJECTIVES, TuneSpec, better_by
-from ..tuner.slo import METRICS, Limit, parse_slo
-from ..tuner.space import knob_settings, parse_fixes
-from ..tuner.storage import GRACE_BEATS, HEARTBEAT_S, shown
-from ..tuner.study import TuneOutcome, open_store, run_study, saved_settings
-from ..tuner.verdict import FREE_KNOBS
-from ..tuner.workers import SAMPLERS
+from ..tuner import (
+    FREE_KNOBS,
+    GRACE_BEATS,
+    HEARTBEAT_S,
+    METRICS,
+    MIN_TRIALS,
+    OBJECTIVES,
+    SAMPLERS,
+    KnobEffect,
+    Limit,
+    TuneOutcome,
+    TuneSpec,
+    better_by,
+    effects_json,
+    export_best,
+    knob_effects,
+    knob_settings,
+    open_store,
+    parse_fixes,
+    parse_slo,
+    run_study,
+    saved_settings,
+    shown,
+    too_few_text,
+    win_text,
+)
 from .confirm import (
     LivePlan,
     confirm_json,

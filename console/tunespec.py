@@ -9,19 +9,29 @@ from pathlib import Path
 
 import optuna
 
-from ..backends.config import ServingConfig
-from ..backends.errors import ConfigError
-from ..backends.footprint import check_footprint
-from ..backends.memory import weight_bytes_per_device
-from ..backends.policies.modes import MODES
-from ..backends.profiles import load_hardware
-from ..backends.registry import backend_entry
+from ..backends import (
+    MODES,
+    ConfigError,
+    ServingConfig,
+    backend_entry,
+    check_footprint,
+    load_hardware,
+    weight_bytes_per_device,
+)
 from ..scenarios import PipedeckError, load_scenario
-from ..tuner.objective import TuneSpec, space_context
-from ..tuner.slo import parse_slo
-from ..tuner.space import default_params, engine_search, parse_fixes, suggest_config
-from ..tuner.storage import HEARTBEAT_S, check_storage, default_storage
-from ..tuner.workers import make_sampler
+from ..tuner import (
+    HEARTBEAT_S,
+    TuneSpec,
+    check_storage,
+    default_params,
+    default_storage,
+    engine_search,
+    make_sampler,
+    parse_fixes,
+    parse_slo,
+    space_context,
+    suggest_config,
+)
 from .options import DEFAULT_SCENARIO
 
 DEFAULT_TRIALS = 50

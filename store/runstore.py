@@ -15,8 +15,7 @@ from types import TracebackType
 import duckdb
 import numpy as np
 
-from ..backends.live.records import live_from_dict, live_to_dict
-from ..backends.result import RankTime, RequestRecord, RunResult, Span
+from ..backends import RankTime, RequestRecord, RunResult, Span, live_from_dict, live_to_dict
 from .columns import (
     RANK_COLUMNS,
     REQUEST_COLUMNS,

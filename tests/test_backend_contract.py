@@ -9,10 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from pipedeck.backends.base import Backend, RunCancelled, RunObserver
-from pipedeck.backends.config import ServingConfig
-from pipedeck.backends.registry import BACKENDS, make_backend
-from pipedeck.backends.result import RunResult
+from pipedeck.backends import BACKENDS, Backend, RunCancelled, RunObserver, RunResult, ServingConfig, make_backend
 from pipedeck.scenarios import load_scenario
 from pipedeck.store import RunStore
 

@@ -19,14 +19,13 @@ from pathlib import Path
 import optuna
 import pytest
 
+from pipedeck.backends import RequestRecord, RunResult
 from pipedeck.backends.live.records import LiveRequest, LiveRun
-from pipedeck.backends.result import RequestRecord, RunResult
 from pipedeck.console.cli import cli
 from pipedeck.console.errors import run_cli
 from pipedeck.store import RunStore
-from pipedeck.tuner.confirm import ConfirmRow, candidates, ranks
-from pipedeck.tuner.objective import TuneSpec
-from pipedeck.tuner.slo import parse_slo
+from pipedeck.tuner import ConfirmRow, TuneSpec, parse_slo, ranks
+from pipedeck.tuner.confirm import candidates
 
 DATA = Path(__file__).parent / "data"
 FAKE = f"{sys.executable} {DATA / 'fake_engine.py'}"

@@ -2,15 +2,13 @@
 
 import pytest
 
-from pipedeck.backends.config import ServingConfig
-from pipedeck.backends.errors import ConfigError
-from pipedeck.backends.launch import ExportError
+from pipedeck.backends import ConfigError, ExportError, ServingConfig, load_hardware
 from pipedeck.backends.live.client import http_error_line
-from pipedeck.backends.profiles import ProfileError, load_hardware
+from pipedeck.backends.profiles import ProfileError
 from pipedeck.console.tunespec import TuneInputError, TuneInputs, build_spec
 from pipedeck.scenarios import PipedeckError, ScenarioError, load_scenario
 from pipedeck.store import StoreError
-from pipedeck.tuner.slo import SLOError, parse_slo
+from pipedeck.tuner import SLOError, parse_slo
 
 
 @pytest.mark.parametrize(

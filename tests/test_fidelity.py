@@ -12,9 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from pipedeck.backends.config import SGLANG_MIXED_CHUNK, ServingConfig
-from pipedeck.backends.profiles import load_hardware
-from pipedeck.tuner.objective import Evaluator, TuneSpec
+from pipedeck.backends import ServingConfig, load_hardware
+from pipedeck.backends.config import SGLANG_MIXED_CHUNK
+from pipedeck.tuner import TuneSpec
+from pipedeck.tuner.objective import Evaluator
 
 ROOT = Path(__file__).resolve().parent.parent
 

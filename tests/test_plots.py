@@ -17,8 +17,7 @@ import optuna
 import pytest
 from plotly.colors import unlabel_rgb
 
-from pipedeck.backends.config import ServingConfig
-from pipedeck.backends.result import RunResult, Span
+from pipedeck.backends import RunResult, ServingConfig, Span
 from pipedeck.backends.sim import SimBackend
 from pipedeck.console import compare as compare_module
 from pipedeck.console.cli import cli
@@ -29,11 +28,9 @@ from pipedeck.console.plots.study import optuna_importances
 from pipedeck.console.plots.table import CELL_PX, CHAR_PX, LINE_PX, PAD_PX, PLANNED_PX
 from pipedeck.scenarios import load_scenario
 from pipedeck.store import RunStore, StoredRun
+from pipedeck.tuner import TuneSpec, run_study, stored_verdict
 from pipedeck.tuner.importance import param_importances
-from pipedeck.tuner.objective import TuneSpec
 from pipedeck.tuner.space import foreign_params
-from pipedeck.tuner.study import run_study
-from pipedeck.tuner.verdict import stored_verdict
 
 QWEN = dict(model="qwen2.5-14b", hardware="a100-40g-pcie", tp=2, pp=2)
 SLO = {"ttft": {"limit_s": 2.0, "percentile": 90.0}, "tpot": {"limit_s": 0.2, "percentile": 90.0}}

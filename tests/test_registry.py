@@ -2,8 +2,7 @@
 
 import pytest
 
-from pipedeck.backends.errors import ConfigError
-from pipedeck.backends.registry import BACKENDS, backend_entry, make_backend
+from pipedeck.backends import BACKENDS, ConfigError, backend_entry, make_backend
 from pipedeck.backends.sim import SimBackend
 from pipedeck.console.tunespec import TuneInputs, build_spec
 from pipedeck.tuner.objective import Evaluator

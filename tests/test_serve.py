@@ -13,9 +13,8 @@ import httpx
 import psutil
 import pytest
 
-from pipedeck.backends.config import ServingConfig
-from pipedeck.backends.launch import ExportError
-from pipedeck.backends.live.launcher import LaunchError, server_command, start_server
+from pipedeck.backends import ExportError, LaunchError, ServingConfig, start_server
+from pipedeck.backends.live.launcher import server_command
 from pipedeck.console.cli import cli
 from pipedeck.console.errors import run_cli
 

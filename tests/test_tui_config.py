@@ -7,7 +7,7 @@ import dataclasses
 
 from textual.widgets import Input, Select, Static
 
-from pipedeck.backends.config import ServingConfig
+from pipedeck.backends import ServingConfig
 from pipedeck.console.tui import PipedeckApp
 from pipedeck.console.tui.config import ConfigScreen
 from pipedeck.store import RunStore

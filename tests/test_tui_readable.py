@@ -11,13 +11,14 @@ from textual.containers import VerticalScroll
 from textual.widget import Widget
 from textual.widgets import Button, DataTable, Input, Select, Static
 
-from pipedeck.backends.registry import BACKENDS, BackendEntry
+from pipedeck.backends import BACKENDS
+from pipedeck.backends.registry import BackendEntry
 from pipedeck.console.tui import PipedeckApp
 from pipedeck.console.tui import tune as tune_view
 from pipedeck.console.tui.compare import CompareScreen
 from pipedeck.console.tui.live import seconds
 from pipedeck.console.tui.messages import RunFailed, TuneEnded, TuneFailed
-from pipedeck.tuner.study import TuneOutcome
+from pipedeck.tuner import TuneOutcome
 from tests.tui_support import (
     QWEN,
     SMALL,

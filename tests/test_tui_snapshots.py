@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from pipedeck.backends.registry import BACKENDS, BackendEntry
+from pipedeck.backends import BACKENDS
+from pipedeck.backends.registry import BackendEntry
 from pipedeck.console.tui import PipedeckApp
 from pipedeck.console.tui import tune as tune_view
 from pipedeck.store import RunStore

@@ -15,27 +15,23 @@ import time
 import optuna
 import pytest
 
-from pipedeck.backends.config import ServingConfig
-from pipedeck.backends.engine_defaults import engine_defaults
-from pipedeck.backends.errors import ConfigError
-from pipedeck.backends.launch import ENGINES
+from pipedeck.backends import ENGINES, ConfigError, ServingConfig, engine_defaults
 from pipedeck.console.cli import cli
 from pipedeck.console.errors import run_cli
 from pipedeck.console.tunespec import TuneInputs, build_spec
 from pipedeck.store import RunStore
-from pipedeck.tuner.confidence import clear_win
-from pipedeck.tuner.objective import PRUNED_VALUE, Evaluator
-from pipedeck.tuner.space import (
-    SpaceContext,
+from pipedeck.tuner import (
+    clear_win,
     default_params,
-    foreign_params,
     knob_settings,
+    open_storage,
     parse_fixes,
-    searched_flags,
+    run_study,
     suggest_config,
 )
-from pipedeck.tuner.storage import open_storage
-from pipedeck.tuner.study import create_or_resume, run_study
+from pipedeck.tuner.objective import PRUNED_VALUE, Evaluator
+from pipedeck.tuner.space import SpaceContext, foreign_params, searched_flags
+from pipedeck.tuner.study import create_or_resume
 from tests.flags import assert_flags_give_back
 from tests.tune_support import SMALL, spec
 
@@ -529,7 +525,8 @@ def test_a_tune_searches_only_what_its_engine_can_run(tmp_path):
 
 
 def test_a_goodput_search_on_a_live_server_draws_fresh_prompts_for_each_rate_unless_told():
-    from pipedeck.tuner.objective import Evaluator, TuneSpec
+    from pipedeck.tuner import TuneSpec
+    from pipedeck.tuner.objective import Evaluator
 
     def options(objective: str, **backend_options: object):
         spec = TuneSpec(
@@ -553,8 +550,9 @@ def test_a_goodput_search_on_a_live_server_draws_fresh_prompts_for_each_rate_unl
 def test_a_live_rate_that_served_nothing_fails_in_one_line_counting_the_failures_by_kind():
     import socket
 
-    from pipedeck.backends.errors import ServerError
-    from pipedeck.tuner.objective import Evaluator, TuneSpec
+    from pipedeck.backends import ServerError
+    from pipedeck.tuner import TuneSpec
+    from pipedeck.tuner.objective import Evaluator
 
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from packaging.version import Version
 
-from pipedeck.store.schema import SCHEMA_VERSION
+from pipedeck.store import SCHEMA_VERSION
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pipedeck.tuner.objective import TuneSpec
+from pipedeck.tuner import TuneSpec
 
 SMALL = [
     "--model",

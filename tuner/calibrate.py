@@ -33,15 +33,8 @@ from typing import NamedTuple
 
 import numpy as np
 
-from ..backends.base import Backend
-from ..backends.config import ResolvedConfig
-from ..backends.errors import ConfigError
-from ..backends.profiles.schema import HardwareProfile
-from ..backends.registry import make_backend
-from ..backends.result import RequestRecord, RunResult
-from ..scenarios import PipedeckError, Scenario
-from ..scenarios.arrivals import ClosedLoop, Poisson
-from ..scenarios.lengths import LogNormal
+from ..backends import Backend, ConfigError, HardwareProfile, RequestRecord, ResolvedConfig, RunResult, make_backend
+from ..scenarios import ClosedLoop, LogNormal, PipedeckError, Poisson, Scenario
 
 MAX_CONCURRENCY = 8  # the closed loop's concurrency: max_running, at most this
 PASSES = 6  # measurements of every run, pass after pass, a few requests each

@@ -21,8 +21,7 @@ from pathlib import Path
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
-from ..backends.config import ServingConfig
-from ..backends.errors import ServerError
+from ..backends import ServerError, ServingConfig
 from .objective import Evaluator, TuneSpec, config_key
 from .storage import open_storage
 from .study import open_store

@@ -7,8 +7,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..backends.result import RunResult, percentile
-from ..scenarios.errors import PipedeckError
+from ..backends import RunResult, percentile
+from ..scenarios import PipedeckError
 
 METRICS = ("ttft", "tpot")
 DEFAULT_PERCENTILE = 90.0

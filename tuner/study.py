@@ -23,8 +23,7 @@ from pathlib import Path
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
-from ..backends.config import ServingConfig
-from ..backends.errors import ConfigError
+from ..backends import ConfigError, ServingConfig
 from ..store import RunStore
 from .confidence import clear_win, interval
 from .importance import param_importances

@@ -22,7 +22,7 @@ import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from ..backends.config import ServingConfig
+from ..backends import ServingConfig
 from ..store import StudyRow, TrialRow
 from .objective import OBJECTIVES, config_key, search_precision
 from .space import DIMENSIONS

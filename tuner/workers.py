@@ -20,7 +20,7 @@ import numpy as np
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
-from ..backends.errors import ConfigError
+from ..backends import ConfigError
 from .objective import FINISHED, WAIT_S, Objective, TuneInterrupted, TuneSpec
 from .recovery import recover_abandoned, retry, watched
 from .storage import LOST, StudyLock, has_heartbeat, lost_connection, open_storage

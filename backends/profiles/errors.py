@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ...scenarios.errors import PipedeckError
+from ...scenarios import PipedeckError
 
 
 class ProfileError(PipedeckError):

@@ -11,8 +11,8 @@ import plotly.graph_objects as go
 import plotly.io as pio
 from plotly.colors import find_intermediate_color, hex_to_rgb, label_rgb, qualitative
 
-from ...backends.result import RunResult
-from ...tuner.slo import DEFAULT_PERCENTILE, SLO, Limit
+from ...backends import RunResult
+from ...tuner import DEFAULT_PERCENTILE, SLO, Limit
 
 RUN_COLOURS = qualitative.Plotly
 DASHES = ("solid", "dashdot", "longdashdot", "longdash")  # a config's first run, then the others (not the SLO's dashes)

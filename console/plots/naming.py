@@ -4,9 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from ...backends.knobs import KNOBS, setting_text
-from ...backends.result import RunResult
-from ...backends.tokens import format_tokens
+from ...backends import KNOBS, RunResult, format_tokens, setting_text
 
 MAX_PARTS = 4  # differing settings named in a legend entry; more become "+N more"
 DERIVED = ("virtual_stages", "kv_capacity")  # follow from mode, layer split, tp × pp and the profiles

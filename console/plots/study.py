@@ -9,12 +9,9 @@ import numpy as np
 import optuna
 import plotly.graph_objects as go
 
-from ...backends.policies.modes import MODES
-from ...backends.tokens import format_tokens
+from ...backends import MODES, format_tokens
 from ...store import TrialRow
-from ...tuner.confidence import clear_win
-from ...tuner.importance import MIN_TRIALS, too_few_text
-from ...tuner.objective import OBJECTIVE_LABELS, OBJECTIVE_NAMES, better_by
+from ...tuner import MIN_TRIALS, OBJECTIVE_LABELS, OBJECTIVE_NAMES, better_by, clear_win, too_few_text
 from .common import run_colour, styled
 from .table import CELL_PX
 

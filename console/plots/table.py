@@ -8,9 +8,8 @@ from dataclasses import dataclass
 
 import plotly.graph_objects as go
 
-from ...backends.result import RunResult
-from ...backends.tokens import format_tokens
-from ...tuner.slo import SLO
+from ...backends import RunResult, format_tokens
+from ...tuner import SLO
 from .common import PlotRun, styled
 
 BETTER, WORSE, PLAIN = "#1e8449", "#c0392b", "#222"

@@ -11,7 +11,7 @@ from textual.binding import Binding
 from textual.screen import Screen
 from textual.widget import AwaitMount
 
-from ...backends.config import ServingConfig
+from ...backends import ServingConfig
 from ...store import RunStore, StoreError
 from .config import ConfigScreen
 from .live import LiveScreen

@@ -8,11 +8,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from types import NoneType
 
-from ...backends.config import ServingConfig
-from ...backends.errors import ConfigError
-from ...backends.knobs import KNOB_BY_FIELD
-from ...backends.policies.modes import MODES
-from ...backends.profiles import hardware_names, model_names
+from ...backends import KNOB_BY_FIELD, MODES, ConfigError, ServingConfig, hardware_names, model_names
 
 CHOICES: dict[str, Callable[[], list[str]]] = {
     "model": model_names,

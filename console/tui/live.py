@@ -16,16 +16,20 @@ from textual.widget import Widget
 from textual.widgets import Button, Input, Label, Select, Sparkline, Static
 from textual.worker import Worker, get_current_worker
 
-from ...backends.base import RunCancelled
-from ...backends.footprint import check_footprint
-from ...backends.launch import ENGINES
-from ...backends.live.launcher import Server, start_server
-from ...backends.registry import BACKENDS, backend_entry, make_backend
-from ...backends.result import RunResult
+from ...backends import (
+    BACKENDS,
+    ENGINES,
+    RunCancelled,
+    RunResult,
+    Server,
+    backend_entry,
+    check_footprint,
+    make_backend,
+    start_server,
+)
 from ...scenarios import Scenario, catalog, load_scenario
 from ...store import ConfigRow, RunRow, StoreError
-from ...tuner.slo import SLO, SLOError, parse_slo
-from ...tuner.study import open_store
+from ...tuner import SLO, SLOError, open_store, parse_slo
 from .livestats import PERCENTILES, LiveStats
 from .messages import RunFailed, RunFinished, RunProgress, RunStarted, RunStopped, StoreListed
 from .pacing import PacedObserver

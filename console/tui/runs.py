@@ -13,7 +13,7 @@ from textual.containers import Horizontal
 from textual.widgets import Button, DataTable, Input, Label, Static
 
 from ...store import RunRow, StudyRow
-from ...tuner.study import open_store
+from ...tuner import open_store
 from ..compare import compare_runs
 from ..db import local_time
 from ..plots.table import metric_rows, run_cells

@@ -15,18 +15,20 @@ from textual.widget import Widget
 from textual.widgets import Button, DataTable, Input, Label, Select, Static
 from textual.worker import get_current_worker
 
-from ...backends.config import ServingConfig
-from ...backends.knobs import setting_text
-from ...backends.launch import ENGINES
-from ...backends.profiles import hardware_names, model_names
-from ...backends.tokens import format_tokens
+from ...backends import ENGINES, ServingConfig, format_tokens, hardware_names, model_names, setting_text
 from ...scenarios import catalog
 from ...store import TrialRow
-from ...tuner.export import export_best
-from ...tuner.objective import OBJECTIVES, TuneSpec, better_by
-from ...tuner.slo import SLOError
-from ...tuner.space import knob_settings
-from ...tuner.study import Progress, open_store, run_study
+from ...tuner import (
+    OBJECTIVES,
+    Progress,
+    SLOError,
+    TuneSpec,
+    better_by,
+    export_best,
+    knob_settings,
+    open_store,
+    run_study,
+)
 from ..tunespec import (
     DEFAULT_SCENARIO,
     DEFAULT_TRIALS,

@@ -15,8 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..backends.config import ServingConfig
-from ..backends.registry import make_backend
+from ..backends import ServingConfig, make_backend
 from ..scenarios import PipedeckError, load_scenario
 from ..store import RunStore, StoredRun, StoreError
 from .study import open_store
