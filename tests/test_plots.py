@@ -19,7 +19,7 @@ from plotly.colors import unlabel_rgb
 
 from pipedeck.backends import RunResult, ServingConfig, Span
 from pipedeck.backends.sim import SimBackend
-from pipedeck.console import compare as compare_module
+from pipedeck.console import comparison as comparison_module
 from pipedeck.console.cli import cli
 from pipedeck.console.errors import run_cli
 from pipedeck.console.plots import legend_names
@@ -482,7 +482,7 @@ def test_a_live_best_and_default_are_not_measured_again_and_the_page_says_so(cap
 
 
 def test_png_without_kaleido_prints_one_hint_and_still_writes_html(capsys, runs, tmp_path, monkeypatch):
-    monkeypatch.setattr(compare_module, "kaleido_installed", lambda: False)
+    monkeypatch.setattr(comparison_module, "kaleido_installed", lambda: False)
     out = tmp_path / "c.html"
     status, stdout, _err = cli_run(capsys, ["compare", *runs.argv("cpp", "vpp"), "--out", str(out), "--png"])
     assert status == 0 and out.is_file() and not list(tmp_path.glob("*.png"))

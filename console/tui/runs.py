@@ -14,10 +14,10 @@ from textual.widgets import Button, DataTable, Input, Label, Static
 
 from ...store import RunRow, StudyRow
 from ...tuner import open_store
-from ..compare import compare_runs
+from ..comparison import compare_runs
 from ..db import local_time
 from ..plots.table import metric_rows, run_cells
-from ..runs import row_cells
+from ..run_cells import row_cells
 from .compare import CompareScreen, open_report
 from .messages import Compared, StoreListed, WorkFailed
 from .view import View, cursor_key, one_line, shown_path
