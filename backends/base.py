@@ -10,7 +10,7 @@ from ..errors import Cancelled
 from .result import RequestRecord, RunResult, Span
 
 if TYPE_CHECKING:
-    from ..scenarios.scenario import Scenario
+    from ..scenarios import Scenario
     from .config import ServingConfig
     from .footprint import Footprint
 

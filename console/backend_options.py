@@ -14,11 +14,10 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from ..backends.errors import ConfigError
-from ..backends.registry import backend_entry, backends
+from ..backends import ConfigError, backend_entry, backends
 
 if TYPE_CHECKING:
-    from ..backends.live.launcher import ServerLaunch
+    from ..backends import ServerLaunch
 
     _NameType = click.ParamType[str]  # generic from click 8.2 on; pyproject allows 8.1
 else:
@@ -90,7 +89,7 @@ def launch_options(*, when: str = "", log: bool = True) -> Callable[[Callable[..
 
 def launch_from_options(opts: dict[str, object], *, engine: str, model_path: str) -> ServerLaunch:
     """The server launch --program, --log, --health-timeout (and --host, --port where the command has them) ask for."""
-    from ..backends.live.launcher import ServerLaunch  # httpx with it: only for a command that starts a server
+    from ..backends import ServerLaunch  # httpx with it: only for a command that starts a server
 
     address = {name: opts[name] for name in ("host", "port") if opts.get(name) is not None}
     return ServerLaunch(

@@ -17,16 +17,20 @@ from rich.console import Console
 from rich.progress import Progress
 from rich.table import Table
 
-from ..backends.config import ResolvedConfig
-from ..backends.launch import ENGINES
-from ..backends.live.launcher import serving
-from ..backends.profiles import load_hardware
-from ..backends.profiles.writer import profile_toml
-from ..backends.registry import open_backend
-from ..backends.result import RunResult
+from ..backends import ENGINES, ResolvedConfig, RunResult, load_hardware, open_backend, profile_toml, serving
 from ..store import RunStore
-from ..tuner.calibrate import PASSES, QUICK_PASSES, Fit, Measured, fit, measure, plan
-from ..tuner.calibrated import Provenance, calibrated_profile, calibration_record
+from ..tuner import (
+    PASSES,
+    QUICK_PASSES,
+    Fit,
+    Measured,
+    Provenance,
+    calibrated_profile,
+    calibration_record,
+    fit,
+    measure,
+    plan,
+)
 from .backend_options import launch_from_options, launch_options
 from .db import WRITE_LOCK_WAIT_S, db_option, db_path
 from .options import check_writable, config_from_options, config_options

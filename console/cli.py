@@ -16,7 +16,7 @@ from pathlib import Path
 
 import click
 
-from ..backends.blas_threads import one_blas_thread
+from ..backends import one_blas_thread
 from .errors import exit_with, report_on_stderr, run_cli
 
 # command -> (its module under pipedeck.console, the function click made the command from)

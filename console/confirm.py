@@ -20,17 +20,29 @@ import optuna
 from rich.console import Console
 from rich.table import Table
 
-from ..backends.config import ServingConfig
-from ..backends.errors import ConfigError
-from ..backends.launch import ENGINES, ExportError, plan_launch
-from ..backends.live.launching import check_launch
-from ..backends.registry import backend_entry
-from ..backends.tokens import format_tokens
+from ..backends import (
+    ENGINES,
+    ConfigError,
+    ExportError,
+    ServingConfig,
+    backend_entry,
+    check_launch,
+    format_tokens,
+    plan_launch,
+)
 from ..store import default_db_path
-from ..tuner.confirm import DEFAULT_TOP, ConfirmRow, confirm_study, ranks
-from ..tuner.space import default_params, knob_settings, suggest_config
-from ..tuner.spec import TuneSpec, space_context
-from ..tuner.storage import open_storage
+from ..tuner import (
+    DEFAULT_TOP,
+    ConfirmRow,
+    TuneSpec,
+    confirm_study,
+    default_params,
+    knob_settings,
+    open_storage,
+    ranks,
+    space_context,
+    suggest_config,
+)
 from .backend_options import launch_options
 from .output import output_console
 from .progress import make_progress

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from ..store.paths import ENV_VAR, default_db_path
+from ..store import ENV_VAR, default_db_path
 
 if TYPE_CHECKING:
     from click.decorators import FC  # what click.option decorates: a function or a command

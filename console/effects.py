@@ -5,11 +5,8 @@ from __future__ import annotations
 from rich.console import Console
 from rich.markup import escape
 
-from ..backends.knobs import knob_named, setting_text
-from ..backends.tokens import format_tokens
-from ..tuner.explain import KnobEffect
-from ..tuner.spec import TuneSpec
-from ..tuner.study import TuneOutcome
+from ..backends import format_tokens, knob_named, setting_text
+from ..tuner import KnobEffect, TuneOutcome, TuneSpec
 
 
 def _counts_tokens(knob: str) -> bool:

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import click
 
-from ..backends.launch import ENGINES
+from ..backends import ENGINES, ExportError
 from ..store import RunStore, default_db_path
-from ..tuner.export import ExportError, best_from_json, export_best, write_export
+from ..tuner import best_from_json, export_best, write_export
 
 __all__ = ["export", "export_study", "read_config_json", "warn_on_stderr"]
 

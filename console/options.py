@@ -8,10 +8,7 @@ from typing import Any
 
 import click
 
-from ..backends.chunk_checks import chunk_warnings
-from ..backends.config import RawConfig, ServingConfig
-from ..backends.knobs import Knob, declared_knobs, knob_default
-from ..backends.policies.modes import MODES
+from ..backends import MODES, Knob, RawConfig, ServingConfig, chunk_warnings, declared_knobs, knob_default
 
 _DEFAULT = ServingConfig()
 DEFAULT_SCENARIO = "azure-conv"  # what simulate, run and tune use without --scenario: chat traffic under load

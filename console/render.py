@@ -4,12 +4,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ..backends.result import RunResult
-from ..backends.tokens import format_tokens
+from ..backends import RunResult, format_tokens
 from .output import PlainReport, RichReport, output_report
 
 if TYPE_CHECKING:
-    from ..backends.live.records import LiveSummary
+    from ..backends import LiveSummary
 
 QUANTILES = ("mean", "p50", "p90", "p99")
 

@@ -8,12 +8,20 @@ import click
 import optuna
 
 from ..store import RunStore, StudyRow, TrialRow
-from ..tuner.confidence import interval_text, stored_interval, win_text
-from ..tuner.objectives import Objective, objective_named
-from ..tuner.slo import Slo
-from ..tuner.storage import open_storage, shown
-from ..tuner.study import pull_study
-from ..tuner.verdict import FREE_KNOBS, Verdict, stored_verdict
+from ..tuner import (
+    FREE_KNOBS,
+    Objective,
+    Slo,
+    Verdict,
+    interval_text,
+    objective_named,
+    open_storage,
+    pull_study,
+    shown,
+    stored_interval,
+    stored_verdict,
+    win_text,
+)
 from .db import READ_LOCK_WAIT_S, db_option, db_path, local_time
 from .options import check_writable
 from .plots import (

@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import click
 
-from ..backends.errors import ServerError
-from ..backends.registry import backend_entry
-from ..backends.result import RunResult
+from ..backends import RunResult, ServerError, backend_entry
 from .backend_options import backend_option
 from .options import config_from_options, config_given, config_options, workload_options
 from .simulate import execute, output_options

@@ -6,9 +6,8 @@ from pathlib import Path
 
 import click
 
-from ..backends.launch import ENGINES
-from ..backends.live.launcher import LOOPBACK, LaunchError, serving
-from ..tuner.export import best_from_json
+from ..backends import ENGINES, LOOPBACK, LaunchError, serving
+from ..tuner import best_from_json
 from .backend_options import launch_from_options, launch_options
 from .export import read_config_json
 from .options import config_from_options, config_given, config_options

@@ -8,11 +8,7 @@ from collections.abc import Callable
 import click
 
 from .. import store as run_store  # its RunStore, and DuckDB with it, loads only when a run is stored
-from ..backends.config import ServingConfig
-from ..backends.footprint import check_footprint
-from ..backends.registry import backend_entry, open_backend
-from ..backends.result import RunResult
-from ..backends.timeline import write_chrome_trace
+from ..backends import RunResult, ServingConfig, backend_entry, check_footprint, open_backend, write_chrome_trace
 from ..scenarios import load_scenario
 from .db import WRITE_LOCK_WAIT_S, db_option, db_path
 from .options import check_writable, config_from_options, config_options, workload_options

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import click
 
-from ..backends.errors import ConfigError
-from ..tuner.storage import check_storage
+from ..backends import ConfigError
+from ..tuner import check_storage
 
 
 def check_existing_storage(url: str) -> None:

@@ -12,10 +12,7 @@ import optuna
 from optuna.trial import TrialState
 
 from ..store import RunStore, StudyRow
-from ..tuner.objectives import OBJECTIVES
-from ..tuner.storage import open_storage, shown
-from ..tuner.study import recommended_trial
-from ..tuner.verdict import stored_verdict
+from ..tuner import OBJECTIVES, open_storage, recommended_trial, shown, stored_verdict
 from .db import READ_LOCK_WAIT_S, db_option, db_path
 from .storage import check_existing_storage
 

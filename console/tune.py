@@ -14,25 +14,41 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from ..backends.config import ServingConfig
-from ..backends.launch import get_engine
-from ..backends.live.launcher import interrupted_by_signals
-from ..backends.registry import backend_entry
-from ..backends.tokens import format_tokens
+from ..backends import ServingConfig, backend_entry, format_tokens, get_engine, interrupted_by_signals
 from ..store import RunStore, default_db_path
-from ..tuner.confidence import Interval, win_text
-from ..tuner.explain import KnobEffect, effects_json, knob_effects
-from ..tuner.export import export_best
-from ..tuner.importance import MIN_TRIALS, too_few_text
-from ..tuner.inputs import DEFAULT_REPEATS, TuneInputError, TuneInputs, build_spec, default_engine
-from ..tuner.objectives import GOODPUT, OBJECTIVES
-from ..tuner.slo import METRICS, Limit
-from ..tuner.space import knob_settings, parse_fixes
-from ..tuner.spec import TuneSpec
-from ..tuner.storage import GRACE_BEATS, HEARTBEAT_S, shown
-from ..tuner.study import Progress, TrialSummary, TuneOutcome, open_store, run_study, saved_settings
-from ..tuner.verdict import FREE_KNOBS
-from ..tuner.workers import SAMPLERS
+from ..tuner import (
+    DEFAULT_REPEATS,
+    FREE_KNOBS,
+    GOODPUT,
+    GRACE_BEATS,
+    HEARTBEAT_S,
+    METRICS,
+    MIN_TRIALS,
+    OBJECTIVES,
+    SAMPLERS,
+    Interval,
+    KnobEffect,
+    Limit,
+    Progress,
+    TrialSummary,
+    TuneInputError,
+    TuneInputs,
+    TuneOutcome,
+    TuneSpec,
+    build_spec,
+    default_engine,
+    effects_json,
+    export_best,
+    knob_effects,
+    knob_settings,
+    open_store,
+    parse_fixes,
+    run_study,
+    saved_settings,
+    shown,
+    too_few_text,
+    win_text,
+)
 from .backend_options import backend_option
 from .confirm import (
     LivePlan,

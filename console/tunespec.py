@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import click
 
-from ..tuner.objectives import Objective, objective_named
-from ..tuner.slo import Slo, parse_slo
+from ..tuner import Objective, Slo, objective_named, parse_slo
 
 
 def slo_option(_ctx: click.Context, _param: click.Parameter, value: str | None) -> Slo | None:

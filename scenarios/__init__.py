@@ -10,15 +10,22 @@ import importlib
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # what type checkers see; at run time __getattr__ imports each name on first use
+    from .arrivals import ClosedLoop as ClosedLoop
+    from .arrivals import Poisson as Poisson
     from .errors import ScenarioError as ScenarioError
+    from .lengths import LogNormal as LogNormal
     from .loader import catalog as catalog
     from .loader import load_scenario as load_scenario
     from .request import Request as Request
     from .request import Workload as Workload
     from .scenario import Scenario as Scenario
 
+# each public name -> the module under this package that defines it (tests/test_layering.py: the same names as above)
 _WHERE = {
+    "ClosedLoop": "arrivals",
+    "Poisson": "arrivals",
     "ScenarioError": "errors",
+    "LogNormal": "lengths",
     "catalog": "loader",
     "load_scenario": "loader",
     "Request": "request",

@@ -23,6 +23,19 @@ if TYPE_CHECKING:  # what type checkers see; at run time __getattr__ imports eac
     from .runstore import RunStore as RunStore
     from .schema import SCHEMA_VERSION as SCHEMA_VERSION
 
+if TYPE_CHECKING:  # what type checkers see; at run time __getattr__ imports each name on first use
+    from .errors import StoreError as StoreError
+    from .paths import ENV_VAR as ENV_VAR
+    from .paths import default_db_path as default_db_path
+    from .rows import ConfigRow as ConfigRow
+    from .rows import RunRow as RunRow
+    from .rows import StoredRun as StoredRun
+    from .rows import StudyRow as StudyRow
+    from .rows import TrialRow as TrialRow
+    from .runstore import RunStore as RunStore
+    from .schema import SCHEMA_VERSION as SCHEMA_VERSION
+
+# each public name -> the module under this package that defines it (tests/test_layering.py: the same names as above)
 _WHERE = {
     "StoreError": "errors",
     "StoreFailure": "errors",

@@ -9,7 +9,7 @@ from typing import Any, NamedTuple, TypeVar
 import duckdb
 import numpy as np
 
-from ..backends.result import RankTime, RequestRecord, Span
+from ..backends import RankTime, RequestRecord, Span
 
 T = TypeVar("T", bound=NamedTuple)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
-from ..backends.result import RunResult
+from ..backends import RunResult
 
 
 @dataclass(frozen=True)

@@ -16,8 +16,7 @@ from typing import Any
 import duckdb
 import numpy as np
 
-from ..backends.live_result import live_from_dict, live_to_dict
-from ..backends.result import RankTime, RequestRecord, RunResult, Span
+from ..backends import RankTime, RequestRecord, RunResult, Span, live_from_dict, live_to_dict
 from .columns import (
     RANK_COLUMNS,
     REQUEST_COLUMNS,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from pipedeck.tuner.space import parse_fixes
+from pipedeck.tuner import parse_fixes
 
 
 def assert_flags_give_back(flags: Mapping[str, object], config: Mapping[str, object]) -> None:

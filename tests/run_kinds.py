@@ -4,10 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pipedeck.backends.config import ServingConfig
+from pipedeck.backends import RunResult, ServingConfig
 from pipedeck.backends.live.loadgen import run_result
 from pipedeck.backends.live_result import LiveRequest, LiveRun
-from pipedeck.backends.result import RunResult
 from pipedeck.backends.sim import SimBackend
 from pipedeck.scenarios import load_scenario
 from pipedeck.store import RunStore

@@ -5,11 +5,8 @@ tests/backends/test_registry.py installs it through a stand-in for the `pipedeck
 
 from __future__ import annotations
 
-from pipedeck.backends.base import BackendDeclaration, Capabilities, RunCancelled, RunObserver
-from pipedeck.backends.config import ServingConfig
-from pipedeck.backends.errors import ConfigError
-from pipedeck.backends.policies.modes import MODES
-from pipedeck.backends.result import RequestRecord, RunResult
+from pipedeck.backends import MODES, ConfigError, RequestRecord, RunCancelled, RunObserver, RunResult, ServingConfig
+from pipedeck.backends.base import BackendDeclaration, Capabilities
 from pipedeck.scenarios import Scenario
 
 FIRST_TOKEN_S, TOKEN_S = 0.05, 0.01

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import itertools
 
-from pipedeck.backends.config import ServingConfig
-from pipedeck.backends.result import TRANSFER_KINDS
+from pipedeck.backends import TRANSFER_KINDS, ServingConfig
 from pipedeck.backends.sim.backend import build_engine
 from pipedeck.backends.sim.costs import StageCosts
 from pipedeck.backends.sim.scheduler import SimRequest

@@ -12,14 +12,21 @@ from textual.geometry import Region
 from textual.pilot import Pilot
 from textual.widget import Widget
 
-from pipedeck.backends.base import Capabilities, RunCancelled, RunObserver, Snapshot
-from pipedeck.backends.config import ServingConfig
-from pipedeck.backends.result import RankTime, RequestRecord, RunResult, Span
+from pipedeck.backends import (
+    RankTime,
+    RequestRecord,
+    RunCancelled,
+    RunObserver,
+    RunResult,
+    ServingConfig,
+    Snapshot,
+    Span,
+)
+from pipedeck.backends.base import Capabilities
 from pipedeck.backends.sim import SimBackend
 from pipedeck.scenarios import Scenario, load_scenario
 from pipedeck.store import RunStore
-from pipedeck.tuner.objectives import GOODPUT
-from pipedeck.tuner.study import Progress, TrialSummary, TuneOutcome
+from pipedeck.tuner import GOODPUT, Progress, TrialSummary, TuneOutcome
 
 QWEN = ServingConfig(model="qwen2.5-14b", hardware="a100-40g-pcie", tp=2, pp=2)
 SIZE = (100, 30)

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-from pipedeck.tuner.objectives import GOODPUT
-from pipedeck.tuner.slo import parse_slo
-from pipedeck.tuner.spec import TuneSpec
+from pipedeck.tuner import GOODPUT, TuneSpec, parse_slo
 
 SMALL = [
     "--model",

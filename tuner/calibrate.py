@@ -33,16 +33,18 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from ..backends.base import Backend
-from ..backends.config import ResolvedConfig
-from ..backends.errors import ConfigError, ServerError
-from ..backends.profiles.schema import HardwareProfile
-from ..backends.registry import open_backend
-from ..backends.result import RequestRecord, RunResult
+from ..backends import (
+    Backend,
+    ConfigError,
+    HardwareProfile,
+    RequestRecord,
+    ResolvedConfig,
+    RunResult,
+    ServerError,
+    open_backend,
+)
 from ..errors import InputError
-from ..scenarios import Scenario
-from ..scenarios.arrivals import ClosedLoop, Poisson
-from ..scenarios.lengths import LogNormal
+from ..scenarios import ClosedLoop, LogNormal, Poisson, Scenario
 
 MAX_CONCURRENCY = 8  # the closed loop's concurrency: max_running, at most this
 PASSES = 6  # measurements of every run, pass after pass, a few requests each

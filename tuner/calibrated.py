@@ -5,8 +5,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, fields, replace
 
-from ..backends.config import ResolvedConfig
-from ..backends.profiles.schema import HardwareProfile
+from ..backends import HardwareProfile, ResolvedConfig
 from .calibrate import Fit, Measured, Row
 
 

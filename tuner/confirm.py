@@ -21,8 +21,7 @@ from pathlib import Path
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
-from ..backends.config import ServingConfig
-from ..backends.errors import ServerError
+from ..backends import ServerError, ServingConfig
 from .objective import Evaluator, completed_value, config_key
 from .objectives import Objective
 from .spec import TuneSpec

@@ -12,8 +12,7 @@ import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from ..backends.config import ServingConfig
-from ..backends.errors import ConfigError
+from ..backends import ConfigError, ServingConfig
 from .objective import Evaluator
 from .objectives import Objective
 from .space import Dimension, dimensions

@@ -16,9 +16,17 @@ from typing import Any, Protocol
 
 import yaml
 
-from ..backends.config import ResolvedConfig, ServingConfig
-from ..backends.launch import EnvVar, ExportError, Plan, ServingEngine, plan_launch
-from ..backends.profiles.schema import PLATFORMS, Checkpoint
+from ..backends import (
+    PLATFORMS,
+    Checkpoint,
+    EnvVar,
+    ExportError,
+    Plan,
+    ResolvedConfig,
+    ServingConfig,
+    ServingEngine,
+    plan_launch,
+)
 from .objectives import OBJECTIVES
 from .verdict import in_force, stored_verdict
 

@@ -14,7 +14,7 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from ..backends.result import RunResult
+from ..backends import RunResult
 from .slo import Slo
 
 MIN_RATE = 1e-3  # requests/s below which a config has goodput 0

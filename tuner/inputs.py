@@ -15,13 +15,16 @@ from typing import Any, cast
 
 import optuna
 
-from ..backends.config import ServingConfig
-from ..backends.errors import ConfigError
-from ..backends.footprint import check_footprint
-from ..backends.memory import weight_bytes_per_device
-from ..backends.policies.modes import MODES
-from ..backends.profiles import load_hardware
-from ..backends.registry import backend_entry, backend_tag
+from ..backends import (
+    MODES,
+    ConfigError,
+    ServingConfig,
+    backend_entry,
+    backend_tag,
+    check_footprint,
+    load_hardware,
+    weight_bytes_per_device,
+)
 from ..errors import InputError
 from ..scenarios import load_scenario
 from .objectives import GOODPUT, Objective

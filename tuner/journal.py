@@ -22,7 +22,7 @@ from pathlib import Path
 from optuna.storages.journal import JournalFileSymlinkLock
 from optuna.storages.journal._storage import JournalOperation
 
-from ..backends.errors import ConfigError
+from ..backends import ConfigError
 
 # The keys Optuna's replay reads from each kind of record, besides op_code and worker_id (optuna.storages.journal).
 _RECORD_KEYS = {

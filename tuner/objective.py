@@ -11,11 +11,16 @@ from typing import Any, Protocol
 
 import optuna
 
-from ..backends.base import RunCancelled, RunObserver
-from ..backends.config import ServingConfig
-from ..backends.errors import ConfigError, ServerError
-from ..backends.registry import backend_entry, make_backend
-from ..backends.result import RunResult
+from ..backends import (
+    ConfigError,
+    RunCancelled,
+    RunObserver,
+    RunResult,
+    ServerError,
+    ServingConfig,
+    backend_entry,
+    make_backend,
+)
 from ..errors import Cancelled
 from ..scenarios import Scenario, load_scenario
 from .goodput import MIN_RATE, find_goodput, workload_ceiling

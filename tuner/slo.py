@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from ..backends.result import RunResult, percentile
+from ..backends import RunResult, percentile
 from ..errors import InputError
 
 METRICS = ("ttft", "tpot")

@@ -23,14 +23,24 @@ from functools import cached_property
 
 import optuna
 
-from ..backends.config import ServingConfig, default_layer_split, parse_layer_split
-from ..backends.engine_defaults import EngineDefaults, engine_defaults
-from ..backends.errors import ConfigError
-from ..backends.knobs import PARTS, Knob, declared_knobs, knob_default, setting_text
-from ..backends.launch import engines_for, get_engine
-from ..backends.policies.modes import MODES
-from ..backends.profiles.schema import HardwareProfile
-from ..backends.tokens import parse_tokens
+from ..backends import (
+    MODES,
+    PARTS,
+    ConfigError,
+    EngineDefaults,
+    HardwareProfile,
+    Knob,
+    ServingConfig,
+    declared_knobs,
+    default_layer_split,
+    engine_defaults,
+    engines_for,
+    get_engine,
+    knob_default,
+    parse_layer_split,
+    parse_tokens,
+    setting_text,
+)
 
 Draft = dict[str, object]  # ServingConfig fields decided so far
 MAX_RUNNING_RANGE = (8, 1024)  # vLLM's defaults are 256 and 1024; a few slots suit long prompts

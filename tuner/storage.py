@@ -30,7 +30,7 @@ from optuna.storages import JournalStorage
 from optuna.storages.journal import JournalFileBackend
 from sqlalchemy.pool import NullPool
 
-from ..backends.errors import ConfigError
+from ..backends import ConfigError
 from ..errors import RuntimeFailure
 from .journal import check_journal
 

@@ -24,8 +24,7 @@ from typing import Any
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
-from ..backends.config import ServingConfig
-from ..backends.errors import ConfigError
+from ..backends import ConfigError, ServingConfig
 from ..store import RunStore
 from .confidence import Interval, clear_win, interval
 from .importance import param_importances

@@ -23,7 +23,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..backends.config import ServingConfig
+from ..backends import ServingConfig
 from ..store import StudyRow, TrialRow
 from .objective import config_key, search_precision
 from .objectives import Objective, objective_named

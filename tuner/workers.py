@@ -21,7 +21,7 @@ import numpy as np
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
-from ..backends.errors import ConfigError
+from ..backends import ConfigError
 from .objective import FINISHED, WAIT_S, StopFlag, TrialObjective, TuneInterrupted
 from .recovery import recover_abandoned, retry, watched
 from .spec import TuneSpec

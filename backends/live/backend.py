@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ...scenarios.scenario import Scenario
+from ...scenarios import Scenario
 from ..base import RunObserver
 from ..config import ServingConfig
 from ..result import RunResult

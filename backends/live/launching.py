@@ -21,7 +21,7 @@ import time
 import weakref
 from pathlib import Path
 
-from ...scenarios.scenario import Scenario
+from ...scenarios import Scenario
 from ..base import RunObserver
 from ..config import ResolvedConfig, ServingConfig
 from ..errors import ConfigError

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import itertools
 
-from ...scenarios.scenario import Scenario
+from ...scenarios import Scenario
 from ..base import Capabilities, RunObserver
 from ..config import ResolvedConfig, ServingConfig
 from ..footprint import check_footprint

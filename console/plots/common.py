@@ -11,7 +11,7 @@ import plotly.graph_objects as go
 import plotly.io as pio
 from plotly.colors import find_intermediate_color, hex_to_rgb, label_rgb, qualitative
 
-from ...backends.result import RunResult
+from ...backends import RunResult
 
 RUN_COLOURS: list[str] = qualitative.Plotly  # plotly's default qualitative palette, as hex strings
 DASHES = ("solid", "dashdot", "longdashdot", "longdash")  # a config's first run, then the others (not the SLO's dashes)

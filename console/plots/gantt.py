@@ -19,7 +19,7 @@ import plotly.graph_objects as go
 from plotly.colors import qualitative
 from plotly.subplots import make_subplots
 
-from ...backends.result import TRANSFER_KINDS, Span
+from ...backends import TRANSFER_KINDS, Span
 from .common import TOP_PX, PlotRun, styled
 
 MAX_SPANS = 3000

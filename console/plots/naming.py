@@ -4,10 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from ...backends.knobs import declared_knobs, setting_text
-from ...backends.registry import backend_tag
-from ...backends.result import RunResult
-from ...backends.tokens import format_tokens
+from ...backends import RunResult, backend_tag, declared_knobs, format_tokens, setting_text
 
 MAX_PARTS = 4  # differing settings named in a legend entry; more become "+N more"
 DERIVED = ("virtual_stages", "kv_capacity")  # follow from mode, layer split, tp × pp and the profiles

@@ -11,7 +11,7 @@ from plotly.subplots import make_subplots
 from .common import PlotRun, run_lines, styled
 
 if TYPE_CHECKING:
-    from ...backends.live.metrics import Sample
+    from ...backends import Sample
 
 GAUGES = (("running", "running requests"), ("waiting", "waiting requests"), ("kv_usage", "KV cache used"))
 

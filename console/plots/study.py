@@ -9,12 +9,9 @@ import numpy as np
 import optuna
 import plotly.graph_objects as go
 
-from ...backends.policies.modes import MODES
-from ...backends.tokens import format_tokens
+from ...backends import MODES, format_tokens
 from ...store import TrialRow
-from ...tuner.confidence import clear_win, stored_interval
-from ...tuner.importance import MIN_TRIALS, too_few_text
-from ...tuner.objectives import Objective
+from ...tuner import MIN_TRIALS, Objective, clear_win, stored_interval, too_few_text
 from .common import run_colour, styled
 from .table import CELL_PX
 

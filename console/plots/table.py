@@ -9,9 +9,8 @@ from typing import Literal
 
 import plotly.graph_objects as go
 
-from ...backends.result import RunResult, RunSummary
-from ...backends.tokens import format_tokens
-from ...tuner.slo import Slo
+from ...backends import RunResult, RunSummary, format_tokens
+from ...tuner import Slo
 from .common import PlotRun, styled
 
 BETTER, WORSE, PLAIN = "#1e8449", "#c0392b", "#222"

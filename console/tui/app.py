@@ -11,7 +11,7 @@ from textual.binding import Binding
 from textual.screen import Screen
 from textual.widget import AwaitMount
 
-from ...backends.config import ServingConfig
+from ...backends import ServingConfig
 from ...store import RunStore, StoreError
 from ..errors import exit_status
 from .config import ConfigScreen

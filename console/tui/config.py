@@ -13,11 +13,9 @@ from textual.events import Resize
 from textual.widget import Widget
 from textual.widgets import Button, Input, Label, Select, Static
 
-from ...backends.config import ServingConfig
-from ...backends.errors import ConfigError
-from ...backends.policies.modes import MODES
+from ...backends import MODES, ConfigError, ServingConfig
 from ...store import StoreError
-from ...tuner.study import open_store
+from ...tuner import open_store
 from .fields import FormField, error_field, form_fields, normalised, parse, shown_for, to_text
 from .messages import ConfigChosen, ConfigLoaded, ConfigSaved, StoreListed, WorkFailed
 from .sources import FORM, describe, load_source, source_options

@@ -8,10 +8,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from types import NoneType
 
-from ...backends.config import ServingConfig, parse_value
-from ...backends.knobs import Knob, declared_knobs, knob_named
-from ...backends.policies.modes import MODES
-from ...backends.profiles import hardware_names, model_names
+from ...backends import MODES, Knob, ServingConfig, declared_knobs, hardware_names, knob_named, model_names, parse_value
 
 CHOICES: dict[str, Callable[[], list[str]]] = {
     "model": model_names,

@@ -17,16 +17,20 @@ from textual.widget import Widget
 from textual.widgets import Button, Input, Label, Select, Sparkline, Static
 from textual.worker import Worker, get_current_worker
 
-from ...backends.base import RunCancelled
-from ...backends.footprint import check_footprint
-from ...backends.launch import ENGINES
-from ...backends.live.launcher import ServerLaunch, serving
-from ...backends.registry import backend_entry, backends, open_backend
-from ...backends.result import RunResult
+from ...backends import (
+    ENGINES,
+    RunCancelled,
+    RunResult,
+    ServerLaunch,
+    backend_entry,
+    backends,
+    check_footprint,
+    open_backend,
+    serving,
+)
 from ...scenarios import Scenario, catalog, load_scenario
 from ...store import ConfigRow, RunRow, StoreError
-from ...tuner.slo import Slo, SLOError, parse_slo
-from ...tuner.study import open_store
+from ...tuner import Slo, SLOError, open_store, parse_slo
 from .livestats import PERCENTILES, LiveStats
 from .messages import RunFailed, RunFinished, RunProgress, RunStarted, RunStopped, StoreListed
 from .pacing import PacedObserver

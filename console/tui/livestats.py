@@ -6,8 +6,7 @@ from collections import deque
 
 import numpy as np
 
-from ...backends.base import Snapshot
-from ...backends.result import RequestRecord, RunResult, Span
+from ...backends import RequestRecord, RunResult, Snapshot, Span
 from .pacing import Frame
 
 HISTORY_POINTS = 600  # per series: five minutes of simulated time at one snapshot every 0.5 s

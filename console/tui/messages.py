@@ -7,10 +7,9 @@ from pathlib import Path
 
 from textual.message import Message
 
-from ...backends.config import ServingConfig
-from ...backends.result import RunResult
+from ...backends import RunResult, ServingConfig
 from ...store import ConfigRow, RunRow, StudyRow, TrialRow
-from ...tuner.study import Progress, TuneOutcome
+from ...tuner import Progress, TuneOutcome
 from ..plots.table import Cell
 from .pacing import Frame
 

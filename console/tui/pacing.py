@@ -8,8 +8,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from ...backends.base import RunObserver, Snapshot
-from ...backends.result import RequestRecord, Span
+from ...backends import RequestRecord, RunObserver, Snapshot, Span
 
 Event = RequestRecord | Span | Snapshot
 FRAMES_PER_S = 30.0  # at most this many frames a second reach the UI

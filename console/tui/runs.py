@@ -13,11 +13,11 @@ from textual.containers import Horizontal
 from textual.widgets import Button, DataTable, Input, Label, Static
 
 from ...store import RunRow, StudyRow
-from ...tuner.study import open_store
-from ..compare import compare_runs
+from ...tuner import open_store
+from ..comparison import compare_runs
 from ..db import local_time
 from ..plots.table import metric_rows, run_cells
-from ..runs import row_cells
+from ..run_cells import row_cells
 from .compare import CompareScreen, open_report
 from .messages import Compared, StoreListed, WorkFailed
 from .view import Session, View, cursor_key, one_line, shown_path

@@ -5,11 +5,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from ...backends.config import ServingConfig
-from ...backends.errors import ConfigError
-from ...backends.tokens import format_tokens
+from ...backends import ConfigError, ServingConfig, format_tokens
 from ...store import ConfigRow, RunRow
-from ...tuner.study import open_store
+from ...tuner import open_store
 
 FORM = "form"
 RUN_CHOICES = 30  # newest stored runs offered

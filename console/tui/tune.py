@@ -15,20 +15,28 @@ from textual.widget import Widget
 from textual.widgets import Button, DataTable, Input, Label, Select, Static
 from textual.worker import get_current_worker
 
-from ...backends.config import ServingConfig
-from ...backends.knobs import setting_text
-from ...backends.launch import ENGINES
-from ...backends.profiles import hardware_names, model_names
-from ...backends.tokens import format_tokens
+from ...backends import ENGINES, ServingConfig, format_tokens, hardware_names, model_names, setting_text
 from ...scenarios import catalog
 from ...store import TrialRow
-from ...tuner.export import export_best
-from ...tuner.inputs import DEFAULT_TRIALS, TuneInputError, TuneInputs, build_spec, default_engine
-from ...tuner.objectives import GOODPUT, OBJECTIVES, Objective, objective_named
-from ...tuner.slo import SLOError, parse_slo
-from ...tuner.space import knob_settings
-from ...tuner.spec import TuneSpec
-from ...tuner.study import Progress, open_store, run_study
+from ...tuner import (
+    DEFAULT_TRIALS,
+    GOODPUT,
+    OBJECTIVES,
+    Objective,
+    Progress,
+    SLOError,
+    TuneInputError,
+    TuneInputs,
+    TuneSpec,
+    build_spec,
+    default_engine,
+    export_best,
+    knob_settings,
+    objective_named,
+    open_store,
+    parse_slo,
+    run_study,
+)
 from ..options import DEFAULT_SCENARIO
 from ..tunespec import stored_runs_text
 from .fields import error_field, form_fields

@@ -14,9 +14,9 @@ from textual.content import Content
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Select, Static
 
-from ...backends.config import ServingConfig
+from ...backends import ServingConfig
 from ...store import StoreError
-from ...tuner.study import open_store
+from ...tuner import open_store
 from .messages import StoreListed, WorkFailed
 
 DEFAULT_SLO = "ttft=2s,tpot=200ms"

@@ -9,11 +9,18 @@ from __future__ import annotations
 
 import pytest
 
-from pipedeck.backends.base import Backend, RunCancelled, RunObserver
-from pipedeck.backends.config import ServingConfig
-from pipedeck.backends.errors import ConfigError, ServerError
-from pipedeck.backends.registry import backend_entry, backends, make_backend
-from pipedeck.backends.result import RunResult
+from pipedeck.backends import (
+    Backend,
+    ConfigError,
+    RunCancelled,
+    RunObserver,
+    RunResult,
+    ServerError,
+    ServingConfig,
+    backend_entry,
+    backends,
+    make_backend,
+)
 from pipedeck.scenarios import load_scenario
 from pipedeck.store import RunStore
 

@@ -9,7 +9,8 @@ import sys
 
 import pytest
 
-from pipedeck.backends.blas_threads import SET_BY_PIPEDECK, THREADS, one_blas_thread, user_environment
+from pipedeck.backends import one_blas_thread
+from pipedeck.backends.blas_threads import SET_BY_PIPEDECK, THREADS, user_environment
 
 # threads of this process once numpy is loaded, printed at exit; argv[1] == "cli" goes through pipedeck's entry point
 PROBE = """

@@ -7,11 +7,17 @@ import re
 
 import pytest
 
-from pipedeck.backends.config import RawConfig, ResolvedConfig, ServingConfig, default_layer_split
-from pipedeck.backends.errors import ConfigError
-from pipedeck.backends.knobs import declared_knobs
-from pipedeck.backends.policies.modes import MODES
-from pipedeck.backends.tokens import format_tokens, parse_tokens
+from pipedeck.backends import (
+    MODES,
+    ConfigError,
+    RawConfig,
+    ResolvedConfig,
+    ServingConfig,
+    declared_knobs,
+    default_layer_split,
+    format_tokens,
+    parse_tokens,
+)
 
 QWEN = dict(model="qwen2.5-14b", hardware="a100-40g-pcie")  # 48 layers, 40 heads
 

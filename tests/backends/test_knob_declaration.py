@@ -12,15 +12,15 @@ import optuna
 import pytest
 from textual.widgets import Input, Static
 
-from pipedeck.backends.config import ServingConfig
-from pipedeck.backends.errors import ConfigError
-from pipedeck.backends.knobs import declared_knobs, registered_part
-from pipedeck.backends.launch import Flag, plan_launch
+from pipedeck.backends import ConfigError, ServingConfig, declared_knobs, plan_launch
+from pipedeck.backends.knobs import registered_part
+from pipedeck.backends.launch import Flag
 from pipedeck.backends.parts import Scheduling
 from pipedeck.console.tui import PipedeckApp
 from pipedeck.console.tui.config import ConfigScreen
 from pipedeck.console.tui.fields import form_fields, shown_for
-from pipedeck.tuner.space import SpaceContext, dimensions, parse_fixes, suggest_config
+from pipedeck.tuner import parse_fixes, suggest_config
+from pipedeck.tuner.space import SpaceContext, dimensions
 from tests.tui_support import QWEN, SIZE, fill
 
 # The one declaration: a part with one knob, read by DCPP only, searched in 2..5, spelled --throwaway-depth by vLLM.

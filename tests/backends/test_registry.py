@@ -11,15 +11,13 @@ from pathlib import Path
 
 import pytest
 
-from pipedeck.backends import registry
-from pipedeck.backends.errors import ConfigError
-from pipedeck.backends.registry import BackendLoadError, backend_entry, backends, make_backend, open_backend
+from pipedeck.backends import ConfigError, backend_entry, backends, make_backend, open_backend, registry
+from pipedeck.backends.registry import BackendLoadError
 from pipedeck.backends.sim import SimBackend
 from pipedeck.console.cli import cli
 from pipedeck.console.errors import run_cli
-from pipedeck.tuner.inputs import TuneInputs, build_spec
+from pipedeck.tuner import TuneInputs, build_spec, parse_slo
 from pipedeck.tuner.objective import Evaluator
-from pipedeck.tuner.slo import parse_slo
 from tests.paths import ROOT
 
 THROWAWAY = EntryPoint("fixed-pace", "tests.throwaway_backend:FIXED_PACE", registry.GROUP)

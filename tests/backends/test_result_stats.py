@@ -9,11 +9,11 @@ import statistics
 import numpy as np
 import pytest
 
-from pipedeck.backends.config import ServingConfig
-from pipedeck.backends.result import percentile, stats
+from pipedeck.backends import ServingConfig, percentile
+from pipedeck.backends.result import stats
 from pipedeck.backends.sim import SimBackend
 from pipedeck.scenarios import load_scenario
-from pipedeck.tuner.slo import Limit, Slo
+from pipedeck.tuner import Limit, Slo
 
 
 @pytest.mark.parametrize("seed", range(5))

@@ -12,10 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from pipedeck.backends import MODES, TRANSFER_KINDS, ServingConfig
 from pipedeck.backends import footprint as memory
-from pipedeck.backends.config import ServingConfig
-from pipedeck.backends.policies.modes import MODES
-from pipedeck.backends.result import TRANSFER_KINDS
 from pipedeck.backends.sim import SimBackend, footprint
 from pipedeck.console.cli import cli
 from pipedeck.console.errors import run_cli

@@ -10,8 +10,7 @@ import pytest
 from pipedeck.console.cli import cli
 from pipedeck.console.errors import run_cli
 from pipedeck.store import RunStore
-from pipedeck.tuner.storage import open_storage
-from pipedeck.tuner.study import pull_study
+from pipedeck.tuner import open_storage, pull_study
 
 NAME = "azure-conv-deepseek-v3.1-ascend-910c-16-goodput-ttft=2s,tpot=200ms"  # 66 characters, as tune names it
 SLO = {"ttft": {"limit_s": 2.0}, "tpot": {"limit_s": 0.2}}

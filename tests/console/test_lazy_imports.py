@@ -102,3 +102,11 @@ def test_the_listed_help_is_the_command_s_own(name):
     command = cli.get_command(click.Context(cli), name)
     assert command is not None and command.name == name
     assert short_help(*COMMANDS[name]) == command.help.strip().splitlines()[0]
+
+
+@pytest.mark.parametrize("package", ["scenarios", "backends", "store", "tuner"])
+def test_importing_a_package_s_surface_loads_none_of_its_modules(package):
+    """A surface's names load on first use: importing the package alone runs none of its modules."""
+    probe = f"import sys, pipedeck.{package}; print(sorted(m for m in sys.modules if m.startswith('pipedeck.')))"
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, check=True)
+    assert json.loads(done.stdout.replace("'", '"')) == [f"pipedeck.{package}"]

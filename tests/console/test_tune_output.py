@@ -10,7 +10,7 @@ import optuna
 import pytest
 from rich.console import Console
 
-from pipedeck.backends.config import ServingConfig
+from pipedeck.backends import ServingConfig
 from pipedeck.console.cli import cli
 from pipedeck.console.effects import print_effects
 from pipedeck.console.errors import run_cli
@@ -18,14 +18,22 @@ from pipedeck.console.output import PIPE_WIDTH, output_console
 from pipedeck.console.progress import PlainProgress
 from pipedeck.console.report import verdict_note
 from pipedeck.console.tune import _print_outcome
-from pipedeck.tuner.explain import KnobEffect, knob_effects
+from pipedeck.tuner import (
+    GOODPUT,
+    KnobEffect,
+    TrialSummary,
+    TuneOutcome,
+    TuneSpec,
+    Verdict,
+    default_params,
+    knob_effects,
+    parse_slo,
+    space_context,
+    suggest_config,
+)
 from pipedeck.tuner.objective import Evaluator
-from pipedeck.tuner.objectives import GOODPUT, TTFT
-from pipedeck.tuner.slo import parse_slo
-from pipedeck.tuner.space import default_params, suggest_config
-from pipedeck.tuner.spec import TuneSpec, space_context
-from pipedeck.tuner.study import TrialSummary, TuneOutcome
-from pipedeck.tuner.verdict import Finished, Verdict
+from pipedeck.tuner.objectives import TTFT
+from pipedeck.tuner.verdict import Finished
 from tests.tune_support import SMALL
 from tests.tune_support import spec as small_spec
 

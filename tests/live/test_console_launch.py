@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from textual.widgets import Static
 
-from pipedeck.backends.config import ServingConfig
+from pipedeck.backends import ServingConfig
 from pipedeck.console.tui import PipedeckApp
 from pipedeck.console.tui.live import SERVE_LOG
 from pipedeck.store import RunStore

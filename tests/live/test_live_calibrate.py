@@ -22,7 +22,8 @@ import httpx
 import psutil
 import pytest
 
-from pipedeck.backends.profiles import load_hardware, load_model
+from pipedeck.backends import load_hardware
+from pipedeck.backends.profiles import load_model
 from pipedeck.store import RunStore
 from pipedeck.tuner.calibrate import FITTED
 from tests.live.llama_server import N_EMBD, N_LAYER, N_VOCAB

@@ -14,9 +14,7 @@ import threading
 
 import pytest
 
-from pipedeck.backends.config import ServingConfig
-from pipedeck.backends.live.launcher import ServerLaunch
-from pipedeck.backends.registry import make_backend
+from pipedeck.backends import ServerLaunch, ServingConfig, make_backend
 from pipedeck.console.cli import cli
 from pipedeck.console.errors import run_cli
 from pipedeck.scenarios import load_scenario

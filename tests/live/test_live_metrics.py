@@ -9,7 +9,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from pipedeck.backends.live.metrics import NAMES, TABLE, Histogram, MetricsTimeline, Sample, parse, poll
+from pipedeck.backends import Sample
+from pipedeck.backends.live.metrics import NAMES, TABLE, Histogram, MetricsTimeline, parse, poll
 
 FIXTURES = Path(__file__).parent / "fixtures"
 

@@ -8,8 +8,7 @@ import socket
 
 import pytest
 
-from pipedeck.backends.base import RunCancelled, RunObserver
-from pipedeck.backends.errors import ConfigError
+from pipedeck.backends import ConfigError, RunCancelled, RunObserver
 from pipedeck.backends.live import (
     LoadOptions,
     ServerUnreachable,

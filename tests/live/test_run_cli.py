@@ -13,9 +13,9 @@ from pipedeck.backends import footprint
 from pipedeck.backends.live import LoadOptions, run_scenario
 from pipedeck.backends.live.mock_server import MOCK_ERROR, Behaviour, MockServer
 from pipedeck.console.cli import cli
-from pipedeck.console.compare import compare_sections, comparison
+from pipedeck.console.comparison import compare_sections, comparison
 from pipedeck.console.errors import run_cli
-from pipedeck.console.runs import row_cells
+from pipedeck.console.run_cells import row_cells
 from pipedeck.scenarios import load_scenario
 from pipedeck.store import RunStore
 from tests.mock_program import mock_program

@@ -19,9 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from pipedeck.backends.config import ServingConfig
-from pipedeck.backends.live.launcher import LaunchError
-from pipedeck.backends.registry import make_backend
+from pipedeck.backends import LaunchError, ServingConfig, make_backend
 from pipedeck.console.cli import cli
 from pipedeck.console.errors import run_cli
 from pipedeck.scenarios import load_scenario

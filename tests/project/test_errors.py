@@ -10,18 +10,14 @@ import sys
 import click
 import pytest
 
-from pipedeck.backends.base import RunCancelled
-from pipedeck.backends.config import ServingConfig
-from pipedeck.backends.errors import ConfigError, ServerError
-from pipedeck.backends.launch import ExportError
+from pipedeck.backends import ConfigError, ExportError, RunCancelled, ServerError, ServingConfig, load_hardware
 from pipedeck.backends.live.client import http_error_line
-from pipedeck.backends.profiles import ProfileError, load_hardware
+from pipedeck.backends.profiles import ProfileError
 from pipedeck.console.errors import exit_status, run_cli
 from pipedeck.errors import Cancelled, InputError, PipedeckError, RuntimeFailure
 from pipedeck.scenarios import ScenarioError, load_scenario
 from pipedeck.store import StoreError, StoreFailure, StoreInputError
-from pipedeck.tuner.inputs import TuneInputError, TuneInputs, build_spec
-from pipedeck.tuner.slo import SLOError, parse_slo
+from pipedeck.tuner import SLOError, TuneInputError, TuneInputs, build_spec, parse_slo
 from pipedeck.tuner.storage import StorageLost
 from tests.paths import ROOT
 

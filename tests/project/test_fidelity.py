@@ -11,11 +11,10 @@ from importlib import resources
 
 import pytest
 
-from pipedeck.backends.config import SGLANG_MIXED_CHUNK, ServingConfig
-from pipedeck.backends.profiles import load_hardware
+from pipedeck.backends import ServingConfig, load_hardware
+from pipedeck.backends.config import SGLANG_MIXED_CHUNK
+from pipedeck.tuner import TuneSpec, parse_slo
 from pipedeck.tuner.objective import Evaluator
-from pipedeck.tuner.slo import parse_slo
-from pipedeck.tuner.spec import TuneSpec
 from tests.paths import ROOT
 
 

@@ -6,7 +6,7 @@ import tomllib
 
 from packaging.version import Version
 
-from pipedeck.store.schema import SCHEMA_VERSION
+from pipedeck.store import SCHEMA_VERSION
 from tests.paths import ROOT
 
 

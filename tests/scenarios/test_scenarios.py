@@ -8,8 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pipedeck.scenarios import Request, Scenario, ScenarioError, Workload, catalog, load_scenario
-from pipedeck.scenarios.arrivals import Poisson
+from pipedeck.scenarios import Poisson, Request, Scenario, ScenarioError, Workload, catalog, load_scenario
 
 CATALOG_NAMES = [
     "azure-conv", "sharegpt", "cnn", "cnn-reversed",

@@ -17,8 +17,7 @@ import pytest
 
 import pipedeck.store.runstore as runstore_module
 import pipedeck.store.schema as schema_module
-from pipedeck.backends.config import ServingConfig
-from pipedeck.backends.result import RankTime, RequestRecord, RunResult, Span
+from pipedeck.backends import RankTime, RequestRecord, RunResult, ServingConfig, Span
 from pipedeck.backends.sim import SimBackend
 from pipedeck.scenarios import load_scenario
 from pipedeck.store import SCHEMA_VERSION, RunStore, StoreError, default_db_path

@@ -22,7 +22,7 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from pipedeck.backends.result import Span
+from pipedeck.backends import Span
 from pipedeck.store import RunStore, StoreError, schema
 from pipedeck.store.schema import _v3
 from pipedeck.store.transaction import transaction

@@ -10,13 +10,12 @@ from pathlib import Path
 
 import pytest
 
-from pipedeck.backends.config import ResolvedConfig, ServingConfig
-from pipedeck.backends.profiles import load_hardware
-from pipedeck.backends.registry import make_backend
+from pipedeck.backends import ResolvedConfig, ServingConfig, load_hardware, make_backend
 from pipedeck.console.cli import cli
 from pipedeck.console.errors import run_cli
 from pipedeck.store import RunStore
-from pipedeck.tuner.calibrate import FITTED, QUICK_PASSES, CalibrationError, fit, measure, plan
+from pipedeck.tuner import QUICK_PASSES, fit, measure, plan
+from pipedeck.tuner.calibrate import FITTED, CalibrationError
 from tests.mock_program import mock_program
 from tests.paths import DATA, TESTS
 

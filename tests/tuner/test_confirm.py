@@ -19,15 +19,14 @@ from pathlib import Path
 import optuna
 import pytest
 
+from pipedeck.backends import RequestRecord, RunResult
 from pipedeck.backends.live_result import LiveRequest, LiveRun
-from pipedeck.backends.result import RequestRecord, RunResult
 from pipedeck.console.cli import cli
 from pipedeck.console.errors import run_cli
 from pipedeck.store import RunStore
-from pipedeck.tuner.confirm import ConfirmRow, candidates, ranks
-from pipedeck.tuner.objectives import GOODPUT, TTFT
-from pipedeck.tuner.slo import parse_slo
-from pipedeck.tuner.spec import TuneSpec
+from pipedeck.tuner import GOODPUT, ConfirmRow, TuneSpec, parse_slo, ranks
+from pipedeck.tuner.confirm import candidates
+from pipedeck.tuner.objectives import TTFT
 from tests.paths import DATA
 
 FAKE = f"{sys.executable} {DATA / 'fake_engine.py'}"

@@ -14,22 +14,13 @@ from pathlib import Path
 import pytest
 import yaml
 
-from pipedeck.backends import profiles
-from pipedeck.backends.config import ServingConfig
-from pipedeck.backends.launch import (
-    ENGINES,
-    ExportError,
-    Flag,
-    Launch,
-    ModeSupport,
-    Release,
-    ServingEngine,
-    register_support,
-)
+from pipedeck.backends import ENGINES, ExportError, ServingConfig, ServingEngine, profiles
+from pipedeck.backends.launch import Flag, Launch, ModeSupport, Release, register_support
 from pipedeck.console.cli import cli
 from pipedeck.console.errors import run_cli
 from pipedeck.store import RunStore
-from pipedeck.tuner.export import BestConfig, best_from_json, export_best, write_export
+from pipedeck.tuner import best_from_json, export_best, write_export
+from pipedeck.tuner.export import BestConfig
 
 QWEN = dict(model="qwen2.5-14b", hardware="a100-40g-pcie")  # 48 layers, HF id Qwen/Qwen2.5-14B-Instruct
 DSV3 = dict(model="deepseek-v3.1", hardware="ascend-910c", tp=8)  # 61 layers

@@ -20,9 +20,10 @@ from pathlib import Path
 
 import pytest
 
-from pipedeck.backends.config import ServingConfig
-from pipedeck.backends.launch import ENGINES, FASTPP_REFUSED_UPSTREAM
-from pipedeck.tuner.export import BestConfig, write_export
+from pipedeck.backends import ENGINES, ServingConfig
+from pipedeck.backends.launch import FASTPP_REFUSED_UPSTREAM
+from pipedeck.tuner import write_export
+from pipedeck.tuner.export import BestConfig
 
 
 def installed(package: str) -> str | None:

@@ -24,7 +24,7 @@ from optuna.trial import FrozenTrial, TrialState
 from pipedeck.console.cli import cli
 from pipedeck.console.errors import run_cli
 from pipedeck.store import RunStore
-from pipedeck.tuner.storage import open_storage
+from pipedeck.tuner import open_storage
 from tests.postgres_server import PostgresServer, unavailable
 
 psycopg = pytest.importorskip("psycopg", reason="psycopg 3 is not installed (pip install 'pipedeck[postgres]')")

@@ -5,9 +5,9 @@ import math
 import numpy as np
 import pytest
 
-from pipedeck.backends.result import RequestRecord, RunResult
+from pipedeck.backends import RequestRecord, RunResult
+from pipedeck.tuner import SLOError, parse_slo
 from pipedeck.tuner.goodput import find_goodput
-from pipedeck.tuner.slo import SLOError, parse_slo
 
 
 @pytest.mark.parametrize(

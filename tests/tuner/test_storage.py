@@ -19,9 +19,8 @@ from optuna.trial import TrialState
 from pipedeck.console.cli import cli
 from pipedeck.console.errors import run_cli
 from pipedeck.store import RunStore
-from pipedeck.tuner.space import parse_fixes
-from pipedeck.tuner.storage import StudyLock, open_storage
-from pipedeck.tuner.study import run_study
+from pipedeck.tuner import open_storage, parse_fixes, run_study
+from pipedeck.tuner.storage import StudyLock
 from pipedeck.tuner.workers import DONE, GO, WAIT, admit, run_one
 from tests.postgres_server import free_port
 from tests.tune_support import SMALL, spec

@@ -15,30 +15,29 @@ import time
 import optuna
 import pytest
 
-from pipedeck.backends.config import ServingConfig
-from pipedeck.backends.engine_defaults import engine_defaults
-from pipedeck.backends.errors import ConfigError
-from pipedeck.backends.launch import ENGINES
+from pipedeck.backends import ENGINES, ConfigError, ServingConfig, engine_defaults
 from pipedeck.console.cli import cli
 from pipedeck.console.errors import run_cli
 from pipedeck.store import RunStore
-from pipedeck.tuner.confidence import clear_win
-from pipedeck.tuner.inputs import TuneInputs, build_spec
-from pipedeck.tuner.objective import PRUNED_VALUE, Evaluator
-from pipedeck.tuner.objectives import GOODPUT, TTFT, Objective
-from pipedeck.tuner.slo import parse_slo
-from pipedeck.tuner.space import (
-    SpaceContext,
+from pipedeck.tuner import (
+    GOODPUT,
+    Objective,
+    TuneInputs,
+    TuneSpec,
+    build_spec,
+    clear_win,
     default_params,
-    foreign_params,
     knob_settings,
+    open_storage,
     parse_fixes,
-    searched_flags,
+    parse_slo,
+    run_study,
     suggest_config,
 )
-from pipedeck.tuner.spec import TuneSpec
-from pipedeck.tuner.storage import open_storage
-from pipedeck.tuner.study import create_or_resume, run_study
+from pipedeck.tuner.objective import PRUNED_VALUE, Evaluator
+from pipedeck.tuner.objectives import TTFT
+from pipedeck.tuner.space import SpaceContext, foreign_params, searched_flags
+from pipedeck.tuner.study import create_or_resume
 from tests.flags import assert_flags_give_back
 from tests.tune_support import SMALL, spec
 
@@ -561,7 +560,7 @@ def test_a_goodput_search_on_a_live_server_draws_fresh_prompts_for_each_rate_unl
 def test_a_live_rate_that_served_nothing_fails_in_one_line_counting_the_failures_by_kind():
     import socket
 
-    from pipedeck.backends.errors import ServerError
+    from pipedeck.backends import ServerError
 
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))

@@ -13,10 +13,10 @@ from optuna.study import StudyDirection
 from pipedeck.console.errors import run_cli
 from pipedeck.console.tune import tune
 from pipedeck.store import StudyRow
-from pipedeck.tuner.objectives import GOODPUT, OBJECTIVES, THROUGHPUT, TTFT, ObjectiveError, objective_named
-from pipedeck.tuner.slo import Slo, SLOError, parse_slo
-from pipedeck.tuner.spec import TuneSpec, saved_slo
-from pipedeck.tuner.verdict import Finished, decide, stored_verdict
+from pipedeck.tuner import GOODPUT, OBJECTIVES, Slo, SLOError, TuneSpec, objective_named, parse_slo, stored_verdict
+from pipedeck.tuner.objectives import THROUGHPUT, TTFT, ObjectiveError
+from pipedeck.tuner.spec import saved_slo
+from pipedeck.tuner.verdict import Finished, decide
 from tests.paths import ROOT
 
 PACKAGES = ("scenarios", "backends", "store", "tuner", "console")

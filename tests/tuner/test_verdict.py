@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from pipedeck.backends.config import ServingConfig
+from pipedeck.backends import ServingConfig
 from pipedeck.console.plots.study import best_vs_default
 from pipedeck.console.report import confidence_note
 from pipedeck.store import TrialRow
-from pipedeck.tuner.confidence import clear_win, interval, win_text
+from pipedeck.tuner import GOODPUT, clear_win, win_text
+from pipedeck.tuner.confidence import interval
 from pipedeck.tuner.objective import search_precision
-from pipedeck.tuner.objectives import GOODPUT, TTFT
+from pipedeck.tuner.objectives import TTFT
 from pipedeck.tuner.verdict import Finished, changes, decide, free_knobs, in_force
 
 LIMITS = {"ttft": 2.0, "tpot": 0.2}

@@ -11,7 +11,7 @@ from textual.color import Color
 from textual.geometry import Size
 from textual.widget import Widget
 
-from ....backends.result import TRANSFER_KINDS, Span
+from ....backends import TRANSFER_KINDS, Span
 
 REQUEST_COLOURS = (
     "#4e79a7",

@@ -15,11 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from pipedeck.backends.config import ServingConfig
-from pipedeck.backends.errors import ConfigError
-from pipedeck.backends.live.launcher import LaunchError
-from pipedeck.backends.live.launching import LaunchingBackend, check_launch
-from pipedeck.backends.registry import make_backend
+from pipedeck.backends import ConfigError, LaunchError, ServingConfig, check_launch, make_backend
+from pipedeck.backends.live.launching import LaunchingBackend
 from pipedeck.scenarios import load_scenario
 from tests.paths import DATA
 

@@ -14,9 +14,8 @@ import httpx
 import psutil
 import pytest
 
-from pipedeck.backends.config import ServingConfig
-from pipedeck.backends.launch import ExportError
-from pipedeck.backends.live.launcher import LaunchError, ServerLaunch, Terminated, server_command, serving
+from pipedeck.backends import ExportError, LaunchError, ServerLaunch, ServingConfig, serving
+from pipedeck.backends.live.launcher import Terminated, server_command
 from pipedeck.console.cli import cli
 from pipedeck.console.errors import run_cli
 from tests.paths import DATA, ROOT

@@ -4,7 +4,7 @@ import itertools
 
 import pytest
 
-from pipedeck.backends.config import ServingConfig
+from pipedeck.backends import ServingConfig
 from pipedeck.backends.policies.chunking import DynamicChunk
 from pipedeck.backends.sim import SimBackend
 from pipedeck.backends.sim.backend import build_engine

@@ -3,8 +3,7 @@
 import numpy as np
 import pytest
 
-from pipedeck.backends.config import ServingConfig
-from pipedeck.backends.errors import ConfigError
+from pipedeck.backends import ConfigError, ServingConfig
 from pipedeck.backends.parts import DelaySettings
 from pipedeck.backends.policies.delay import DelayScheduler
 from pipedeck.backends.sim.backend import build_engine

@@ -8,13 +8,12 @@ import math
 import numpy as np
 import pytest
 
-from pipedeck.backends.config import ServingConfig
-from pipedeck.backends.knobs import declared_knobs
+from pipedeck.backends import MODES, ServingConfig, declared_knobs
 from pipedeck.backends.parts import FastPPSettings
 from pipedeck.backends.policies.chunking import StepReport
 from pipedeck.backends.policies.fastpp_alp import PredictiveChunkController
 from pipedeck.backends.policies.fastpp_greedy import GreedyChunkController
-from pipedeck.backends.policies.modes import MODES, PolicyEnv
+from pipedeck.backends.policies.modes import PolicyEnv
 from pipedeck.backends.policies.rls import RecursiveLeastSquares
 from pipedeck.backends.sim import SimBackend
 from pipedeck.scenarios import load_scenario

@@ -2,7 +2,7 @@
 
 import pytest
 
-from pipedeck.backends.config import ServingConfig
+from pipedeck.backends import ServingConfig
 from pipedeck.backends.parts import AdaptiveSettings
 from pipedeck.backends.policies.adaptive import AdaptiveChunk
 from pipedeck.backends.policies.chunking import StepReport

@@ -12,19 +12,9 @@ from typing import Any
 
 import pytest
 
-from pipedeck.backends.profiles import (
-    HardwareProfile,
-    ModelProfile,
-    ProfileError,
-    count_params,
-    hardware_names,
-    load_hardware,
-    load_model,
-    model_from_hf_config,
-    model_names,
-)
+from pipedeck.backends import HardwareProfile, hardware_names, load_hardware, model_names, profile_toml
+from pipedeck.backends.profiles import ModelProfile, ProfileError, count_params, load_model, model_from_hf_config
 from pipedeck.backends.profiles.build import build_profile, numeric_fields
-from pipedeck.backends.profiles.writer import profile_toml
 from pipedeck.backends.sim.costs import BatchShape, CostModel
 from tests.paths import DATA, ROOT
 

@@ -11,7 +11,7 @@ layer split and the blocking sends imply.
 
 import pytest
 
-from pipedeck.backends.config import ServingConfig
+from pipedeck.backends import ServingConfig
 from pipedeck.backends.sim import SimBackend
 from pipedeck.scenarios import load_scenario
 

@@ -15,10 +15,10 @@ import statistics
 
 import pytest
 
-from pipedeck.backends.config import SGLANG_MIXED_CHUNK, ServingConfig
+from pipedeck.backends import ServingConfig
+from pipedeck.backends.config import SGLANG_MIXED_CHUNK
+from pipedeck.tuner import TuneSpec, parse_slo
 from pipedeck.tuner.objective import Evaluator
-from pipedeck.tuner.slo import parse_slo
-from pipedeck.tuner.spec import TuneSpec
 
 PAPER = {"tp4": 3.48, "pp4_static": 8.28, "pp4_alp": 8.47}
 STATIC_CHUNKS = (128, 256, 384, 512, 768, 1024)

@@ -9,8 +9,7 @@ import sys
 
 import pytest
 
-from pipedeck.backends.config import ServingConfig
-from pipedeck.backends.policies.modes import MODES
+from pipedeck.backends import MODES, ServingConfig
 from pipedeck.backends.sim import SimBackend, compiled, core_status
 from pipedeck.backends.sim.corebuild import CORE, choose_core, source_digest
 from pipedeck.backends.sim.digest import run_digest

@@ -10,10 +10,7 @@ from unittest.mock import patch
 
 import pytest
 
-from pipedeck.backends.base import RunCancelled, RunObserver
-from pipedeck.backends.config import ServingConfig
-from pipedeck.backends.errors import ConfigError
-from pipedeck.backends.result import TRANSFER_KINDS
+from pipedeck.backends import TRANSFER_KINDS, ConfigError, RunCancelled, RunObserver, ServingConfig
 from pipedeck.backends.sim import SimBackend
 from pipedeck.backends.sim import backend as sim_backend
 from pipedeck.scenarios import load_scenario

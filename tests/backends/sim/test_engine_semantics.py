@@ -4,12 +4,11 @@ import dataclasses
 
 import pytest
 
-from pipedeck.backends.config import ResolvedConfig, ServingConfig
+from pipedeck.backends import ResolvedConfig, ServingConfig
 from pipedeck.backends.sim import SimBackend
 from pipedeck.backends.sim.backend import build_engine
 from pipedeck.backends.sim.scheduler import SimRequest
-from pipedeck.scenarios import Scenario, load_scenario
-from pipedeck.scenarios.arrivals import ClosedLoop, Poisson
+from pipedeck.scenarios import ClosedLoop, Poisson, Scenario, load_scenario
 from pipedeck.scenarios.lengths import Fixed
 from tests.emissions import trace
 

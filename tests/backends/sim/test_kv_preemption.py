@@ -7,9 +7,7 @@ from collections import defaultdict
 
 import pytest
 
-from pipedeck.backends.config import ServingConfig
-from pipedeck.backends.errors import ConfigError
-from pipedeck.backends.policies.modes import MODES
+from pipedeck.backends import MODES, ConfigError, ServingConfig
 from pipedeck.backends.sim import SimBackend
 from pipedeck.backends.sim.backend import build_engine
 from pipedeck.backends.sim.scheduler import SimRequest

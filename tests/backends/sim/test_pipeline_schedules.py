@@ -3,7 +3,7 @@
 import pytest
 from pytest import approx
 
-from pipedeck.backends.config import ServingConfig
+from pipedeck.backends import ServingConfig
 from pipedeck.backends.sim import SimBackend
 from pipedeck.scenarios import catalog
 from tests.toy import compute_spans, gaps, run_toy

@@ -6,7 +6,8 @@ from functools import cache
 import numpy as np
 import pytest
 
-from pipedeck.backends.config import SGLANG_MIXED_CHUNK, ServingConfig
+from pipedeck.backends import ServingConfig
+from pipedeck.backends.config import SGLANG_MIXED_CHUNK
 from pipedeck.backends.sim.backend import build_engine
 from pipedeck.backends.sim.scheduler import SimRequest
 from pipedeck.scenarios import load_scenario

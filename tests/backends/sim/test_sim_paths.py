@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import pytest
 
-from pipedeck.backends.config import SGLANG_MIXED_CHUNK, ServingConfig
-from pipedeck.backends.policies.modes import MODES
+from pipedeck.backends import MODES, ServingConfig
+from pipedeck.backends.config import SGLANG_MIXED_CHUNK
 from pipedeck.backends.sim import SimBackend, compiled
 from pipedeck.backends.sim.digest import run_digest
 from pipedeck.backends.sim.groups import DecodeGroup

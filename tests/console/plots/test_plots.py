@@ -17,11 +17,10 @@ import optuna
 import pytest
 from plotly.colors import unlabel_rgb
 
-from pipedeck.backends.config import ServingConfig
-from pipedeck.backends.live.metrics import MetricsTimeline, Sample
-from pipedeck.backends.result import RunResult, Span
+from pipedeck.backends import RunResult, Sample, ServingConfig, Span
+from pipedeck.backends.live.metrics import MetricsTimeline
 from pipedeck.backends.sim import SimBackend
-from pipedeck.console import compare as compare_module
+from pipedeck.console import comparison as comparison_module
 from pipedeck.console.cli import cli
 from pipedeck.console.errors import run_cli
 from pipedeck.console.plots import PlotRun, legend_names
@@ -31,13 +30,9 @@ from pipedeck.console.plots.study import optuna_importances
 from pipedeck.console.plots.table import CELL_PX, CHAR_PX, LINE_PX, PAD_PX, PLANNED_PX
 from pipedeck.scenarios import load_scenario
 from pipedeck.store import RunStore, StoredRun
+from pipedeck.tuner import GOODPUT, TuneSpec, parse_slo, run_study, stored_verdict
 from pipedeck.tuner.importance import param_importances
-from pipedeck.tuner.objectives import GOODPUT
-from pipedeck.tuner.slo import parse_slo
 from pipedeck.tuner.space import foreign_params
-from pipedeck.tuner.spec import TuneSpec
-from pipedeck.tuner.study import run_study
-from pipedeck.tuner.verdict import stored_verdict
 from tests.run_kinds import live, served
 
 QWEN = dict(model="qwen2.5-14b", hardware="a100-40g-pcie", tp=2, pp=2)
@@ -490,7 +485,7 @@ def test_a_live_best_and_default_are_not_measured_again_and_the_page_says_so(cap
 
 
 def test_png_without_kaleido_prints_one_hint_and_still_writes_html(capsys, runs, tmp_path, monkeypatch):
-    monkeypatch.setattr(compare_module, "kaleido_installed", lambda: False)
+    monkeypatch.setattr(comparison_module, "kaleido_installed", lambda: False)
     out = tmp_path / "c.html"
     status, stdout, _err = cli_run(capsys, ["compare", *runs.argv("cpp", "vpp"), "--out", str(out), "--png"])
     assert status == 0 and out.is_file() and not list(tmp_path.glob("*.png"))

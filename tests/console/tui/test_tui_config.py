@@ -6,7 +6,7 @@ import asyncio
 
 from textual.widgets import Input, Select, Static
 
-from pipedeck.backends.config import ServingConfig
+from pipedeck.backends import ServingConfig
 from pipedeck.console.tui import PipedeckApp
 from pipedeck.console.tui.config import ConfigScreen
 from pipedeck.store import RunStore

@@ -12,10 +12,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from pipedeck.backends.base import Snapshot
-from pipedeck.backends.config import ServingConfig
-from pipedeck.backends.errors import ConfigError
-from pipedeck.backends.result import RequestRecord, Span
+from pipedeck.backends import ConfigError, RequestRecord, ServingConfig, Snapshot, Span
 from pipedeck.console.cli import cli
 from pipedeck.console.errors import run_cli
 from pipedeck.console.tui.compare import gui_browser

@@ -11,15 +11,14 @@ from textual.containers import VerticalScroll
 from textual.widget import Widget
 from textual.widgets import Button, DataTable, Input, Select, Static
 
+from pipedeck.backends import backends
 from pipedeck.backends.base import BackendDeclaration
-from pipedeck.backends.registry import backends
 from pipedeck.console.tui import PipedeckApp
 from pipedeck.console.tui import tune as tune_view
 from pipedeck.console.tui.compare import CompareScreen
 from pipedeck.console.tui.live import seconds
 from pipedeck.console.tui.messages import RunFailed, TuneEnded, TuneFailed
-from pipedeck.tuner.objectives import GOODPUT
-from pipedeck.tuner.study import TuneOutcome
+from pipedeck.tuner import GOODPUT, TuneOutcome
 from tests.tui_support import (
     QWEN,
     SMALL,

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from pipedeck.backends import backends
 from pipedeck.backends.base import BackendDeclaration
-from pipedeck.backends.registry import backends
 from pipedeck.console.tui import PipedeckApp
 from pipedeck.console.tui import tune as tune_view
 from pipedeck.store import RunStore

@@ -10,12 +10,12 @@ import threading
 
 from textual.widgets import DataTable, Static
 
-from pipedeck.backends.launch import ENGINES
+from pipedeck.backends import ENGINES
 from pipedeck.console.tui import PipedeckApp
 from pipedeck.console.tui.tune import TuneScreen, best_text, trial_cells, trial_detail
 from pipedeck.store import RunStore, TrialRow
-from pipedeck.tuner.objectives import GOODPUT, TTFT
-from pipedeck.tuner.study import run_study
+from pipedeck.tuner import GOODPUT, run_study
+from pipedeck.tuner.objectives import TTFT
 from tests.tui_support import SIZE, fill, notifications, wait_for
 
 SMALL_STUDY = {

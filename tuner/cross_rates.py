@@ -15,8 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..backends.config import ServingConfig
-from ..backends.registry import capabilities_of, open_backend
+from ..backends import ServingConfig, capabilities_of, open_backend
 from ..errors import PipedeckError
 from ..scenarios import load_scenario
 from ..store import RunStore, StoredRun, StoreError, StoreInputError
