@@ -65,7 +65,7 @@ def stage_sources() -> list[str]:
     """The package laid out under build/mypyc-src/pipedeck (mypy names modules by folders), plus `_core_digest`."""
     shutil.rmtree(STAGE, ignore_errors=True)
     package = STAGE / "pipedeck"
-    for top in ("backends", "scenarios"):
+    for top in ("errors", "backends", "scenarios"):  # the core and what it imports
         shutil.copytree(ROOT / top, package / top, ignore=shutil.ignore_patterns("__pycache__", "*.so", "*.pyd"))
     (package / "__init__.py").write_text("")
     sim = package / "backends" / "sim"
