@@ -54,6 +54,7 @@ def check_footprint(
     backend: str,
     scenario: Scenario,
     config: ResolvedConfig | None,
+    *,
     num_requests: int | None = None,
     seed: int = 0,
     rate: float | None = None,

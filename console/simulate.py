@@ -60,9 +60,9 @@ def execute(
         backend_name,
         scenario,
         config,
-        opts["num_requests"],
-        opts["seed"],
-        opts["rate"],
+        num_requests=opts["num_requests"],
+        seed=opts["seed"],
+        rate=opts["rate"],
         timeline=bool(opts["timeline"]) or store,
     )
     path = db_path(opts)

@@ -93,7 +93,15 @@ def build_spec(inputs: TuneInputs, db: str | Path) -> TuneSpec:
     """Validate every input before any work and build the worker spec (study and storage named after `db`)."""
     scenario = load_scenario(inputs.scenario)
     # trials keep no timeline: the config does not change the footprint
-    check_footprint(inputs.backend, scenario, None, inputs.requests, inputs.seed, inputs.rate, timeline=False)
+    check_footprint(
+        inputs.backend,
+        scenario,
+        None,
+        num_requests=inputs.requests,
+        seed=inputs.seed,
+        rate=inputs.rate,
+        timeline=False,
+    )
     scenario.workload(seed=inputs.seed, rate=inputs.rate, num_requests=inputs.requests)
     objective = inputs.objective or (GOODPUT if inputs.slo else None)
     if objective is None:

@@ -79,7 +79,9 @@ def run_scenario(
 
     `config` is recorded with the run; None: what the server says of itself (`LiveRun.described`).
     """
-    check_footprint("live", scenario, None, num_requests, seed, rate)  # before any request is drawn
+    check_footprint(
+        "live", scenario, None, num_requests=num_requests, seed=seed, rate=rate
+    )  # before any request is drawn
     workload = scenario.workload(seed=seed, rate=rate, num_requests=num_requests)
     live = asyncio.run(replay(workload, base_url, options, seed, observer, rate=rate))
     return run_result(live, scenario.name, live.described() if config is None else config, seed, rate)

@@ -33,7 +33,7 @@ class SimBackend:
     name = "sim"
     capabilities = Capabilities(modes=tuple(MODES), timeline=True, reconfigurable=True, paced=False, simulated=True)
 
-    def __init__(self, exact_decode: bool = False):
+    def __init__(self, *, exact_decode: bool = False):
         self.exact_decode = exact_decode
 
     def check(self) -> None:
@@ -54,7 +54,9 @@ class SimBackend:
     ) -> RunResult:
         """Simulate `scenario` under `config` and return every record."""
         config = config.resolve()
-        check_footprint(self.name, scenario, config, num_requests, seed, rate, timeline)  # before any is drawn
+        check_footprint(
+            self.name, scenario, config, num_requests=num_requests, seed=seed, rate=rate, timeline=timeline
+        )  # before any is drawn
         workload = scenario.workload(seed=seed, rate=rate, num_requests=num_requests)
         engine = build_engine(config, timeline=timeline, observer=observer, exact_decode=self.exact_decode)
         requests = [SimRequest(r.id, r.arrival_s, r.prompt_tokens, r.output_tokens) for r in workload.requests]

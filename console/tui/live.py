@@ -281,7 +281,9 @@ class LiveScreen(View):
         rate = typed_number(self.query_one("#rate", Input).value, float, "rate")
         requests = typed_number(self.query_one("#requests", Input).value, int, "requests")
         backend = str(self.query_one("#backend", Select).value)
-        total = check_footprint(backend, scenario, None, requests, rate=rate)  # as the CLI checks it, drawing nothing
+        total = check_footprint(
+            backend, scenario, None, num_requests=requests, rate=rate
+        )  # as the CLI checks it, drawing nothing
         speed = str(self.query_one("#speed", Select).value)
         server, target = str(self.query_one("#server", Select).value), self.query_one("#target", Input).value.strip()
         if backend_entry(backend).capabilities.endpoint and not target:

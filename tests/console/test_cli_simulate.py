@@ -413,7 +413,7 @@ def test_the_estimate_counts_timeline_spans_from_the_chunk(monkeypatch):
     with pytest.raises(memory.FootprintError, match=r"^requests: 100 requests need about 1\.1 GB or more"):
         SimBackend().run(scenario, tiny, num_requests=100)  # the Python API is checked too
     monkeypatch.setattr(memory, "available_bytes", lambda: None)  # unknown: no check
-    memory.check_footprint("sim", scenario, tiny, 10**9)
+    memory.check_footprint("sim", scenario, tiny, num_requests=10**9)
 
 
 def test_tune_checks_the_footprint_of_its_workload_first(capsys, monkeypatch, tmp_path):

@@ -26,6 +26,7 @@ from pipedeck.console.errors import run_cli
 from pipedeck.store import RunStore
 from pipedeck.tuner import open_storage
 from tests.postgres_server import PostgresServer, unavailable
+from tests.tune_support import SMALL
 
 psycopg = pytest.importorskip("psycopg", reason="psycopg 3 is not installed (pip install 'pipedeck[postgres]')")
 
@@ -43,20 +44,6 @@ def postgres() -> Iterator[PostgresServer]:
         server.stop()
 
 
-SMALL = [
-    "--model",
-    "qwen2.5-14b",
-    "--hardware",
-    "a100-40g-pcie",
-    "--devices",
-    "4",
-    "--scenario",
-    "azure-conv",
-    "--requests",
-    "60",
-    "--slo",
-    "ttft=2s,tpot=200ms",
-]
 TRIALS, WORKERS, VICTIM = 9, 4, 1  # three survive the victim
 HEARTBEAT_S = 2  # a killed worker's trial is failed 3 heartbeats (6 s) after its last one
 
