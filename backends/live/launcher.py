@@ -53,11 +53,20 @@ class Server:
     url: str
     process: subprocess.Popen[bytes]
     log_path: Path
+    stopped: bool = False
 
     def stop(self, grace_s: float = GRACE_S) -> int | None:
-        """SIGTERM the server's process group, SIGKILL it after `grace_s`, remove its pid file; returns the exit status."""
-        if self.process.poll() is None:
+        """SIGTERM the server's process group, SIGKILL what is left of it after `grace_s`, remove its pid file;
+        returns the exit status.
+
+        The group is stopped even when the server's first process has ended:
+        the processes it started (vLLM's engine core and workers) may not
+        have. Only once: a later call signals nothing (the group's number may
+        since have gone to another process).
+        """
+        if not self.stopped:
             stop_group(self.process.pid, self._ended, grace_s)
+            self.stopped = True
         pid_path(self.log_path).unlink(missing_ok=True)
         return self.process.returncode
 

@@ -113,6 +113,25 @@ def test_a_server_starts_answers_health_and_stops_by_its_pid(tmp_path, monkeypat
     assert not alive(pid) and "--parallel 4" in log.read_text()
 
 
+@pytest.mark.parametrize("leader", ["running", "killed"])
+def test_stopping_a_server_stops_its_whole_process_group_even_after_its_first_process_died(
+    tmp_path, monkeypatch, leader
+):
+    """vLLM's API server starts an engine core and workers in its process group, which outlive it when it is killed
+    and take their time over SIGTERM: the group goes whole, SIGKILL for what SIGTERM leaves."""
+    monkeypatch.setenv("FAKE_ENGINE_CHILD", "1")
+    log = tmp_path / "server.log"
+    server = ServerLaunch("llama-server", "tiny.gguf", log, program=FAKE).start(ServingConfig(**CPU).resolve())
+    child = int(re.search(r"^child: (\d+)$", log.read_text(), re.MULTILINE).group(1))
+    assert os.getpgid(child) == server.process.pid
+    if leader == "killed":
+        server.process.kill()
+        server.process.wait()
+        assert running(child)  # what a killed API server leaves: its engine core
+    server.stop(grace_s=0.5)
+    assert not running(child) and not (tmp_path / "server.log.pid").exists()
+
+
 def test_serving_stops_its_server_when_sigterm_interrupts_the_block_and_restores_the_handlers(tmp_path):
     """The one lifecycle: whoever holds a server in `serving` (serve, calibrate, the Live view) gets it stopped."""
     before = signal.getsignal(signal.SIGTERM)
