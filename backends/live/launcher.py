@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import shutil
 import signal
 import socket
@@ -230,7 +231,7 @@ def wait_healthy(server: Server, timeout_s: float, cancelled: Callable[[], bool]
             if status is not None:
                 raise LaunchError(
                     f"engine: {server.engine} exited with status {status} before it was healthy; "
-                    f"log: {server.log_path}{last_log_line(server.log_path)}"
+                    f"log: {server.log_path}{start_failure(server.log_path)}"
                 )
             try:
                 if client.get(f"{server.url}/health").status_code == 200:
@@ -240,12 +241,31 @@ def wait_healthy(server: Server, timeout_s: float, cancelled: Callable[[], bool]
             if time.monotonic() > deadline:
                 raise LaunchError(
                     f"health: {server.engine} at {server.url} was not healthy within {timeout_s:g} s; "
-                    f"log: {server.log_path}{last_log_line(server.log_path)}"
+                    f"log: {server.log_path}{start_failure(server.log_path)}"
                 )
             time.sleep(0.05)
 
 
 def last_log_line(path: Path) -> str:
     """' (last line: ...)' naming the log's last non-blank line, or '' when it has none."""
-    lines = [line for line in path.read_text(errors="replace").splitlines() if line.strip()] if path.exists() else []
+    lines = _log_lines(path)
     return f" (last line: {clip(lines[-1], 160)})" if lines else ""
+
+
+# A Python exception as a traceback or a logger writes it: `ValueError: ...`, `pkg.mod.EngineDeadError: ...`, at the
+# start of a line or after a logger's prefix (vLLM's `(Worker pid=7) ERROR 12-07 17:46:09 [file.py:1] `).
+_EXCEPTION = re.compile(r"(?:^|\s)((?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception): .*)")
+
+
+def start_failure(path: Path) -> str:
+    """Why a server that never got healthy stopped, as its log says: ' (error: ...)' naming the first exception the
+    log shows (the root cause, which an engine's later lines only point back to), else its last line."""
+    for line in _log_lines(path):
+        found = _EXCEPTION.search(line)
+        if found:
+            return f" (error: {clip(found.group(1), 160)})"
+    return last_log_line(path)
+
+
+def _log_lines(path: Path) -> list[str]:
+    return [line for line in path.read_text(errors="replace").splitlines() if line.strip()] if path.exists() else []

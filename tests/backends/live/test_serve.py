@@ -15,7 +15,7 @@ import psutil
 import pytest
 
 from pipedeck.backends import ExportError, LaunchError, ServerLaunch, ServingConfig, serving
-from pipedeck.backends.live.launcher import Terminated, server_command
+from pipedeck.backends.live.launcher import Terminated, server_command, start_failure
 from pipedeck.console.cli import cli
 from pipedeck.console.errors import run_cli
 from tests.paths import DATA, ROOT
@@ -183,6 +183,25 @@ def test_a_server_that_never_gets_healthy_is_one_line_and_leaves_nothing_running
             ServingConfig(**CPU).resolve()
         )
     assert started and not alive(started[0].pid)
+
+
+def test_a_start_failure_names_the_first_exception_of_the_log_else_its_last_line(tmp_path):
+    """vLLM's engine core logs the root cause first and later lines that only point back at it."""
+    log = tmp_path / "server.log"
+    log.write_text(
+        "(APIServer pid=1) WARNING [system_utils.py:255] failed to increase the ulimit with error EPERM\n"
+        "(Worker pid=7) ERROR 12-07 17:46:09 [multiproc_executor.py:1063] ValueError: Available memory on node 0 "
+        "(20.74/23.54 GiB) is less than requested memory for kv (400.0 GiB).\n"
+        "vllm.v1.engine.exceptions.EngineDeadError: EngineCore encountered an issue.\n"
+        "RuntimeError: Engine core initialization failed. See root cause above.\n"
+        "  warnings.warn('resource_tracker: There appear to be %d ')\n"
+    )
+    assert start_failure(log) == (
+        " (error: ValueError: Available memory on node 0 (20.74/23.54 GiB) is less than requested memory for kv "
+        "(400.0 GiB).)"
+    )
+    log.write_text("usage: api_server.py [-h]\napi_server.py: error: unrecognized arguments: --no-such-option\n")
+    assert start_failure(log) == " (last line: api_server.py: error: unrecognized arguments: --no-such-option)"
 
 
 @pytest.mark.parametrize("earlier_log", [None, "the last serve's output\n"])
