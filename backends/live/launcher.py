@@ -37,6 +37,7 @@ from ..config import ResolvedConfig
 from ..errors import ServerError
 from ..launch import Launch, get_engine, plan_launch
 from .client import clip
+from .installed import installed_engine, program_words
 from .leftovers import GRACE_S, pid_path, stop_group, stop_leftovers, write_pid_file
 
 LOOPBACK = "127.0.0.1"
@@ -96,15 +97,18 @@ def server_command(
     """The argv and the environment additions that start `engine` serving `model_path` for `config`.
 
     The profile's checkpoint says nothing about `model_path`: its quantization and hub are left to the model.
-    Without a config the engine runs with its own defaults: only the options it always gets (`always`).
+    Without a config the engine runs with its own defaults: only the options it always gets (`always`). The
+    engine installed where `program` runs from (installed.py) decides its release and device build.
     """
+    spec = get_engine(engine)
+    found = installed_engine(spec, program)
     if config is None:
-        spec = get_engine(engine)
-        launch = Launch(flags=spec.always)
+        build, launch = (spec.build(found.platform) if found else None), Launch(flags=spec.always)
     else:
-        plan = plan_launch(config, engine, weights=False)
-        spec, launch = plan.engine, plan.launch
-    argv = [*(program or spec.program), *spec.model_words(model_path)]
+        version, platform = (found.version, found.platform) if found else (None, None)
+        plan = plan_launch(config, engine, version, weights=False, platform=platform)
+        build, launch = plan.build, plan.launch
+    argv = [*program_words(spec, build, program, found), *spec.model_words(model_path, build)]
     for flag in launch.flags:
         argv += flag.argv()
     argv += ["--host", host, "--port", str(port)]
