@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from ..backends import RunResult, ServerError, backend_entry
+from ..backends import STALL_S, RunResult, ServerError, backend_entry
 from .backend_options import backend_option
 from .options import config_from_options, config_given, config_options, workload_options
 from .simulate import execute, output_options
@@ -22,6 +22,12 @@ from .simulate import execute, output_options
     help="Live: draw this rate's own prompts, so that none is served from a prefix cache an earlier run "
     "at another rate filled (default: the seed's prompts, the same at every rate).",
 )
+@click.option(
+    "--stall-timeout",
+    type=click.FloatRange(min=0, min_open=True),
+    default=None,
+    help=f"Live: seconds a stream may go without an event before its request fails (default: {STALL_S:g}).",
+)
 @config_options
 @workload_options
 @output_options
@@ -32,11 +38,17 @@ def run(**opts: object) -> None:
         raise click.BadParameter(
             f"the {opts['backend']} backend has no prefix cache; it is for --backend live", param_hint="--fresh-prompts"
         )
+    if opts["stall_timeout"] is not None and not endpoint:
+        raise click.BadParameter(
+            f"the {opts['backend']} backend streams nothing; it is for --backend live", param_hint="--stall-timeout"
+        )
     options = (
         {"endpoint": opts["endpoint"], "model": opts["served_model"], "fresh_prompts": opts["fresh_prompts"]}
         if endpoint
         else {}
     )
+    if opts["stall_timeout"] is not None:
+        options["stall_s"] = opts["stall_timeout"]
     # a server started elsewhere runs its own config: without options, record what it says, not pipedeck's defaults
     config = config_from_options(opts) if not endpoint or config_given(click.get_current_context()) else None
     report_unserved(*execute(opts, str(opts["backend"]), config, **options))

@@ -1,4 +1,4 @@
-"""The live backend's name and capabilities: what its declaration announces and its backends report.
+"""The live backend's name, capabilities and stall limit: what its declaration announces and its backends report.
 
 Kept apart from backend.py so that the registry reads them without loading the HTTP stack.
 """
@@ -12,3 +12,4 @@ NAME = "live"
 # A live server runs the config it was started with, whatever its mode (launched per config with
 # `launch=ENGINE`, it restarts to change config); it keeps wall time itself.
 CAPABILITIES = Capabilities(modes=tuple(MODES), timeline=False, reconfigurable=False, paced=True, endpoint=True)
+STALL_S = 600.0  # a stream with no event for this long fails its request (prefill of a long prompt included)
