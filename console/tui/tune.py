@@ -15,7 +15,7 @@ from textual.widget import Widget
 from textual.widgets import Button, DataTable, Input, Label, Select, Static
 from textual.worker import get_current_worker
 
-from ...backends import ENGINES, ServingConfig, format_tokens, hardware_names, model_names, setting_text
+from ...backends import ENGINES, ServingConfig, hardware_names, model_names, setting_text
 from ...scenarios import catalog
 from ...store import TrialRow
 from ...tuner import (
@@ -38,6 +38,7 @@ from ...tuner import (
     run_study,
 )
 from ..options import DEFAULT_SCENARIO
+from ..plots.config_text import split_text, tokens_text
 from ..tunespec import stored_runs_text
 from .fields import error_field, form_fields
 from .messages import Exported, TrialsUpdated, TuneEnded, TuneFailed, WorkFailed
@@ -71,7 +72,7 @@ def trial_cells(trial: TrialRow, objective: Objective) -> tuple[str, ...]:
         STATES.get(trial.state, trial.state.lower()),
         value,
         f"{known['tp']}×{known['pp']}" if "tp" in known and "pp" in known else "-",
-        format_tokens(int(known["chunk"])) if "chunk" in known else "-",
+        tokens_text(known["chunk"]) if "chunk" in known else "-",
         str(known.get("mode", "-")),
     )
 
@@ -101,10 +102,10 @@ def best_text(trial: TrialRow | None, objective: Objective, ratio: float | None)
     text = Text.assemble((f"trial {trial.number}: ", "bold"), (objective.value_text(trial.objective), "bold green"))
     if ratio is not None:
         text.append(f"\n{objective.better_by(ratio)} than the default config", style="bold")
-    split = ",".join(map(str, config.get("layer_split") or ()))
+    split = split_text(config.get("layer_split") or [])
     text.append(
         f"\n{config.get('mode')} {config.get('tp')}×{config.get('pp')} chunk "
-        f"{format_tokens(int(config.get('chunk', 0)))}\nsplit {split}"
+        f"{tokens_text(config.get('chunk', 0))}\nsplit {split}"
     )
     for key, label, fmt in (
         ("attainment", "attainment", "{:.1%}"),
