@@ -39,7 +39,7 @@ def field_widget(field: FormField, value: object) -> Widget:
         choices = list(field.choices) + ([str(value)] if value is not None and value not in field.choices else [])
         widget = Select(
             [(c, c) for c in choices],
-            value=Select.BLANK if value is None else str(value),
+            value=Select.NULL if value is None else str(value),
             allow_blank=field.optional,
             compact=True,
             id=f"f-{field.name}",
@@ -140,7 +140,7 @@ class ConfigScreen(View):
 
     @on(Select.Changed, "#load")
     def _load_chosen(self, event: Select.Changed) -> None:
-        if event.value != Select.BLANK:
+        if event.value != Select.NULL:
             self._load(str(event.value))
 
     # -- workers and their messages --------------------------------------------------------------
@@ -238,7 +238,7 @@ class ConfigScreen(View):
             return parse(field, control.value)
         if field.kind == "bool":
             return control.value == "on"
-        return None if control.value == Select.BLANK else control.value
+        return None if control.value == Select.NULL else control.value
 
     def _hint(self, field: FormField, resolved: ServingConfig | None) -> str:
         """What a valid field's line says: the mode's summary, or what a blank field was derived as."""

@@ -317,7 +317,7 @@ class TuneScreen(View):
     @on(Select.Changed)
     def _edited(self, event: Input.Changed | Select.Changed) -> None:
         event.control.remove_class("-invalid")
-        if event.control.id == "hardware" and event.value != Select.BLANK:
+        if event.control.id == "hardware" and event.value != Select.NULL:
             self.query_one("#engine", Select).value = default_engine(str(event.value))
 
     @on(Button.Pressed)
