@@ -19,7 +19,7 @@ from ...tuner import open_store
 from .fields import FormField, error_field, form_fields, normalised, parse, shown_for, to_text
 from .messages import ConfigChosen, ConfigLoaded, ConfigSaved, StoreListed, WorkFailed
 from .sources import FORM, describe, load_source, source_options
-from .view import View, choose, one_line
+from .view import Session, View, choose, one_line
 
 FIELD_WIDTH = 30  # columns per form field; the grid holds as many as fit
 
@@ -62,8 +62,8 @@ class ConfigScreen(View):
         Binding("ctrl+t", "tune", "Tune from it"),
     ]
 
-    def __init__(self, *args: object, **kwargs: object) -> None:
-        super().__init__(*args, **kwargs)
+    def __init__(self, session: Session) -> None:
+        super().__init__(session)
         self.fields = form_fields()
         self.problem: str | None = None  # the first validation error, None when the form is valid
         self.validating = False  # a validation is queued: edits arriving together are validated once
@@ -172,7 +172,7 @@ class ConfigScreen(View):
 
     def on_config_loaded(self, message: ConfigLoaded) -> None:
         for field in self.fields:
-            control = self.query_one(f"#f-{field.name}")
+            control = self._control(field)
             value = message.config.values()[field.name]
             if isinstance(control, Input):
                 control.value = to_text(value)
@@ -232,8 +232,14 @@ class ConfigScreen(View):
         else:
             summary.update(Text(f"invalid: {self.problem}", style="bold red"))
 
+    def _control(self, field: FormField) -> Input | Select[str]:
+        """A field's control as `field_widget` made it: a picker for choices and switches, a text input otherwise."""
+        if field.kind in ("bool", "choice"):
+            return self.query_one(f"#f-{field.name}", Select)
+        return self.query_one(f"#f-{field.name}", Input)
+
     def _value(self, field: FormField) -> object:
-        control = self.query_one(f"#f-{field.name}")
+        control = self._control(field)
         if isinstance(control, Input):
             return parse(field, control.value)
         if field.kind == "bool":

@@ -42,7 +42,7 @@ from ..plots.config_text import split_text, tokens_text
 from ..tunespec import stored_runs_text
 from .fields import error_field, form_fields
 from .messages import Exported, TrialsUpdated, TuneEnded, TuneFailed, WorkFailed
-from .view import DEFAULT_SLO, View, choose, cursor_key, one_line, shown_path, typed_number
+from .view import DEFAULT_SLO, Session, View, choose, cursor_key, one_line, shown_path, typed_number
 from .widgets import TrialChart
 
 SHOWN_PARAMS = ("tp", "pp", "mode", "chunk", "layer-split")  # trial parameters (--fix names) the view names itself
@@ -132,8 +132,8 @@ class TuneScreen(View):
     ]
     INPUTS = ("scenario", "objective", "slo", "requests", "model", "hardware", "devices", "trials", "fix", "study")
 
-    def __init__(self, *args: object, **kwargs: object) -> None:
-        super().__init__(*args, **kwargs)
+    def __init__(self, session: Session) -> None:
+        super().__init__(session)
         self.spec: TuneSpec | None = None  # the study last started (Export writes its best); None before any
         self.phase = "idle"  # idle, running, paused, finalising
         self.finalise = False  # set by Stop: after the interruption, store the best and default runs
