@@ -5,6 +5,7 @@ Apart from the `runs` command, so that simulate and the others load neither its 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -30,7 +31,7 @@ def db_option(fn: FC) -> FC:
     )(fn)
 
 
-def db_path(opts: dict[str, object]) -> Path:
+def db_path(opts: Mapping[str, object]) -> Path:
     """The store file the --db option names, or the default."""
     db = opts.get("db")
     assert db is None or isinstance(db, str | Path), "--db is a click.Path, a str"
