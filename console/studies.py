@@ -12,7 +12,7 @@ import optuna
 from optuna.trial import TrialState
 
 from ..store import RunStore, StudyRow
-from ..tuner import OBJECTIVES, open_storage, recommended_trial, shown, stored_verdict
+from ..tuner import OBJECTIVES, Objective, open_storage, recommended_trial, shown, stored_verdict
 from .db import READ_LOCK_WAIT_S, db_option, db_path
 from .storage import check_existing_storage
 
@@ -32,6 +32,11 @@ class StudyLine:
     best_value: float | None
     created_at: datetime | None  # UTC, timezone-aware
     updated_at: datetime | None  # the last trial's completion
+
+    @property
+    def known_objective(self) -> Objective | None:
+        """The objective the study names, where pipedeck knows it (None: none named, or one it does not know)."""
+        return None if self.objective is None else OBJECTIVES.get(self.objective)
 
 
 class StudyJson(TypedDict):
@@ -128,11 +133,12 @@ def _aware(value: datetime | None) -> datetime | None:
 
 def line_json(line: StudyLine) -> StudyJson:
     """One listed study as a JSON object, times in ISO 8601 with their zone."""
+    objective = line.known_objective
     return {
         "name": line.name,
         "storage": line.storage,
         "objective": line.objective,
-        "direction": OBJECTIVES[line.objective].direction_name if line.objective in OBJECTIVES else None,
+        "direction": objective.direction_name if objective is not None else None,
         "finished": line.finished,
         "trials": line.trials,
         "best_trial": line.best_trial,
@@ -157,9 +163,10 @@ def _trials_cell(line: StudyLine) -> str:
 
 
 def _best_cell(line: StudyLine) -> str:
-    if line.best_value is None or line.objective not in OBJECTIVES:
+    objective = line.known_objective
+    if line.best_value is None or objective is None:
         return "-"
-    return f"{OBJECTIVES[line.objective].value_text(line.best_value)} (trial {line.best_trial})"
+    return f"{objective.value_text(line.best_value)} (trial {line.best_trial})"
 
 
 def _when(line: StudyLine) -> str:
