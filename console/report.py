@@ -114,7 +114,7 @@ def report_sections(
     """The page's sections: notes stand in for figures the study has no data for."""
     label = objective.label
     best = next((t for t in trials if verdict is not None and t.number == verdict.winner.number), None)
-    if not completed(trials):
+    if best is None or not completed(trials):
         return [
             Section(
                 "No results yet",
