@@ -15,7 +15,7 @@ from collections.abc import Callable
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 import click
 import optuna
@@ -107,6 +107,29 @@ def server_options(fn: Callable[..., Any]) -> Callable[..., Any]:
     ):
         fn = option(fn)
     return fn
+
+
+class ServerErrorJson(TypedDict):
+    """A trial whose server failed, as `tune --json`'s server_errors lists it."""
+
+    trial: int
+    error: str
+
+
+class ConfirmJson(TypedDict):
+    """One config measured live, as `tune --json`'s confirm list has it."""
+
+    trial: int
+    role: str
+    config: dict[str, object]
+    simulated: float | None
+    measured: float | None
+    ratio: float | None
+    rank_simulated: int | None
+    rank_measured: int | None
+    run_id: int | None
+    error: str | None
+    metrics: dict[str, object]
 
 
 @dataclass(frozen=True)
@@ -243,7 +266,7 @@ def run_confirm(
         return confirm_study(spec, db, plan.options, plan.top, best, on_row=show)
 
 
-def server_errors(spec: TuneSpec) -> list[dict[str, object]]:
+def server_errors(spec: TuneSpec) -> list[ServerErrorJson]:
     """The study's trials whose server failed (a live tune's), each with its one line."""
     if not backend_entry(spec.backend).capabilities.endpoint:  # no server to fail
         return []
@@ -255,7 +278,7 @@ def server_errors(spec: TuneSpec) -> list[dict[str, object]]:
     ]
 
 
-def print_live(spec: TuneSpec, plan: LivePlan, rows: list[ConfirmRow] | None, errors: list[dict[str, object]]) -> None:
+def print_live(spec: TuneSpec, plan: LivePlan, rows: list[ConfirmRow] | None, errors: list[ServerErrorJson]) -> None:
     """What the live options added to the tune's summary: trials whose server failed, the confirm table."""
     console = output_console()
     for failed in errors:
@@ -302,7 +325,7 @@ def print_confirm(spec: TuneSpec, plan: LivePlan, rows: list[ConfirmRow], consol
         console.print(f"stored live runs: {', '.join(map(str, stored))} (label confirm)")
 
 
-def confirm_json(spec: TuneSpec, rows: list[ConfirmRow] | None) -> list[dict[str, object]] | None:
+def confirm_json(spec: TuneSpec, rows: list[ConfirmRow] | None) -> list[ConfirmJson] | None:
     """`tune --json`'s `confirm` list (None without --confirm)."""
     if rows is None:
         return None
@@ -327,7 +350,10 @@ def confirm_json(spec: TuneSpec, rows: list[ConfirmRow] | None) -> list[dict[str
 
 
 def describe(config: dict[str, Any], leave_out: AbstractSet[str] = frozenset()) -> str:
-    """A config in a few words: mode, tp x pp, chunk, max running, and its active knobs but those in `leave_out`."""
+    """A config in a few words: mode, tp x pp, chunk, max running, and its active knobs but those in `leave_out`.
+
+    `config` is ServingConfig.to_dict()'s, read back from the study's JSON (as TrialSummary.config is).
+    """
     return " ".join(
         [
             str(config["mode"]),

@@ -7,7 +7,7 @@ import json
 import shlex
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Unpack
+from typing import Any, TypedDict, Unpack
 
 import click
 from rich.console import Console
@@ -407,7 +407,19 @@ def _latency_rows(spec: TuneSpec) -> list[tuple[str, Cell]]:
     return rows
 
 
-def _trial_json(trial: TrialSummary | None, ci: Interval | None = None) -> dict[str, object] | None:
+class TrialJson(TypedDict):
+    """A trial as `tune --json` prints it: the best, the default and each tie."""
+
+    trial: int
+    config: dict[str, Any]  # as ServingConfig.to_dict() gives it
+    value: float | None
+    goodput_rps: float | None
+    attainment: float | None
+    goodput_ci: Interval | None
+    metrics: dict[str, Any]
+
+
+def _trial_json(trial: TrialSummary | None, ci: Interval | None = None) -> TrialJson | None:
     if trial is None:
         return None
     return {
