@@ -10,7 +10,7 @@ from __future__ import annotations
 import shlex
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NotRequired, TypedDict
+from typing import TYPE_CHECKING, Any, TypedDict
 
 import click
 
@@ -60,12 +60,9 @@ class LaunchOptions(TypedDict):
 
 
 class LoggedLaunchOptions(LaunchOptions):
-    """The values `launch_options()` adds; `launch_from_options` also reads --host and --port where a command has
-    them."""
+    """The values `launch_options()` adds."""
 
     log_path: str
-    host: NotRequired[str]
-    port: NotRequired[int | None]
 
 
 def launch_options(*, when: str = "", log: bool = True) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
@@ -104,8 +101,8 @@ def launch_options(*, when: str = "", log: bool = True) -> Callable[[Callable[..
 
 
 def launch_from_options(opts: LoggedLaunchOptions, *, engine: str, model_path: str) -> ServerLaunch:
-    """The server launch --program, --log, --health-timeout (and --host, --port where the command has them) ask for."""
-    from ..backends import LOOPBACK, ServerLaunch  # httpx with it: only for a command that starts a server
+    """The server launch --program, --log and --health-timeout ask for, at the default address (serve sets its own)."""
+    from ..backends import ServerLaunch  # httpx with it: only for a command that starts a server
 
     return ServerLaunch(
         engine,
@@ -113,6 +110,4 @@ def launch_from_options(opts: LoggedLaunchOptions, *, engine: str, model_path: s
         Path(opts["log_path"]),
         program=tuple(shlex.split(opts["program"])) if opts["program"] else None,
         health_timeout_s=opts["health_timeout"],
-        host=opts.get("host", LOOPBACK),
-        port=opts.get("port"),
     )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Unpack
 
@@ -20,6 +21,8 @@ class ServeOptions(LoggedLaunchOptions):
     engine: str
     model_path: str
     from_file: Path | None
+    host: str
+    port: int | None
 
 
 @click.command()
@@ -55,7 +58,9 @@ def serve(**opts: Unpack[ServeOptions]) -> None:
             f"{passed} and --port",
             err=True,
         )
-    launch = launch_from_options(opts, engine=engine, model_path=opts["model_path"])
+    launch = dataclasses.replace(
+        launch_from_options(opts, engine=engine, model_path=opts["model_path"]), host=opts["host"], port=opts["port"]
+    )
     stopped_by_us = False
     # SIGTERM and SIGINT stop the server from here on (a shell starts a background job with SIGINT ignored, and
     # `kill -INT` should still stop it); the line below tells whoever waits for it that a signal now stops it
