@@ -12,6 +12,7 @@ from .. import store as run_store  # its RunStore, and DuckDB with it, loads onl
 from ..backends import (
     ResolvedConfig,
     RunResult,
+    RunSummary,
     ServingConfig,
     backend_entry,
     check_footprint,
@@ -137,9 +138,36 @@ def execute(
     return result, run_id
 
 
-def run_json(result: RunResult) -> dict[str, object]:
+class ServerMetricsJson(TypedDict):
+    """What a live run's server said at /metrics, as `simulate --json` prints it."""
+
+    engine: str | None
+    missing: list[str]  # pipedeck's metric names absent from every scrape
+    scrapes: int
+    scrape_errors: list[str]  # one line per failed scrape
+    counters: dict[str, float]  # what the run added to each counter
+    last: dict[str, float]  # each gauge and counter at its last scrape (histograms left out)
+
+
+class RunJson(RunSummary):
+    """The JSON object `simulate --json` prints: the run's summary, what it ran and, for a live run, its server."""
+
+    scenario: str
+    backend: str
+    seed: int
+    rate: float | None
+    config: dict[str, object]
+
+
+class LiveRunJson(RunJson):
+    """`simulate --json`'s object for a live run (`pipedeck run --backend live`): its server's metrics too."""
+
+    server_metrics: ServerMetricsJson | None  # None when the server was not scraped
+
+
+def run_json(result: RunResult) -> RunJson:
     """The JSON object `simulate --json` prints."""
-    data = {
+    data: RunJson = {
         "scenario": result.scenario,
         "backend": result.backend,
         "seed": result.seed,
@@ -147,23 +175,25 @@ def run_json(result: RunResult) -> dict[str, object]:
         **result.summary(),
         "config": result.config,
     }
-    if result.live is not None:
-        server = result.live.server
-        data["server_metrics"] = (
-            None
-            if server is None
-            else {
-                "engine": server.engine,
-                "missing": list(server.missing),
-                "scrapes": len(server.samples),
-                "scrape_errors": server.errors,
-                "counters": server.counter_deltas(),
-                "last": {
-                    name: value
-                    for sample in server.samples
-                    for name, value in sample.values.items()
-                    if isinstance(value, int | float)
-                },
-            }
-        )
-    return data
+    if result.live is None:
+        return data
+    server = result.live.server
+    live: LiveRunJson = {
+        **data,
+        "server_metrics": None
+        if server is None
+        else {
+            "engine": server.engine,
+            "missing": list(server.missing),
+            "scrapes": len(server.samples),
+            "scrape_errors": server.errors,
+            "counters": server.counter_deltas(),
+            "last": {
+                name: value
+                for sample in server.samples
+                for name, value in sample.values.items()
+                if isinstance(value, int | float)
+            },
+        },
+    }
+    return live
