@@ -33,13 +33,13 @@ from ..tuner import (
     plan,
 )
 from .backend_options import LoggedLaunchOptions, launch_from_options, launch_options
-from .db import WRITE_LOCK_WAIT_S, db_option, db_path
+from .db import WRITE_LOCK_WAIT_S, DbOptions, db_option, db_path
 from .options import check_writable, config_from_options, config_options
 from .output import output_console
 from .progress import PlainProgress, make_progress, progress_mode, progress_option
 
 
-class CalibrateOptions(LoggedLaunchOptions):
+class CalibrateOptions(LoggedLaunchOptions, DbOptions):
     """`pipedeck calibrate`'s options (`config_from_options` reads the config's own)."""
 
     endpoint: str | None
@@ -50,7 +50,6 @@ class CalibrateOptions(LoggedLaunchOptions):
     name: str | None
     seed: int
     quick: bool
-    db: str | None
     no_store: bool
     as_json: bool
     progress_mode: str

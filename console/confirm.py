@@ -46,6 +46,7 @@ from ..tuner import (
     suggest_config,
 )
 from .backend_options import LaunchOptions, launch_options
+from .db import DbOptions
 from .output import output_console
 from .progress import make_progress
 
@@ -62,14 +63,13 @@ class ServerOptions(LaunchOptions):
     model_path: str | None
 
 
-class LiveOptions(ServerOptions):
+class LiveOptions(ServerOptions, DbOptions):
     """What `live_plan` reads: the server options and the tune options they are checked against."""
 
     backend: str
     jobs: int
     export_dir: str | None
     export_format: str | None
-    db: str | None
 
 
 def server_options(fn: Callable[..., Any]) -> Callable[..., Any]:

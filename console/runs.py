@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from dataclasses import asdict
 from pathlib import Path
-from typing import TypedDict, Unpack
+from typing import Unpack
 
 import click
 from rich import box
@@ -15,15 +15,14 @@ from rich.table import Table
 from .. import store as run_store  # its RunStore, and DuckDB with it, loads on first use
 from ..backends import MODES
 from ..store import RunRow
-from .db import READ_LOCK_WAIT_S, db_option, db_path
+from .db import READ_LOCK_WAIT_S, DbOptions, db_option, db_path
 from .output import output_console
 from .run_cells import row_cells
 
 
-class RunsOptions(TypedDict):
+class RunsOptions(DbOptions):
     """`pipedeck runs`' options."""
 
-    db: str | None
     study: str | None
     scenario: str | None
     mode: str | None

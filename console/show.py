@@ -3,21 +3,28 @@
 from __future__ import annotations
 
 import json
+from typing import Unpack
 
 import click
 
 from ..store import RunStore, StoredRun
-from .db import READ_LOCK_WAIT_S, db_option, db_path, local_time
+from .db import READ_LOCK_WAIT_S, DbOptions, db_option, db_path, local_time
 from .output import output_report
 from .render import print_run
 from .simulate import run_json
+
+
+class ShowOptions(DbOptions):
+    """`pipedeck show`'s options beside its RUN."""
+
+    as_json: bool
 
 
 @click.command()
 @click.argument("run_id", metavar="RUN", type=int)
 @db_option
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of tables.")
-def show(run_id: int, **opts: object) -> None:
+def show(run_id: int, **opts: Unpack[ShowOptions]) -> None:
     """Show one stored run (its id from `pipedeck runs`)."""
     with RunStore.open(db_path(opts), read_only=True, lock_timeout_s=READ_LOCK_WAIT_S) as store:
         stored = store.get_run(run_id)

@@ -20,17 +20,16 @@ from ..backends import (
     write_chrome_trace,
 )
 from ..scenarios import Scenario, load_scenario
-from .db import WRITE_LOCK_WAIT_S, db_option, db_path
+from .db import WRITE_LOCK_WAIT_S, DbOptions, db_option, db_path
 from .options import WorkloadOptions, check_writable, config_from_options, config_options, workload_options
 from .render import print_run
 
 
-class OutputOptions(TypedDict):
+class OutputOptions(DbOptions):
     """The values `output_options` adds to a command's options."""
 
     as_json: bool
     timeline: str | None
-    db: str | None
     label: str | None
     no_store: bool
 

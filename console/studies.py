@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import TypedDict
+from typing import TypedDict, Unpack
 
 import click
 import optuna
@@ -13,7 +13,7 @@ from optuna.trial import TrialState
 
 from ..store import RunStore, StudyRow
 from ..tuner import OBJECTIVES, Objective, open_storage, recommended_trial, shown, stored_verdict
-from .db import READ_LOCK_WAIT_S, db_option, db_path
+from .db import READ_LOCK_WAIT_S, DbOptions, db_option, db_path
 from .storage import check_existing_storage
 
 _EPOCH = datetime.min.replace(tzinfo=UTC)
@@ -54,6 +54,13 @@ class StudyJson(TypedDict):
     updated_at: str | None
 
 
+class StudiesOptions(DbOptions):
+    """`pipedeck studies`' options."""
+
+    storage: str | None
+    as_json: bool
+
+
 @click.command()
 @db_option
 @click.option(
@@ -62,12 +69,13 @@ class StudyJson(TypedDict):
     help="List the studies in this Optuna storage (a journal file or a database URL) instead of the run store.",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON list instead of a table.")
-def studies(**opts: object) -> None:
+def studies(**opts: Unpack[StudiesOptions]) -> None:
     """List tuning studies: name, storage, trials, best result and when, oldest first."""
-    if opts["storage"]:
-        check_existing_storage(str(opts["storage"]))  # listing never creates a journal
-        source = shown(str(opts["storage"]))
-        lines = optuna_lines(str(opts["storage"]))
+    storage = opts["storage"]
+    if storage:
+        check_existing_storage(storage)  # listing never creates a journal
+        source = shown(storage)
+        lines = optuna_lines(storage)
     else:
         path = db_path(opts)
         source = str(path)
