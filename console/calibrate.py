@@ -36,10 +36,10 @@ from .backend_options import LoggedLaunchOptions, launch_from_options, launch_op
 from .db import WRITE_LOCK_WAIT_S, DbOptions, db_option, db_path
 from .options import check_writable, config_from_options, config_options
 from .output import output_console
-from .progress import PlainProgress, make_progress, progress_mode, progress_option
+from .progress import PlainProgress, ProgressOptions, make_progress, progress_mode, progress_option
 
 
-class CalibrateOptions(LoggedLaunchOptions, DbOptions):
+class CalibrateOptions(LoggedLaunchOptions, DbOptions, ProgressOptions):
     """`pipedeck calibrate`'s options (`config_from_options` reads the config's own)."""
 
     endpoint: str | None
@@ -51,8 +51,6 @@ class CalibrateOptions(LoggedLaunchOptions, DbOptions):
     seed: int
     quick: bool
     no_store: bool
-    as_json: bool
-    progress_mode: str
 
 
 @click.command()

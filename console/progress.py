@@ -8,10 +8,9 @@ there) prints one line per step of progress instead.
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
 from dataclasses import dataclass
 from types import TracebackType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypedDict
 
 import click
 from rich.console import Console
@@ -30,6 +29,13 @@ if TYPE_CHECKING:
 
 PROGRESS_MODES = ("auto", "bar", "plain", "off")
 QUIET_S = 5.0  # a plain line for a description-only change (no step done) at most this often
+
+
+class ProgressOptions(TypedDict):
+    """What `progress_mode` reads: the value `progress_option` adds, and the command's --json."""
+
+    progress_mode: str
+    as_json: bool
 
 
 def progress_option(fn: FC) -> FC:
@@ -109,10 +115,10 @@ class PlainProgress:
         task.printed_at = time.monotonic()
 
 
-def progress_mode(opts: Mapping[str, object]) -> str:
+def progress_mode(opts: ProgressOptions) -> str:
     """--progress as given; with --json and no explicit choice, none (the JSON is the whole answer)."""
-    mode = str(opts.get("progress_mode") or "auto")
-    return "off" if mode == "auto" and opts.get("as_json") else mode
+    mode = opts["progress_mode"]
+    return "off" if mode == "auto" and opts["as_json"] else mode
 
 
 def make_progress(mode: str, console: Console, counted: bool = True) -> Progress | PlainProgress:

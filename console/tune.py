@@ -66,11 +66,11 @@ from .effects import print_effects
 from .export import warn_on_stderr
 from .options import WorkloadOptions, workload_options
 from .output import output_console
-from .progress import make_progress, progress_mode, progress_option
+from .progress import ProgressOptions, make_progress, progress_mode, progress_option
 from .tunespec import objective_option, slo_option, stored_runs_text
 
 
-class TuneOptions(WorkloadOptions, LiveOptions):
+class TuneOptions(WorkloadOptions, LiveOptions, ProgressOptions):
     """`pipedeck tune`'s options (--slo and --objective parsed by their callbacks)."""
 
     model: str
@@ -87,8 +87,6 @@ class TuneOptions(WorkloadOptions, LiveOptions):
     heartbeat: int
     sampler: str
     engine_version: str | None
-    as_json: bool
-    progress_mode: str
 
 
 @click.command()
