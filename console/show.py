@@ -11,7 +11,7 @@ from ..store import RunStore, StoredRun
 from .db import READ_LOCK_WAIT_S, DbOptions, db_option, db_path, local_time
 from .output import output_report
 from .render import print_run
-from .simulate import run_json
+from .simulate import RunJson, run_json
 
 
 class ShowOptions(DbOptions):
@@ -49,7 +49,19 @@ def header(stored: StoredRun) -> str:
     return "  ".join(parts)
 
 
-def stored_json(stored: StoredRun) -> dict[str, object]:
+class StoredRunJson(RunJson):
+    """The JSON object `show --json` prints: the store's record of the run, then what `simulate --json` printed."""
+
+    run_id: int
+    created_at: str
+    label: str | None
+    study: str | None
+    trial: int | None
+    pipedeck_version: str
+    spans: int
+
+
+def stored_json(stored: StoredRun) -> StoredRunJson:
     """The JSON object `show --json` prints: store metadata plus what `simulate --json` printed."""
     return {
         "run_id": stored.id,

@@ -53,8 +53,10 @@ from ..tuner import (
 )
 from .backend_options import backend_option
 from .confirm import (
+    ConfirmJson,
     LiveOptions,
     LivePlan,
+    ServerErrorJson,
     confirm_json,
     live_plan,
     print_live,
@@ -193,17 +195,13 @@ def tune(**opts: Unpack[TuneOptions]) -> None:
     errors = server_errors(spec)
     effects = _effects(spec, outcome, progress_mode(opts))
     if opts["as_json"]:
-        click.echo(
-            json.dumps(
-                {
-                    **_outcome_json(spec, outcome, exported),
-                    "effects": effects_json(effects or []),
-                    "confirm": confirm_json(spec, confirmed),
-                    "server_errors": errors,
-                },
-                indent=2,
-            )
-        )
+        printed: TuneJson = {
+            **_outcome_json(spec, outcome, exported),
+            "effects": effects_json(effects or []),
+            "confirm": confirm_json(spec, confirmed),
+            "server_errors": errors,
+        }
+        click.echo(json.dumps(printed, indent=2))
     else:
         out = output_console()
         _print_outcome(spec, outcome, out)
@@ -417,9 +415,41 @@ class TrialJson(TypedDict):
     metrics: dict[str, Any]
 
 
-def _trial_json(trial: TrialSummary | None, ci: Interval | None = None) -> TrialJson | None:
-    if trial is None:
-        return None
+class OutcomeJson(TypedDict):
+    """What `tune --json` says of the study's outcome."""
+
+    study: str
+    trials: int
+    objective: str
+    slo: str | None
+    scenario: str
+    devices: int
+    storage: str
+    baseline_engine: str
+    precision: float
+    best: TrialJson | None
+    default: TrialJson | None
+    ties: list[TrialJson]
+    free_in_ties: list[str]
+    clear_win: bool | None
+    ratio: float | None
+    completed: int
+    importances: dict[str, float] | None
+    best_run_id: int | None
+    default_run_id: int | None
+    interrupted: bool
+    exported: list[str]
+
+
+class TuneJson(OutcomeJson):
+    """The JSON object `tune --json` prints: the outcome, then what the winner's knobs did and the live parts."""
+
+    effects: list[dict[str, object]]
+    confirm: list[ConfirmJson] | None  # None without --confirm
+    server_errors: list[ServerErrorJson]
+
+
+def _trial_json(trial: TrialSummary, ci: Interval | None = None) -> TrialJson:
     return {
         "trial": trial.number,
         "config": trial.config,
@@ -431,7 +461,7 @@ def _trial_json(trial: TrialSummary | None, ci: Interval | None = None) -> Trial
     }
 
 
-def _outcome_json(spec: TuneSpec, outcome: TuneOutcome, exported: list[Path]) -> dict[str, object]:
+def _outcome_json(spec: TuneSpec, outcome: TuneOutcome, exported: list[Path]) -> OutcomeJson:
     return {
         "study": outcome.study,
         "trials": outcome.trials,
@@ -442,8 +472,8 @@ def _outcome_json(spec: TuneSpec, outcome: TuneOutcome, exported: list[Path]) ->
         "storage": shown(spec.storage),
         "baseline_engine": spec.engine,
         "precision": spec.precision,
-        "best": _trial_json(outcome.best, outcome.best_ci),
-        "default": _trial_json(outcome.default, outcome.default_ci),
+        "best": None if outcome.best is None else _trial_json(outcome.best, outcome.best_ci),
+        "default": None if outcome.default is None else _trial_json(outcome.default, outcome.default_ci),
         "ties": [_trial_json(t) for t in outcome.ties],
         "free_in_ties": list(outcome.free),
         "clear_win": outcome.clear_win,
