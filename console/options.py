@@ -8,7 +8,16 @@ from typing import Any
 
 import click
 
-from ..backends import MODES, Knob, RawConfig, ServingConfig, chunk_warnings, declared_knobs, knob_default
+from ..backends import (
+    MODES,
+    Knob,
+    RawConfig,
+    ResolvedConfig,
+    ServingConfig,
+    chunk_warnings,
+    declared_knobs,
+    knob_default,
+)
 
 _DEFAULT = ServingConfig()
 DEFAULT_SCENARIO = "azure-conv"  # what simulate, run and tune use without --scenario: chat traffic under load
@@ -38,9 +47,15 @@ def config_options(fn: Callable[..., Any]) -> Callable[..., Any]:
             "--hardware", default=_DEFAULT.hardware, show_default=True, help="Hardware profile name or TOML file."
         ),
         click.option(
-            "--tp", type=int, default=_DEFAULT.tp, show_default=True, help="Tensor-parallel size (devices per rank)."
+            "--tp",
+            type=int,
+            default=_DEFAULT.parallelism.tp,
+            show_default=True,
+            help="Tensor-parallel size (devices per rank).",
         ),
-        click.option("--pp", type=int, default=_DEFAULT.pp, show_default=True, help="Pipeline-parallel size (ranks)."),
+        click.option(
+            "--pp", type=int, default=_DEFAULT.parallelism.pp, show_default=True, help="Pipeline-parallel size (ranks)."
+        ),
         click.option("--mode", default=_DEFAULT.mode, show_default=True, help=f"Pipeline mode: {', '.join(MODES)}."),
         click.option(
             "--layer-split",
@@ -72,7 +87,7 @@ def config_given(ctx: click.Context) -> bool:
     )
 
 
-def config_from_options(opts: dict[str, object]) -> ServingConfig:
+def config_from_options(opts: dict[str, object]) -> ResolvedConfig:
     """Build and validate a ServingConfig from the parsed options; print a warning line for an odd chunk."""
     config = RawConfig.of({name: opts[name] for name in config_fields() if opts[name] is not None}).parse().resolve()
     for line in chunk_warnings(config):

@@ -8,7 +8,7 @@ from collections.abc import Callable
 import click
 
 from .. import store as run_store  # its RunStore, and DuckDB with it, loads only when a run is stored
-from ..backends import RunResult, ServingConfig, backend_entry, check_footprint, open_backend, write_chrome_trace
+from ..backends import ResolvedConfig, RunResult, backend_entry, check_footprint, open_backend, write_chrome_trace
 from ..scenarios import load_scenario
 from .db import WRITE_LOCK_WAIT_S, db_option, db_path
 from .options import check_writable, config_from_options, config_options, workload_options
@@ -45,7 +45,7 @@ def simulate(**opts: object) -> None:
 
 
 def execute(
-    opts: dict[str, object], backend_name: str, config: ServingConfig | None, **backend_options: object
+    opts: dict[str, object], backend_name: str, config: ResolvedConfig | None, **backend_options: object
 ) -> tuple[RunResult, int | None]:
     """Run `config` (None: a live server's own, recorded as it describes itself), store and print it as `opts`
     say; the run and its id in the store (None: not stored)."""
