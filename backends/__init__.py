@@ -49,8 +49,8 @@ if TYPE_CHECKING:  # what type checkers see; at run time __getattr__ imports eac
     from .live.launcher import interrupted_by_signals as interrupted_by_signals
     from .live.launcher import serving as serving
     from .live.launching import check_launch as check_launch
-    from .live.metrics import Sample as Sample
     from .live_result import LiveSummary as LiveSummary
+    from .live_result import Sample as Sample
     from .live_result import live_from_dict as live_from_dict
     from .live_result import live_to_dict as live_to_dict
     from .memory import weight_bytes_per_device as weight_bytes_per_device
@@ -119,7 +119,7 @@ _WHERE = {
     "interrupted_by_signals": "live.launcher",
     "serving": "live.launcher",
     "check_launch": "live.launching",
-    "Sample": "live.metrics",
+    "Sample": "live_result",
     "LiveSummary": "live_result",
     "live_from_dict": "live_result",
     "live_to_dict": "live_result",
