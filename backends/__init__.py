@@ -62,6 +62,7 @@ if TYPE_CHECKING:  # what type checkers see; at run time __getattr__ imports eac
     from .profiles.schema import Checkpoint as Checkpoint
     from .profiles.schema import HardwareProfile as HardwareProfile
     from .profiles.writer import profile_toml as profile_toml
+    from .records import RequestRecord as RequestRecord
     from .registry import backend_entry as backend_entry
     from .registry import backend_tag as backend_tag
     from .registry import backends as backends
@@ -70,11 +71,10 @@ if TYPE_CHECKING:  # what type checkers see; at run time __getattr__ imports eac
     from .registry import open_backend as open_backend
     from .result import TRANSFER_KINDS as TRANSFER_KINDS
     from .result import RankTime as RankTime
-    from .result import RequestRecord as RequestRecord
     from .result import RunResult as RunResult
     from .result import RunSummary as RunSummary
     from .result import Span as Span
-    from .result import percentile as percentile
+    from .stats import percentile as percentile
     from .timeline import write_chrome_trace as write_chrome_trace
     from .tokens import format_tokens as format_tokens
     from .tokens import parse_tokens as parse_tokens
@@ -119,8 +119,8 @@ _WHERE = {
     "interrupted_by_signals": "live.launcher",
     "serving": "live.launcher",
     "check_launch": "live.launching",
-    "Sample": "live_result",
     "LiveSummary": "live_result",
+    "Sample": "live_result",
     "live_from_dict": "live_result",
     "live_to_dict": "live_result",
     "weight_bytes_per_device": "memory",
@@ -132,6 +132,7 @@ _WHERE = {
     "HardwareProfile": "profiles.schema",
     "PLATFORMS": "profiles.schema",
     "profile_toml": "profiles.writer",
+    "RequestRecord": "records",
     "backend_entry": "registry",
     "backend_tag": "registry",
     "backends": "registry",
@@ -139,12 +140,11 @@ _WHERE = {
     "make_backend": "registry",
     "open_backend": "registry",
     "RankTime": "result",
-    "RequestRecord": "result",
     "RunResult": "result",
     "RunSummary": "result",
     "Span": "result",
     "TRANSFER_KINDS": "result",
-    "percentile": "result",
+    "percentile": "stats",
     "write_chrome_trace": "timeline",
     "format_tokens": "tokens",
     "parse_tokens": "tokens",

@@ -7,12 +7,12 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, NamedTuple, Protocol
 
 from ..errors import Cancelled
-from .result import RequestRecord, RunResult, Span
+from .records import RequestRecord
+from .result import RunResult, Span
 
 if TYPE_CHECKING:
     from ..scenarios import Scenario
-    from .config import ServingConfig
-    from .footprint import Footprint
+    from .config import ResolvedConfig, ServingConfig
 
 
 class Snapshot(NamedTuple):
@@ -82,13 +82,33 @@ class Backend(Protocol):
     ) -> RunResult: ...
 
 
+class Footprint(NamedTuple):
+    """A backend's estimate of the bytes a run needs at its peak, and what it is made of (for the error line)."""
+
+    bytes: int
+    basis: str  # e.g. "to simulate (625 B a request, measured by benchmarks/sim_memory.py)"
+
+
+class FootprintEstimate(Protocol):
+    """A backend's memory estimate of a run (`BackendDeclaration.footprint`; backends/footprint.py checks it)."""
+
+    def __call__(
+        self,
+        scenario: Scenario,
+        config: ResolvedConfig | None,
+        num_requests: int,
+        seed: int,
+        rate: float | None,
+        timeline: bool,
+    ) -> Footprint: ...
+
+
 @dataclass(frozen=True)
 class BackendDeclaration:
     """What a backend's package announces through the `pipedeck.backends` entry-point group.
 
     `make` takes the backend's keyword options (an endpoint, say) and refuses
-    others in one line; `footprint` takes (scenario, config or None, requests,
-    seed, rate, timeline) and estimates the run's memory (None: it holds
+    others in one line; `footprint` estimates a run's memory (None: it holds
     nothing per request). `shown`: listings and study names tag runs with the
     backend's name (False for the default backend, whose runs go untagged).
     """
@@ -97,5 +117,5 @@ class BackendDeclaration:
     title: str  # one line, e.g. "embedded simulator"
     capabilities: Capabilities
     make: Callable[..., Backend]
-    footprint: Callable[..., Footprint] | None = None
+    footprint: FootprintEstimate | None = None
     shown: bool = True

@@ -15,7 +15,8 @@ from typing import Any, NamedTuple, TypedDict
 
 import numpy as np
 
-from .result import RequestRecord, stats
+from .records import RequestRecord
+from .stats import stats
 
 # pipedeck's names for a server's metrics (live.md, "Metric names"); live/metrics.py maps each engine's series to them
 NAMES = (
