@@ -66,7 +66,9 @@ if TYPE_CHECKING:  # what type checkers see; at run time __getattr__ imports eac
     from .registry import backend_entry as backend_entry
     from .registry import backend_tag as backend_tag
     from .registry import backends as backends
+    from .registry import backends_reading as backends_reading
     from .registry import capabilities_of as capabilities_of
+    from .registry import check_knobs_read as check_knobs_read
     from .registry import make_backend as make_backend
     from .registry import open_backend as open_backend
     from .result import TRANSFER_KINDS as TRANSFER_KINDS
@@ -136,7 +138,9 @@ _WHERE = {
     "backend_entry": "registry",
     "backend_tag": "registry",
     "backends": "registry",
+    "backends_reading": "registry",
     "capabilities_of": "registry",
+    "check_knobs_read": "registry",
     "make_backend": "registry",
     "open_backend": "registry",
     "RankTime": "result",

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, NamedTuple, Protocol
 
 from ..errors import Cancelled
+from .knobs import Knob
 from .records import RequestRecord
 from .result import RunResult, Span
 
@@ -56,6 +57,12 @@ class Capabilities:
     paced: bool  # runs in real time (live clusters) rather than as fast as it can
     endpoint: bool = False  # drives a server: made with `endpoint=URL`, or `launch=ENGINE, model_path=W` to start one
     simulated: bool = False  # a model of a cluster: any run can be repeated here at will, with the same figures
+    launch_knobs_only: bool = False  # a real engine: it reads only the knobs an engine is launched with
+
+    def reads(self, knob: Knob) -> bool:
+        """Whether a run here applies `knob`: a model of the engine's scheduler reads every knob, a real engine
+        only those a serving engine is launched with (`Knob.set_at_launch`)."""
+        return not self.launch_knobs_only or knob.set_at_launch
 
 
 class Backend(Protocol):

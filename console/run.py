@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from ..backends import RunResult, ServerError, backend_entry
+from ..backends import RunResult, ServerError, backend_entry, check_knobs_read
 from .backend_options import backend_option
 from .options import config_from_options, config_given, config_options, workload_options
 from .simulate import execute, output_options
@@ -39,6 +39,8 @@ def run(**opts: object) -> None:
     )
     # a server started elsewhere runs its own config: without options, record what it says, not pipedeck's defaults
     config = config_from_options(opts) if not endpoint or config_given(click.get_current_context()) else None
+    if config is not None:  # a knob the backend does not read would be recorded as if it had run
+        check_knobs_read(str(opts["backend"]), config.values())
     report_unserved(*execute(opts, str(opts["backend"]), config, **options))
 
 
