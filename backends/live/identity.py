@@ -10,5 +10,8 @@ from ..policies.modes import MODES
 
 NAME = "live"
 # A live server runs the config it was started with, whatever its mode (launched per config with
-# `launch=ENGINE`, it restarts to change config); it keeps wall time itself.
-CAPABILITIES = Capabilities(modes=tuple(MODES), timeline=False, reconfigurable=False, paced=True, endpoint=True)
+# `launch=ENGINE`, it restarts to change config); it keeps wall time itself, and of the knobs it reads only
+# those an engine is launched with (the engine schedules as it was built to, whatever pipedeck's model says).
+CAPABILITIES = Capabilities(
+    modes=tuple(MODES), timeline=False, reconfigurable=False, paced=True, endpoint=True, launch_knobs_only=True
+)
