@@ -2,12 +2,13 @@
 
 A part's knob fields are declared once with `knob()` (backends/knobs.py):
 type, default, range, help, the modes that read it, how the tuner searches
-it and how each engine spells it. `ServingConfig` is the sum of these parts;
-a resolved config hands each simulator component the part it needs
-(`config.part(Scheduling)`).
+it and how each engine spells it. `ServingConfig` holds one instance of each
+part (`config.scheduling`, `config.dcpp`, ...) and hands each simulator
+component the part it needs, by keyword.
 
 Fields without a `knob()` declaration are structural: the cluster shape and
-what is derived from it, each validated by `ServingConfig.resolve()` itself.
+the KV capacity, each validated by `ServingConfig.resolve()` itself, which
+fills in what is derived from them (`ResolvedParallelism`, `ResolvedMemory`).
 """
 
 from __future__ import annotations
@@ -26,15 +27,6 @@ def _fastpp_default(value: object) -> dict[str, EngineFlag]:
 
 
 @dataclass(frozen=True)
-class Deployment:
-    """What is served, on what, and the pipeline mode that schedules it."""
-
-    model: str = "deepseek-v3.1"
-    hardware: str = "ascend-910c"
-    mode: str = "cpp"
-
-
-@dataclass(frozen=True)
 class Parallelism:
     """The cluster shape: tensor and pipeline parallel sizes, virtual stages per rank and layers per stage.
 
@@ -46,6 +38,16 @@ class Parallelism:
     pp: int = 2
     virtual_stages: int | None = None
     layer_split: tuple[int, ...] | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class ResolvedParallelism:
+    """The cluster shape as resolved: the same fields as `Parallelism`, the derived ones filled in."""
+
+    tp: int
+    pp: int
+    virtual_stages: int
+    layer_split: tuple[int, ...]
 
 
 @dataclass(frozen=True)
@@ -111,6 +113,13 @@ class Memory:
     kv_capacity: int | None = None
 
 
+@dataclass(frozen=True, kw_only=True)
+class ResolvedMemory:
+    """KV cache capacity in tokens, as given or derived from device memory."""
+
+    kv_capacity: int
+
+
 @dataclass(frozen=True)
 class DcppSettings:
     """DCPP, vLLM-Ascend's profiling chunk: later chunks shrink to equal time."""
@@ -124,6 +133,10 @@ class DcppSettings:
         modes=("dcpp",),
         help="DCPP: pull dynamic chunks towards the base chunk, in (0, 1].",
         search=Search(low=0.1, high=1.0),
+        engines={
+            "vllm-ascend": EngineFlag(set_by="--additional-config profiling_chunk_config.smooth_factor", default=1.0),
+            "sglang": EngineFlag(set_by="env SGLANG_DYNAMIC_CHUNKING_SMOOTH_FACTOR", default=0.75),
+        },
     )
     min_chunk: int = knob(
         4096,
@@ -133,6 +146,9 @@ class DcppSettings:
         modes=("dcpp",),
         help="DCPP: smallest dynamic chunk (tokens).",
         search=Search(low=1024, high=16384, step=1024),
+        engines={
+            "vllm-ascend": EngineFlag(set_by="--additional-config profiling_chunk_config.min_chunk", default=4096)
+        },
     )
 
 
@@ -301,6 +317,7 @@ class DelaySettings:
         kind="bool",
         help="Delay scheduling: rebalance decode micro-batches (on/off).",
         search=Search(choices=(False, True)),
+        engines={"fastpp": EngineFlag(set_by="--enable-batch-rebalancing", default=False)},
     )
     waiting_tok_threshold: int = knob(
         1024,

@@ -2,12 +2,24 @@
 
 from __future__ import annotations
 
+from typing import Unpack
+
 import click
 
-from ..backends import STALL_S, RunResult, ServerError, backend_entry
+from ..backends import STALL_S, RunResult, ServerError, backend_entry, check_knobs_read
 from .backend_options import backend_option
 from .options import config_from_options, config_given, config_options, workload_options
-from .simulate import execute, output_options
+from .simulate import RunOptions, execute, output_options
+
+
+class RunCommandOptions(RunOptions):
+    """`pipedeck run`'s options beside those `execute` reads: the backend, and what a live one is given."""
+
+    backend: str
+    endpoint: str | None
+    served_model: str | None
+    fresh_prompts: bool
+    stall_timeout: float | None
 
 
 @click.command("run")
@@ -31,9 +43,9 @@ from .simulate import execute, output_options
 @config_options
 @workload_options
 @output_options
-def run(**opts: object) -> None:
+def run(**opts: Unpack[RunCommandOptions]) -> None:
     """Run one scenario under one serving config on a backend (a live server: the config it was started with)."""
-    endpoint = backend_entry(str(opts["backend"])).capabilities.endpoint
+    endpoint = backend_entry(opts["backend"]).capabilities.endpoint
     if opts["fresh_prompts"] and not endpoint:
         raise click.BadParameter(
             f"the {opts['backend']} backend has no prefix cache; it is for --backend live", param_hint="--fresh-prompts"
@@ -42,7 +54,7 @@ def run(**opts: object) -> None:
         raise click.BadParameter(
             f"the {opts['backend']} backend streams nothing; it is for --backend live", param_hint="--stall-timeout"
         )
-    options = (
+    options: dict[str, object] = (
         {"endpoint": opts["endpoint"], "model": opts["served_model"], "fresh_prompts": opts["fresh_prompts"]}
         if endpoint
         else {}
@@ -51,7 +63,9 @@ def run(**opts: object) -> None:
         options["stall_s"] = opts["stall_timeout"]
     # a server started elsewhere runs its own config: without options, record what it says, not pipedeck's defaults
     config = config_from_options(opts) if not endpoint or config_given(click.get_current_context()) else None
-    report_unserved(*execute(opts, str(opts["backend"]), config, **options))
+    if config is not None:  # a knob the backend does not read would be recorded as if it had run
+        check_knobs_read(opts["backend"], config.values())
+    report_unserved(*execute(opts, opts["backend"], config, **options))
 
 
 def report_unserved(result: RunResult, run_id: int | None) -> None:

@@ -2,15 +2,27 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
+from typing import Unpack
 
 import click
 
 from ..backends import ENGINES, LOOPBACK, LaunchError, serving
 from ..tuner import best_from_json
-from .backend_options import launch_from_options, launch_options
+from .backend_options import LoggedLaunchOptions, launch_from_options, launch_options
 from .export import read_config_json
 from .options import config_from_options, config_given, config_options
+
+
+class ServeOptions(LoggedLaunchOptions):
+    """`pipedeck serve`'s options (`config_from_options` reads the config's own)."""
+
+    engine: str
+    model_path: str
+    from_file: Path | None
+    host: str
+    port: int | None
 
 
 @click.command()
@@ -31,11 +43,11 @@ from .options import config_from_options, config_given, config_options
 @click.option("--host", default=LOOPBACK, show_default=True, help="Address the server listens on.")
 @click.option("--port", type=click.IntRange(1, 65535), default=None, help="Port (default: a free one).")
 @launch_options()
-def serve(**opts: object) -> None:
+def serve(**opts: Unpack[ServeOptions]) -> None:
     """Start an engine with the launch `pipedeck export` writes for a config (none: its own defaults); Ctrl-C stops it."""
-    engine = str(opts["engine"])
+    engine = opts["engine"]
     if opts["from_file"] is not None:
-        config = best_from_json(read_config_json(Path(str(opts["from_file"])))).config
+        config = best_from_json(read_config_json(opts["from_file"])).config
     elif config_given(click.get_current_context()):
         config = config_from_options(opts).resolve()
     else:  # a weights file alone: no catalog model, hardware or parallelism the engine would not use
@@ -46,7 +58,9 @@ def serve(**opts: object) -> None:
             f"{passed} and --port",
             err=True,
         )
-    launch = launch_from_options(opts, engine=engine, model_path=str(opts["model_path"]))
+    launch = dataclasses.replace(
+        launch_from_options(opts, engine=engine, model_path=opts["model_path"]), host=opts["host"], port=opts["port"]
+    )
     stopped_by_us = False
     # SIGTERM and SIGINT stop the server from here on (a shell starts a background job with SIGINT ignored, and
     # `kill -INT` should still stop it); the line below tells whoever waits for it that a signal now stops it

@@ -22,6 +22,7 @@ from ..backends import (
     backend_entry,
     backend_tag,
     check_footprint,
+    check_knobs_read,
     load_hardware,
     weight_bytes_per_device,
 )
@@ -73,7 +74,7 @@ class TuneInputs:
 
 def default_devices(model: str, hardware: str) -> int:
     """The fewest devices (a power of two) that hold the weights with a tenth of memory left for KV cache."""
-    profile = ServingConfig(model=model, hardware=hardware)
+    profile = ServingConfig.of(model=model, hardware=hardware)
     m, hw = profile.model_profile, profile.hardware_profile
     devices = 1
     while devices <= 1024:
@@ -127,6 +128,7 @@ def build_spec(inputs: TuneInputs, db: str | Path) -> TuneSpec:
     if inputs.timeout is not None and not inputs.timeout > 0:
         raise TuneInputError("timeout", f"must be a positive number of seconds, got {inputs.timeout}")
     fixed: dict[str, Any] = parse_fixes(list(inputs.fixes))
+    check_knobs_read(inputs.backend, fixed)  # a pin its backend does not read would not be what the trials ran
     devices = inputs.devices or _devices_from_fixes(fixed) or default_devices(inputs.model, inputs.hardware)
     if devices < 1:
         raise TuneInputError("devices", f"must be a positive integer, got {devices}")
@@ -172,7 +174,7 @@ def build_spec(inputs: TuneInputs, db: str | Path) -> TuneSpec:
     ctx = space_context(spec)
     fixed_trial = cast(optuna.Trial, optuna.trial.FixedTrial(default_params(ctx, fixed)))  # answers as a Trial does
     default: dict[str, Any] = suggest_config(fixed_trial, ctx, fixed)
-    ServingConfig(**default).resolve()  # the pins must leave at least the engine default runnable
+    ServingConfig.of(**default).resolve()  # the pins must leave at least the engine default runnable
     if inputs.storage:  # last: a database is reached (its tables made) only for an otherwise valid tune
         try:
             check_storage(inputs.storage)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from ...scenarios import Scenario
 from ..base import RunObserver
-from ..config import ServingConfig
+from ..config import ResolvedConfig, ServingConfig
 from ..result import RunResult
 from .identity import CAPABILITIES, NAME
 from .loadgen import LoadOptions, check_endpoint, run_scenario
@@ -35,7 +35,7 @@ class LiveBackend:
     def run(
         self,
         scenario: Scenario,
-        config: ServingConfig | None,
+        config: ServingConfig | ResolvedConfig | None,
         rate: float | None = None,
         seed: int = 0,
         num_requests: int | None = None,

@@ -13,13 +13,21 @@ from textual.events import Resize
 from textual.widget import Widget
 from textual.widgets import Button, Input, Label, Select, Static
 
-from ...backends import MODES, ConfigError, ServingConfig
+from ...backends import (
+    MODES,
+    ConfigError,
+    ResolvedConfig,
+    ServingConfig,
+    backend_entry,
+    check_knobs_read,
+    declared_knobs,
+)
 from ...store import StoreError
 from ...tuner import open_store
 from .fields import FormField, error_field, form_fields, normalised, parse, shown_for, to_text
 from .messages import ConfigChosen, ConfigLoaded, ConfigSaved, StoreListed, WorkFailed
 from .sources import FORM, describe, load_source, source_options
-from .view import View, choose, one_line
+from .view import Session, View, choose, one_line
 
 FIELD_WIDTH = 30  # columns per form field; the grid holds as many as fit
 
@@ -39,7 +47,7 @@ def field_widget(field: FormField, value: object) -> Widget:
         choices = list(field.choices) + ([str(value)] if value is not None and value not in field.choices else [])
         widget = Select(
             [(c, c) for c in choices],
-            value=Select.BLANK if value is None else str(value),
+            value=Select.NULL if value is None else str(value),
             allow_blank=field.optional,
             compact=True,
             id=f"f-{field.name}",
@@ -62,8 +70,8 @@ class ConfigScreen(View):
         Binding("ctrl+t", "tune", "Tune from it"),
     ]
 
-    def __init__(self, *args: object, **kwargs: object) -> None:
-        super().__init__(*args, **kwargs)
+    def __init__(self, session: Session) -> None:
+        super().__init__(session)
         self.fields = form_fields()
         self.problem: str | None = None  # the first validation error, None when the form is valid
         self.validating = False  # a validation is queued: edits arriving together are validated once
@@ -85,11 +93,22 @@ class ConfigScreen(View):
             yield Select([], prompt="load config or run", compact=True, id="load")
 
     def on_mount(self) -> None:
-        self.query_one("#form").border_title = "serving config (fields of other modes hidden)"
-        self._validate()
+        self._for_backend()
 
     def on_screen_resume(self) -> None:
+        self._for_backend()
         self.list_store()
+
+    def _for_backend(self) -> None:
+        """Offer the knobs the Live view's backend reads (the session's), and say so above the form."""
+        backend = self.session.backend
+        reads = backend_entry(backend).capabilities.reads
+        self.query_one("#form").border_title = (
+            "serving config (fields of other modes hidden)"
+            if all(reads(knob) for knob in declared_knobs())
+            else f"serving config for the {backend} backend (fields of other modes, and knobs it does not read, hidden)"
+        )
+        self._validate()
 
     def on_resize(self, event: Resize) -> None:
         self.query_one("#fields").styles.grid_size_columns = max(1, (event.size.width - 4) // FIELD_WIDTH)
@@ -140,7 +159,7 @@ class ConfigScreen(View):
 
     @on(Select.Changed, "#load")
     def _load_chosen(self, event: Select.Changed) -> None:
-        if event.value != Select.BLANK:
+        if event.value != Select.NULL:
             self._load(str(event.value))
 
     # -- workers and their messages --------------------------------------------------------------
@@ -172,7 +191,7 @@ class ConfigScreen(View):
 
     def on_config_loaded(self, message: ConfigLoaded) -> None:
         for field in self.fields:
-            control = self.query_one(f"#f-{field.name}")
+            control = self._control(field)
             value = message.config.values()[field.name]
             if isinstance(control, Input):
                 control.value = to_text(value)
@@ -201,19 +220,21 @@ class ConfigScreen(View):
                 values[field.name] = self._value(field)
             except ConfigError as err:
                 errors[field.name] = str(err)
-        draft = None if errors else ServingConfig.from_values(values)
+        draft = None if errors else ServingConfig.of(**values)
         resolved = None
         if draft is not None:
             try:
                 resolved = draft.resolve()
+                check_knobs_read(self.session.backend, resolved.values())  # a Live run there would refuse it
             except ConfigError as err:
+                resolved = None
                 errors[error_field(str(err), values) or ""] = str(err)
         mode = str(values.get("mode"))
         for field in self.fields:
             error = errors.get(field.name)
             self._show(
                 field,
-                error is not None or shown_for(field.name, mode),
+                error is not None or shown_for(field.name, mode, self.session.backend),
                 error if error is not None else self._hint(field, resolved),
                 error is not None,
             )
@@ -224,7 +245,7 @@ class ConfigScreen(View):
             summary.update(
                 Text(
                     f"valid: {resolved.devices} devices, layer split "
-                    f"{','.join(map(str, resolved.layer_split or ()))}, KV cache {resolved.kv_capacity:,} "
+                    f"{','.join(map(str, resolved.parallelism.layer_split))}, KV cache {resolved.memory.kv_capacity:,} "
                     "tokens",
                     style="green",
                 )
@@ -232,15 +253,21 @@ class ConfigScreen(View):
         else:
             summary.update(Text(f"invalid: {self.problem}", style="bold red"))
 
+    def _control(self, field: FormField) -> Input | Select[str]:
+        """A field's control as `field_widget` made it: a picker for choices and switches, a text input otherwise."""
+        if field.kind in ("bool", "choice"):
+            return self.query_one(f"#f-{field.name}", Select)
+        return self.query_one(f"#f-{field.name}", Input)
+
     def _value(self, field: FormField) -> object:
-        control = self.query_one(f"#f-{field.name}")
+        control = self._control(field)
         if isinstance(control, Input):
             return parse(field, control.value)
         if field.kind == "bool":
             return control.value == "on"
-        return None if control.value == Select.BLANK else control.value
+        return None if control.value == Select.NULL else control.value
 
-    def _hint(self, field: FormField, resolved: ServingConfig | None) -> str:
+    def _hint(self, field: FormField, resolved: ResolvedConfig | None) -> str:
         """What a valid field's line says: the mode's summary, or what a blank field was derived as."""
         if resolved is None:
             return ""

@@ -25,6 +25,7 @@ from ...backends import (
     backend_entry,
     backends,
     check_footprint,
+    check_knobs_read,
     open_backend,
     serving,
 )
@@ -35,7 +36,7 @@ from .livestats import PERCENTILES, LiveStats
 from .messages import RunFailed, RunFinished, RunProgress, RunStarted, RunStopped, StoreListed
 from .pacing import PacedObserver
 from .sources import FORM, describe, load_source, source_options
-from .view import DEFAULT_SLO, View, offer, one_line, shown_path, typed_number
+from .view import DEFAULT_SLO, Session, View, offer, one_line, shown_path, typed_number
 from .widgets import PipelineStrip
 
 SPEEDS = (("0.5x", "0.5"), ("1x", "1"), ("2x", "2"), ("5x", "5"), ("10x", "10"), ("max", "max"))
@@ -144,8 +145,8 @@ class LiveScreen(View):
         Binding("]", "zoom(1)", "Zoom out"),
     ]
 
-    def __init__(self, *args: object, **kwargs: object) -> None:
-        super().__init__(*args, **kwargs)
+    def __init__(self, session: Session) -> None:
+        super().__init__(session)
         self.stats: LiveStats | None = None
         self.slo: Slo | None = parse_slo(DEFAULT_SLO)
         self.window = WINDOWS_S.index(5.0)
@@ -315,6 +316,7 @@ class LiveScreen(View):
         observer = PacedObserver(job.speed, lambda frame: self.post_message(RunProgress(frame)), cancelled)
         try:
             config = load_source(job.source, self.session.config, self.session.db).resolve()
+            check_knobs_read(job.backend, config.values())  # as `pipedeck run` refuses it
             with contextlib.ExitStack() as stack:
                 options = {}
                 if backend_entry(job.backend).capabilities.endpoint:
@@ -326,7 +328,7 @@ class LiveScreen(View):
                         options["endpoint"] = stack.enter_context(
                             serving(launch, config, cancelled=cancelled.is_set)
                         ).url
-                ranks = config.pp if backend_entry(job.backend).capabilities.timeline else 0  # strip rows
+                ranks = config.parallelism.pp if backend_entry(job.backend).capabilities.timeline else 0  # strip rows
                 self.post_message(RunStarted(job.scenario.name, ranks, job.total))
                 backend = stack.enter_context(open_backend(job.backend, **options))
                 result = backend.run(
@@ -416,8 +418,10 @@ class LiveScreen(View):
     @on(Select.Changed, "#backend")
     @on(Select.Changed, "#server")
     def _backend_chosen(self) -> None:
-        """Show the server controls for a backend that drives a server; speed only for one that is not paced."""
-        capabilities = backend_entry(str(self.query_one("#backend", Select).value)).capabilities
+        """Show the server controls for a backend that drives a server; speed only for one that is not paced. The
+        Config form offers the knobs this backend reads."""
+        self.session.backend = str(self.query_one("#backend", Select).value)
+        capabilities = backend_entry(self.session.backend).capabilities
         self.query_one("#live-server").display = capabilities.endpoint
         self.query_one("#speed", Select).disabled = capabilities.paced
         attach = self.query_one("#server", Select).value == ATTACH

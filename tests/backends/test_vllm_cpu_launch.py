@@ -31,7 +31,7 @@ def test_the_packaged_cpu_host_profile_is_for_the_cpu_platform():
 
 
 def test_a_cpu_profile_plans_the_cpu_build_with_its_binding_kv_bytes_and_partition(four_cores):
-    plan = plan_launch(ServingConfig(**CPU_PP2).resolve(), "vllm", weights=False)
+    plan = plan_launch(ServingConfig.of(**CPU_PP2).resolve(), "vllm", weights=False)
     assert plan.build is VLLM_CPU and plan.program == ("python", "-m", "vllm.entrypoints.openai.api_server")
     env = {var.name: (var.value, var.kind) for var in plan.launch.env}
     assert env == {"VLLM_PP_LAYER_PARTITION": ("30,18", "set"), "VLLM_CPU_OMP_THREADS_BIND": ("0-1|2-3", "default")}
@@ -40,14 +40,14 @@ def test_a_cpu_profile_plans_the_cpu_build_with_its_binding_kv_bytes_and_partiti
 
 
 def test_a_gpu_profile_plans_vllm_serve_without_the_cpu_environment():
-    config = ServingConfig(**{**CPU_PP2, "hardware": "a100-40g-pcie"}).resolve()
+    config = ServingConfig.of(**{**CPU_PP2, "hardware": "a100-40g-pcie"}).resolve()
     plan = plan_launch(config, "vllm", weights=False)
     assert plan.build is None and plan.program == ("vllm", "serve")
     assert {var.name for var in plan.launch.env} == {"VLLM_PP_LAYER_PARTITION"}
 
 
 def test_the_engine_installed_decides_the_build_and_a_profile_for_another_device_is_refused(four_cores):
-    gpu = ServingConfig(**{**CPU_PP2, "hardware": "a100-40g-pcie"}).resolve()
+    gpu = ServingConfig.of(**{**CPU_PP2, "hardware": "a100-40g-pcie"}).resolve()
     with pytest.raises(ExportError) as err:
         plan_launch(gpu, "vllm", weights=False, platform="cpu")
     assert str(err.value) == (
@@ -75,7 +75,7 @@ def test_each_rank_binds_its_own_share_of_the_usable_cores(monkeypatch, cores, r
 def test_more_ranks_than_cores_are_refused_in_one_line(monkeypatch):
     monkeypatch.setattr("os.sched_getaffinity", lambda pid: {0, 1})
     with pytest.raises(ExportError) as err:
-        plan_launch(ServingConfig(**{**CPU_PP2, "pp": 4, "layer_split": None}).resolve(), "vllm", weights=False)
+        plan_launch(ServingConfig.of(**{**CPU_PP2, "pp": 4, "layer_split": None}).resolve(), "vllm", weights=False)
     assert (
         str(err.value)
         == "pp: vLLM's CPU build runs each of the 4 ranks (tp x pp) on cores of its own; this host has 2 usable"

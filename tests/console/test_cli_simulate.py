@@ -132,6 +132,26 @@ def test_run_on_the_simulator_is_simulate(capsys):
     assert simulated["scenario"] == DEFAULT_SCENARIO
 
 
+def test_run_refuses_in_one_line_a_knob_its_backend_does_not_read_before_asking_any_server(capsys):
+    """A live server runs as its engine was launched: a knob only the simulator's scheduler reads would be recorded
+    as if it had run. Nothing listens on port 9, so the refusal comes before any request."""
+    live = ["run", "--backend", "live", "--endpoint", "http://127.0.0.1:9", "--requests", "2", "--no-store"]
+    status, out, err = run(capsys, [*live, "--sticky-decodes"])
+    assert (status, out) == (2, "")
+    assert err == (
+        "pipedeck: error: sticky_decodes: set to on, but the live backend does not read it "
+        "(no serving engine is launched with it); backends that read it: sim\n"
+    )
+    status, _, err = run(capsys, [*live, "--mode", "dcpp", "--smooth-factor", "0.5"])  # vLLM-Ascend is launched with it
+    assert status == 1 and "lists no model" in err  # past the knobs, to the server that is not there
+    assert (
+        run(
+            capsys, ["run", "--backend", "sim", *QWEN, "--tp", "2", "--requests", "4", "--sticky-decodes", "--no-store"]
+        )[0]
+        == 0
+    )
+
+
 # -- --timeline ----------------------------------------------------------------------
 
 
@@ -403,7 +423,7 @@ def test_too_many_requests_are_refused_before_any_work_with_the_estimate(capsys,
 def test_the_estimate_counts_timeline_spans_from_the_chunk(monkeypatch):
     """long-64k at chunk 10 takes 6554 steps a prompt: its timeline needs far more than at chunk 8k."""
     scenario = load_scenario("long-64k")
-    fine, tiny = (ServingConfig(chunk=c).resolve() for c in (8192, 10))
+    fine, tiny = (ServingConfig.of(chunk=c).resolve() for c in (8192, 10))
     bare = footprint.footprint(scenario, fine, 100, timeline=False)
     assert bare == 100 * footprint.REQUEST_BYTES
     spans = (footprint.footprint(scenario, fine, 100) - bare) / footprint.SPAN_BYTES

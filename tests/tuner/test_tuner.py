@@ -71,11 +71,12 @@ def test_space_samples_valid_conditional_configs():
         if d["pp"] == 1:
             assert d["mode"] == "cpp"
         try:
-            ServingConfig(**d).resolve()
+            ServingConfig.of(**d).resolve()
         except ConfigError as err:  # an uneven split can overload a stage: the objective prunes it
             assert "GB of weights per device" in str(err)
     assert any(
-        d["layer_split"] != ServingConfig(tp=d["tp"], pp=d["pp"], mode=d["mode"]).resolve().layer_split for d in drafts
+        d["layer_split"] != ServingConfig.of(tp=d["tp"], pp=d["pp"], mode=d["mode"]).resolve().parallelism.layer_split
+        for d in drafts
     )  # uneven splits around vLLM's are explored
 
 
@@ -131,9 +132,9 @@ def test_the_parallelism_and_layer_split_keep_their_search_distributions():
 
 
 def test_knob_settings_list_what_the_config_activates():
-    dcpp = ServingConfig(mode="dcpp", smooth_factor=0.75).to_dict()
+    dcpp = ServingConfig.of(mode="dcpp", smooth_factor=0.75).to_dict()
     assert knob_settings(dcpp) == ["smooth-factor=0.75", "min-chunk=4096", "delay-scheduling=off"]
-    alp = ServingConfig(mode="fastpp-alp", delay_scheduling=True, rls_forgetting=0.9975, delay_mode="e2e_first")
+    alp = ServingConfig.of(mode="fastpp-alp", delay_scheduling=True, rls_forgetting=0.9975, delay_mode="e2e_first")
     assert knob_settings(alp.to_dict()) == [
         "alp-window-s=10",
         "slo-tpot-coeff=1.05",
@@ -175,7 +176,7 @@ def test_default_params_are_the_engine_default():
     ],
 )
 def test_each_engine_defaults_as_it_does_on_that_hardware(hardware, engine, budget):
-    defaults = engine_defaults(engine, ServingConfig(hardware=hardware).hardware_profile)
+    defaults = engine_defaults(engine, ServingConfig.of(hardware=hardware).hardware_profile)
     assert (defaults.chunk, defaults.max_running) == budget and defaults.source
 
 
@@ -537,6 +538,41 @@ def test_a_tune_searches_only_what_its_engine_can_run(tmp_path):
     assert "delay_scheduling" not in fastpp.fixed and "fastpp-greedy" in fastpp.modes
 
 
+def sampled(ctx: SpaceContext, fixed: dict) -> set[str]:
+    """The parameters one trial of `ctx`'s space samples with `fixed` pinned."""
+    trial = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=0)).ask()
+    suggest_config(trial, ctx, fixed)
+    return set(trial.params)
+
+
+def test_a_live_tune_searches_and_pins_only_the_knobs_a_server_is_launched_with(tmp_path):
+    """FastPP's controllers and the delay settings come from the fork's own config, never its launch: trials on a
+    live server could not move them, so a live study leaves them at their defaults and refuses a pin of one."""
+    fastpp = {"mode": "fastpp-greedy", "tp": 2, "delay_scheduling": True}
+    sim, live = (SpaceContext("qwen2.5-14b", "a100-40g-pcie", 4, backend=backend) for backend in ("sim", "live"))
+    assert {"kv-free-threshold", "ttft-low", "load-alpha", "delay-mode"} <= sampled(sim, fastpp)
+    assert sampled(live, fastpp) == {"chunk", "max-running", "layer-split[0] of 2"}
+    assert set(default_params(live, fastpp)) == {"chunk", "max-running", "layer-split[0] of 2"}
+    dcpp = {"mode": "dcpp", "tp": 2, "delay_scheduling": False}
+    assert {"smooth-factor", "min-chunk"} <= sampled(live, dcpp)  # vLLM-Ascend is launched with DCPP's settings
+    inputs = TuneInputs(
+        scenario="azure-conv",
+        model="qwen2.5-14b",
+        hardware="a100-40g-pcie",
+        devices=4,
+        slo=parse_slo("ttft=2s,tpot=200ms"),
+        requests=20,
+        engine="fastpp",
+        backend="live",
+        fixes=("kv-free-threshold=0.2",),
+    )
+    with pytest.raises(ConfigError, match=r"^kv_free_threshold: set to 0.2, but the live backend does not read it"):
+        build_spec(inputs, tmp_path / "x.duckdb")
+    assert (
+        build_spec(dataclasses.replace(inputs, backend="sim"), tmp_path / "x.duckdb").fixed["kv_free_threshold"] == 0.2
+    )
+
+
 def test_a_goodput_search_on_a_live_server_draws_fresh_prompts_for_each_rate_unless_told():
     def options(objective: Objective, **backend_options: object):
         spec = TuneSpec(
@@ -578,4 +614,4 @@ def test_a_live_rate_that_served_nothing_fails_in_one_line_counting_the_failures
         backend_options={"endpoint": f"http://127.0.0.1:{port}", "model": "m", "metrics_interval_s": None},
     )
     with pytest.raises(ServerError, match=r"^server: 0 of 3 requests served: 3 connection refused \(at 50 req/s\)$"):
-        Evaluator(spec).run(ServingConfig(model="qwen2.5-14b", hardware="a100-40g-pcie"), 50.0)
+        Evaluator(spec).run(ServingConfig.of(model="qwen2.5-14b", hardware="a100-40g-pcie"), 50.0)

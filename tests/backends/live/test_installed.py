@@ -38,7 +38,7 @@ def four_cores(monkeypatch):
 
 
 def cpu_config():
-    return ServingConfig(**CPU_PP2).resolve()
+    return ServingConfig.of(**CPU_PP2).resolve()
 
 
 def test_the_cpu_build_named_by_its_python_starts_as_the_api_server_module(tmp_path):
@@ -87,7 +87,7 @@ def test_vllm_on_path_is_found_in_its_environment_and_its_python_starts_the_cpu_
 def test_a_gpu_build_starts_as_vllm_serve_and_its_python_alone_is_refused(tmp_path, monkeypatch):
     bin_dir = environment(tmp_path, {"vllm": "0.33.0"})
     monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
-    gpu = ServingConfig(**{**CPU_PP2, "hardware": "a100-40g-pcie"}).resolve()
+    gpu = ServingConfig.of(**{**CPU_PP2, "hardware": "a100-40g-pcie"}).resolve()
     argv, env = server_command(gpu, "vllm", "/m", "127.0.0.1", 8000)
     assert argv[:3] == ["vllm", "serve", "/m"] and "VLLM_CPU_OMP_THREADS_BIND" not in env
     with pytest.raises(ConfigError) as err:
@@ -100,7 +100,7 @@ def test_a_gpu_build_starts_as_vllm_serve_and_its_python_alone_is_refused(tmp_pa
 
 def test_a_gpu_profile_on_the_cpu_build_is_refused_in_one_line(tmp_path):
     python = environment(tmp_path, {"vllm-cpu": "0.32.0"}) / "python"
-    gpu = ServingConfig(**{**CPU_PP2, "hardware": "a100-40g-pcie"}).resolve()
+    gpu = ServingConfig.of(**{**CPU_PP2, "hardware": "a100-40g-pcie"}).resolve()
     with pytest.raises(ExportError, match=r"^hardware: a100-40g-pcie is a cuda profile, but the vllm installed is"):
         server_command(gpu, "vllm", "/m", "127.0.0.1", 8000, program=(str(python),))
 

@@ -9,7 +9,7 @@ import pytest
 from pipedeck.backends import ServingConfig
 from pipedeck.backends.config import SGLANG_MIXED_CHUNK
 from pipedeck.backends.sim.backend import build_engine
-from pipedeck.backends.sim.scheduler import SimRequest
+from pipedeck.backends.sim.request import SimRequest
 from pipedeck.scenarios import load_scenario
 from tests.emissions import check_tokens, trace
 
@@ -27,7 +27,7 @@ def decode_heavy(
     decode steps apart, decodes outside the chunk budget.
     """
     semantics = {**SGLANG_MIXED_CHUNK, "sticky_decodes": sticky, "mixed_batches": mixed, "decode_in_budget": mixed}
-    config = ServingConfig(
+    config = ServingConfig.of(
         model="qwen2.5-14b",
         hardware="a100-40g-pcie",
         tp=4 // pp,

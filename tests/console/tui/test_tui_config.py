@@ -40,8 +40,8 @@ def test_every_config_field_has_a_control_and_an_invalid_value_shows_under_its_f
             assert message(form, "tp") == "" and "expected a token count" in message(form, "chunk")
             fill(form, {"f-chunk": "16k", "f-layer_split": "20,28"})
             await pilot.pause()
-            assert form.problem is None and app.session.config.chunk == 16384
-            assert app.session.config.layer_split == (20, 28)
+            assert form.problem is None and app.session.config.scheduling.chunk == 16384
+            assert app.session.config.parallelism.layer_split == (20, 28)
             assert message(form, "kv_capacity").startswith("derived: ")
 
     asyncio.run(scenario())
@@ -62,7 +62,7 @@ def test_knobs_bring_their_choices_and_help_to_the_form(tmp_path):
             ]
             fill(form, {"f-delay_mode": "e2e_first"})
             await pilot.pause()
-            assert form.problem is None and app.session.config.delay_mode == "e2e_first"
+            assert form.problem is None and app.session.config.delay.delay_mode == "e2e_first"
             tip = str(form.query_one("#f-output_reserve", Input).tooltip)
             assert tip.startswith("KV admission keeps this share") and tip.endswith("Allowed: in [0, 1].")
             assert form.query_one("#f-model", Select).tooltip is None  # not a scheduler knob
@@ -106,6 +106,59 @@ def test_a_saved_config_runs_in_live_with_its_label_and_tunes_with_its_shape(tmp
             assert app.screen.query_one("#model", Select).value == "qwen2.5-14b"
 
     asyncio.run(scenario())
+
+
+def test_loading_a_named_config_fills_the_form_and_empties_the_picker(tmp_path):
+    db = tmp_path / "c.duckdb"
+    with RunStore.open(db) as store:
+        store.save_config("qwen-vpp", QWEN.replace(mode="vpp").to_dict())
+
+    async def scenario() -> None:
+        app = PipedeckApp(db, QWEN)
+        async with app.run_test(size=SIZE) as pilot:
+            form = await open_config(pilot)
+            picker = form.query_one("#load", Select)
+            await wait_for(pilot, lambda: any(value == "named:qwen-vpp" for _, value in picker._options))
+            picker.value = "named:qwen-vpp"
+            await wait_for(pilot, lambda: form.query_one("#f-mode", Select).value == "vpp" and not form.workers)
+            await pilot.pause()
+            assert picker.is_blank() and form.problem is None and app.session.config.mode == "vpp"
+        # leaving run_test raises what a worker raised: the emptied picker must not be loaded as a source
+
+    asyncio.run(scenario())
+
+
+def test_for_a_live_run_the_form_offers_only_the_knobs_a_server_is_launched_with(tmp_path):
+    """The Live view's backend chooses the knobs the form offers; one set that the backend does not read is shown
+    with why, and the config is not valid for a run there until it is back at its default."""
+
+    async def scenario() -> None:
+        app = PipedeckApp(tmp_path / "c.duckdb", QWEN)
+        async with app.run_test(size=SIZE) as pilot:
+            form = await open_config(pilot)
+            fill(form, {"f-sticky_decodes": "on"})
+            await pilot.pause()
+            assert form.problem is None and form.query_one("#field-output_reserve").display
+            await pilot.press("1")
+            app.screen.query_one("#backend", Select).value = "live"
+            await pilot.pause()
+            await pilot.press("4")
+            await pilot.pause()
+            assert message(form, "sticky_decodes").startswith("set to on, but the live backend does not read it")
+            assert form.query_one("#field-sticky_decodes").display and form.problem is not None
+            fill(form, {"f-sticky_decodes": "off"})
+            await pilot.pause()
+            assert form.problem is None and "for the live backend" in str(form.query_one("#form").border_title)
+            still_shown = [
+                name for name in ("sticky_decodes", "output_reserve", "decode_in_budget") if _shown(form, name)
+            ]
+            assert still_shown == [] and _shown(form, "chunk") and _shown(form, "mixed_batches")
+
+    asyncio.run(scenario())
+
+
+def _shown(form: ConfigScreen, field: str) -> bool:
+    return bool(form.query_one(f"#field-{field}").display)
 
 
 def _has_config(db) -> bool:

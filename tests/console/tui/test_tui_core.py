@@ -118,7 +118,9 @@ def test_the_form_has_every_config_field_and_maps_errors_to_them():
     with pytest.raises(ConfigError, match=r"^layer_split: "):
         parse(fields["layer_split"], "31;30")
     assert error_field("tp: must divide 40", fields) == "tp" and error_field("pp stages: 3", fields) is None
-    assert shown_for("smooth_factor", "dcpp") and not shown_for("smooth_factor", "cpp") and shown_for("tp", "cpp")
+    assert shown_for("smooth_factor", "dcpp", "sim") and not shown_for("smooth_factor", "cpp", "sim")
+    assert shown_for("tp", "cpp", "live") and shown_for("smooth_factor", "dcpp", "live")  # vLLM-Ascend takes it
+    assert shown_for("sticky_decodes", "cpp", "sim") and not shown_for("sticky_decodes", "cpp", "live")
 
 
 def test_a_text_mode_browser_counts_as_none(monkeypatch):
@@ -138,7 +140,7 @@ def test_console_command_refuses_a_bad_store_in_one_line(tmp_path, capsys):
 
 
 def test_the_live_config_picker_offers_the_form_then_stored_runs_by_what_they_ran_and_marks_what_a_run_lacks():
-    form = ServingConfig(model="qwen2.5-14b", hardware="a100-40g-pcie", tp=2, pp=2, chunk=8192)
+    form = ServingConfig.of(model="qwen2.5-14b", hardware="a100-40g-pcie", tp=2, pp=2, chunk=8192)
     attached = RunRow(  # a run against a server started elsewhere: nothing known of its model, shape or mode
         id=7,
         created_at=datetime.now(UTC),
