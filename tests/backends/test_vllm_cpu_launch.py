@@ -21,11 +21,6 @@ CPU_PP2 = dict(
 )
 
 
-@pytest.fixture()
-def four_cores(monkeypatch):
-    monkeypatch.setattr("os.sched_getaffinity", lambda pid: {0, 1, 2, 3})
-
-
 def test_the_packaged_cpu_host_profile_is_for_the_cpu_platform():
     assert load_hardware("cpu-host").platform == "cpu"
 

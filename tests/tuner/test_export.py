@@ -197,8 +197,7 @@ def test_vpp_export_warns_about_the_development_branch_and_names_the_variant(tmp
     assert f"VPP variant chosen: {mode} (of vpp-sync, vpp-async, vpp)" in text
 
 
-def test_a_cpu_host_config_exports_vllms_cpu_build_as_its_api_server_module(tmp_path, monkeypatch):
-    monkeypatch.setattr("os.sched_getaffinity", lambda pid: {0, 1, 2, 3})
+def test_a_cpu_host_config_exports_vllms_cpu_build_as_its_api_server_module(tmp_path, four_cores):
     cpu = {**QWEN, "hardware": "cpu-host", "tp": 1, "pp": 2, "layer_split": (30, 18), "kv_capacity": 8192}
     files = export(tmp_path, "vllm", **cpu, chunk=256)
     env, argv = parse_script(files["serve.sh"])

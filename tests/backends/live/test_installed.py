@@ -19,6 +19,7 @@ from pipedeck.backends.live.launcher import server_command
 from tests.backends.test_vllm_cpu_launch import CPU_PP2
 
 MODULE = ["-m", "vllm.entrypoints.openai.api_server"]
+pytestmark = pytest.mark.usefixtures("four_cores")
 
 
 def environment(folder: Path, installed: dict[str, str]) -> Path:
@@ -30,11 +31,6 @@ def environment(folder: Path, installed: dict[str, str]) -> Path:
         (bin_dir / name).write_text(f"#!/bin/sh\n{script}\n")
         (bin_dir / name).chmod(0o755)
     return bin_dir
-
-
-@pytest.fixture(autouse=True)
-def four_cores(monkeypatch):
-    monkeypatch.setattr("os.sched_getaffinity", lambda pid: {0, 1, 2, 3})
 
 
 def cpu_config():
