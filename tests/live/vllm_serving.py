@@ -23,7 +23,7 @@ from pathlib import Path
 import psutil
 
 PIPEDECK = str(Path(sys.executable).parent / "pipedeck")
-CHAT = Path(__file__).parent / "vllm-chat.toml"  # ~128-token prompts and answers
+LONG_PROMPTS = Path(__file__).parent / "vllm-long-prompts.toml"  # ~1800-token prompts, ~64-token answers
 #: The session server's config: the tiny model on this host, two ranks of 3 and 1 layers.
 CONFIG = {
     "hardware": "cpu-host",
