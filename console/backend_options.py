@@ -88,15 +88,18 @@ def launch_options(*, when: str = "", log: bool = True) -> Callable[[Callable[..
 
 
 def launch_from_options(opts: dict[str, object], *, engine: str, model_path: str) -> ServerLaunch:
-    """The server launch --program, --log, --health-timeout (and --host, --port where the command has them) ask for."""
+    """The server launch --program, --log, --health-timeout (and --host, --port, --profile-dir where the command
+    has them) ask for."""
     from ..backends import ServerLaunch  # httpx with it: only for a command that starts a server
 
     address = {name: opts[name] for name in ("host", "port") if opts.get(name) is not None}
+    profile_dir = opts.get("profile_dir")
     return ServerLaunch(
         engine,
         model_path,
         Path(str(opts["log_path"])),
         program=tuple(shlex.split(str(opts["program"]))) if opts["program"] else None,
         health_timeout_s=float(opts["health_timeout"]),  # type: ignore[arg-type]
+        profile_dir=None if profile_dir is None else Path(str(profile_dir)),
         **address,  # type: ignore[arg-type]
     )

@@ -22,21 +22,33 @@ from .simulate import execute, output_options
     help="Live: draw this rate's own prompts, so that none is served from a prefix cache an earlier run "
     "at another rate filled (default: the seed's prompts, the same at every rate).",
 )
+@click.option(
+    "--profile-dir",
+    type=click.Path(file_okay=False, exists=True),
+    default=None,
+    help="Live: profile the run with the server's own profiler (vLLM's /start_profile and /stop_profile) and read "
+    "each pipeline rank's trace from this folder, where the server writes them (pipedeck serve --profile-dir, or "
+    "vLLM's --profiler-config torch_profiler_dir): a measured per-rank timeline and time split, stored with the run.",
+)
 @config_options
 @workload_options
 @output_options
 def run(**opts: object) -> None:
     """Run one scenario under one serving config on a backend (a live server: the config it was started with)."""
     endpoint = backend_entry(str(opts["backend"])).capabilities.endpoint
-    if opts["fresh_prompts"] and not endpoint:
-        raise click.BadParameter(
-            f"the {opts['backend']} backend has no prefix cache; it is for --backend live", param_hint="--fresh-prompts"
-        )
+    for flag, why in (("fresh_prompts", "has no prefix cache"), ("profile_dir", "has no profiler to start")):
+        if opts[flag] and not endpoint:
+            raise click.BadParameter(
+                f"the {opts['backend']} backend {why}; it is for --backend live",
+                param_hint=f"--{flag.replace('_', '-')}",
+            )
     options = (
         {"endpoint": opts["endpoint"], "model": opts["served_model"], "fresh_prompts": opts["fresh_prompts"]}
         if endpoint
         else {}
     )
+    if opts["profile_dir"]:
+        options["profile_dir"] = opts["profile_dir"]
     # a server started elsewhere runs its own config: without options, record what it says, not pipedeck's defaults
     config = config_from_options(opts) if not endpoint or config_given(click.get_current_context()) else None
     report_unserved(*execute(opts, str(opts["backend"]), config, **options))

@@ -51,8 +51,13 @@ def execute(
     say; the run and its id in the store (None: not stored)."""
     scenario = load_scenario(str(opts["scenario"]))
     if opts["timeline"]:
-        if not backend_entry(backend_name).capabilities.timeline:
-            raise click.BadParameter(f"the {backend_name} backend draws no per-rank timeline", param_hint="--timeline")
+        # a live server draws one when its profiler is read (profile_dir)
+        if not (backend_entry(backend_name).capabilities.timeline or backend_options.get("profile_dir")):
+            raise click.BadParameter(
+                f"the {backend_name} backend draws no per-rank timeline"
+                + (" without --profile-dir" if backend_entry(backend_name).capabilities.endpoint else ""),
+                param_hint="--timeline",
+            )
         check_writable(str(opts["timeline"]), "--timeline")
     store = not opts["no_store"]
     # the workload's arguments and the run's memory, before drawing the workload (alone a fifth of the simulator's)
