@@ -10,7 +10,8 @@ its last one ends. Everything is bounded: the workload's count, and
 ones are not sent). Records take the send time as arrival, so TTFT and TPOT
 are those of `vllm bench serve`; a live server has no per-rank timeline, so
 `ranks` and `spans` are empty and steps, chunks and the bubble breakdown are
-None.
+None, unless the run is profiled (profiling.py: the server's profiler runs
+while the workload does, and the live backend reads its traces).
 """
 
 from __future__ import annotations
