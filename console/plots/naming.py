@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from ...backends import RunResult, backend_tag, declared_knobs, format_tokens, setting_text
+from ...backends import RunResult, backend_tag, declared_knobs, setting_text
+from .config_text import split_text, tokens_text
 
 MAX_PARTS = 4  # differing settings named in a legend entry; more become "+N more"
 DERIVED = ("virtual_stages", "kv_capacity")  # follow from mode, layer split, tp × pp and the profiles
@@ -38,8 +39,8 @@ SETTINGS: tuple[tuple[str, Callable[[RunResult], str | None]], ...] = (
     ("seed", lambda r: f"seed {r.seed}"),
     ("mode", _config("mode")),
     ("tp × pp", lambda r: f"{r.config.get('tp')}×{r.config.get('pp')}"),
-    ("chunk", _config("chunk", lambda v: f"chunk {format_tokens(int(v))}")),
-    ("layer split", _config("layer_split", lambda v: "split " + ",".join(map(str, v)))),
+    ("chunk", _config("chunk", lambda v: f"chunk {tokens_text(v)}")),
+    ("layer split", _config("layer_split", lambda v: f"split {split_text(v)}")),
 )
 WARNED = ("scenario", "model", "hardware", "rate")  # a difference in these makes the latencies incomparable
 

@@ -13,6 +13,7 @@ from ...backends import MODES, format_tokens
 from ...store import TrialRow
 from ...tuner import MIN_TRIALS, Objective, clear_win, stored_interval, too_few_text
 from .common import run_colour, styled
+from .config_text import split_text, tokens_text
 from .table import CELL_PX
 
 PRUNED_COLOUR = "#9a9a9a"
@@ -98,18 +99,22 @@ def _chunk_ticks(chunks: Sequence[int]) -> list[int]:
 
 def chunk_vs_objective(trials: Sequence[TrialRow], label: str, best: TrialRow | None = None) -> go.Figure:
     """Completed trials' objective against their chunk size, one colour per pipeline mode; pruned trials grey."""
-    done = [t for t in completed(trials) if t.config]
-    pruned = [t for t in trials if t.state == "PRUNED" and t.config and t.metrics.get("fails_slo_at_rps") is not None]
+    done = [(t, t.config) for t in completed(trials) if t.config]
+    pruned = [
+        (t, t.config)
+        for t in trials
+        if t.state == "PRUNED" and t.config and t.metrics.get("fails_slo_at_rps") is not None
+    ]
     fig = go.Figure()
     if pruned:
         fig.add_trace(
             go.Scatter(
-                x=[t.config["chunk"] for t in pruned],
-                y=[t.metrics["fails_slo_at_rps"] for t in pruned],
+                x=[c["chunk"] for _, c in pruned],
+                y=[t.metrics["fails_slo_at_rps"] for t, _ in pruned],
                 mode="markers",
                 name="pruned: fails the SLO at this rate",
                 marker=dict(symbol="x-thin", size=9, color=PRUNED_COLOUR, line=dict(width=1.5, color=PRUNED_COLOUR)),
-                customdata=[[t.number, t.config["mode"]] for t in pruned],
+                customdata=[[t.number, c["mode"]] for t, c in pruned],
                 hovertemplate="trial %{customdata[0]} (%{customdata[1]}), pruned<br>chunk %{x} tokens<br>"
                 "fails the SLO at %{y:.4g}<extra></extra>",
             )
@@ -119,19 +124,16 @@ def chunk_vs_objective(trials: Sequence[TrialRow], label: str, best: TrialRow | 
     def order(mode: str) -> int:
         return known.index(mode) if mode in known else len(known)
 
-    for mode in sorted({str(t.config["mode"]) for t in done}, key=lambda m: (order(m), m)):
-        mine = [t for t in done if t.config["mode"] == mode]
+    for mode in sorted({str(c["mode"]) for _, c in done}, key=lambda m: (order(m), m)):
+        mine = [(t, c) for t, c in done if c["mode"] == mode]
         fig.add_trace(
             go.Scatter(
-                x=[t.config["chunk"] for t in mine],
-                y=[t.objective for t in mine],
+                x=[c["chunk"] for _, c in mine],
+                y=[t.objective for t, _ in mine],
                 mode="markers",
                 name=mode,
                 marker=dict(color=run_colour(order(mode)), size=10, opacity=0.85, line=dict(width=1, color="white")),
-                customdata=[
-                    [t.number, f"{t.config['tp']}×{t.config['pp']}", ",".join(map(str, t.config["layer_split"]))]
-                    for t in mine
-                ],
+                customdata=[[t.number, f"{c['tp']}×{c['pp']}", split_text(c["layer_split"])] for t, c in mine],
                 hovertemplate=(
                     f"{mode}, trial %{{customdata[0]}}<br>chunk %{{x}} tokens, tp×pp %{{customdata[1]}}<br>"
                     f"layer split %{{customdata[2]}}<br>{label} %{{y:.4g}}<extra></extra>"
@@ -149,7 +151,8 @@ def chunk_vs_objective(trials: Sequence[TrialRow], label: str, best: TrialRow | 
                 marker=dict(symbol="circle-open", size=20, color="#222", line=dict(width=2.5)),
             )
         )
-    ticks = _chunk_ticks([int(t.config["chunk"]) for t in done + pruned]) if done + pruned else []
+    chunks = [chunk for _, c in done + pruned if isinstance(chunk := c["chunk"], int)]
+    ticks = _chunk_ticks(chunks) if chunks else []
     fig.update_xaxes(
         type="log",
         title_text="chunk size (tokens, log scale)",
@@ -162,14 +165,14 @@ def chunk_vs_objective(trials: Sequence[TrialRow], label: str, best: TrialRow | 
     return fig
 
 
-_CONFIG_ROWS: tuple[tuple[str, Callable[[dict], str]], ...] = (
+_CONFIG_ROWS: tuple[tuple[str, Callable[[dict[str, object]], str]], ...] = (
     ("mode", lambda c: str(c["mode"])),
     ("tp × pp", lambda c: f"{c['tp']} × {c['pp']}"),
-    ("chunk (tokens)", lambda c: format_tokens(int(c["chunk"]))),
-    ("layer split", lambda c: ",".join(map(str, c["layer_split"]))),
+    ("chunk (tokens)", lambda c: tokens_text(c["chunk"])),
+    ("layer split", lambda c: split_text(c["layer_split"])),
     (
         "DCPP smooth factor / min chunk",
-        lambda c: f"{c['smooth_factor']:.3g} / {format_tokens(int(c['min_chunk']))}" if c["mode"] == "dcpp" else "-",
+        lambda c: f"{c['smooth_factor']:.3g} / {tokens_text(c['min_chunk'])}" if c["mode"] == "dcpp" else "-",
     ),
     ("max running requests", lambda c: str(c["max_running"])),
 )
@@ -191,11 +194,14 @@ def _measured(key: str, metrics: dict[str, object]) -> float | None:
     """A trial's metric; None where it has none. A TPOT is never 0: a stored 0 is an older study's
     placeholder for one-token outputs, which have no TPOT."""
     value = metrics.get(key)
-    return None if value is None or (key.startswith("tpot") and value == 0) else float(value)
+    if not isinstance(value, (int, float)) or (key.startswith("tpot") and value == 0):
+        return None
+    return float(value)
 
 
-def improvement(best: float, default: float, objective: Objective) -> float | None:
-    """How many times better best is than default (above 1 is better, whatever the direction)."""
+def improvement(best: float | None, default: float | None, objective: Objective) -> float | None:
+    """How many times better best is than default (above 1 is better, whatever the direction); None when either
+    has no value (or a value of 0)."""
     if not best or not default:
         return None
     return objective.ratio(best, default)
@@ -231,8 +237,10 @@ def best_vs_default(best: TrialRow, default: TrialRow | None, objective: Objecti
             continue
         values = [_measured(key, t.metrics) for t in shown]
         ratio = ""
-        if default is not None and None not in values and values[1]:
-            ratio = f"{values[0] / values[1]:.2f}×"
+        if default is not None:
+            mine, theirs = values
+            if mine is not None and theirs:
+                ratio = f"{mine / theirs:.2f}×"
         rows.append(
             [
                 name,

@@ -9,9 +9,10 @@ from typing import Literal
 
 import plotly.graph_objects as go
 
-from ...backends import RunResult, RunSummary, format_tokens
+from ...backends import RunResult, RunSummary
 from ...tuner import Slo
 from .common import PlotRun, styled
+from .config_text import split_text, tokens_text
 
 BETTER, WORSE, PLAIN = "#1e8449", "#c0392b", "#222"
 DELTAS_NOTE = "deltas against the first run of the same scenario and rate, marked better or worse"
@@ -49,22 +50,14 @@ def _cfg(key: str, show: Callable[[object], str] = str) -> Callable[[RunResult, 
     return lambda r, s: "-" if r.config.get(key) is None else show(r.config[key])
 
 
-def _tokens(value: object) -> str:
-    return format_tokens(value) if isinstance(value, int) else str(value)
-
-
-def _split(value: object) -> str:
-    return ",".join(map(str, value)) if isinstance(value, list) else str(value)
-
-
 ROWS = (
     Row("scenario", lambda r, s: r.scenario),
     Row("requests", lambda r, s: str(s["requests"])),
     Row("rate (req/s)", lambda r, s: "scenario default" if r.rate is None else f"{r.rate:.4g}"),
     Row("mode", _cfg("mode")),
     Row("tp × pp", lambda r, s: f"{r.config.get('tp')} × {r.config.get('pp')}"),
-    Row("chunk (tokens)", _cfg("chunk", _tokens)),
-    Row("layer split", _cfg("layer_split", _split)),
+    Row("chunk (tokens)", _cfg("chunk", tokens_text)),
+    Row("layer split", _cfg("layer_split", split_text)),
     Row("TTFT P50 (s)", _pct("ttft_s", "p50"), ".4g", "low"),
     Row("TTFT P90 (s)", _pct("ttft_s", "p90"), ".4g", "low"),
     Row("TTFT P99 (s)", _pct("ttft_s", "p99"), ".4g", "low"),

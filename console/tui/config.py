@@ -19,7 +19,7 @@ from ...tuner import open_store
 from .fields import FormField, error_field, form_fields, normalised, parse, shown_for, to_text
 from .messages import ConfigChosen, ConfigLoaded, ConfigSaved, StoreListed, WorkFailed
 from .sources import FORM, describe, load_source, source_options
-from .view import View, choose, one_line
+from .view import Session, View, choose, one_line
 
 FIELD_WIDTH = 30  # columns per form field; the grid holds as many as fit
 
@@ -39,7 +39,7 @@ def field_widget(field: FormField, value: object) -> Widget:
         choices = list(field.choices) + ([str(value)] if value is not None and value not in field.choices else [])
         widget = Select(
             [(c, c) for c in choices],
-            value=Select.BLANK if value is None else str(value),
+            value=Select.NULL if value is None else str(value),
             allow_blank=field.optional,
             compact=True,
             id=f"f-{field.name}",
@@ -62,8 +62,8 @@ class ConfigScreen(View):
         Binding("ctrl+t", "tune", "Tune from it"),
     ]
 
-    def __init__(self, *args: object, **kwargs: object) -> None:
-        super().__init__(*args, **kwargs)
+    def __init__(self, session: Session) -> None:
+        super().__init__(session)
         self.fields = form_fields()
         self.problem: str | None = None  # the first validation error, None when the form is valid
         self.validating = False  # a validation is queued: edits arriving together are validated once
@@ -140,7 +140,7 @@ class ConfigScreen(View):
 
     @on(Select.Changed, "#load")
     def _load_chosen(self, event: Select.Changed) -> None:
-        if event.value != Select.BLANK:
+        if event.value != Select.NULL:
             self._load(str(event.value))
 
     # -- workers and their messages --------------------------------------------------------------
@@ -172,7 +172,7 @@ class ConfigScreen(View):
 
     def on_config_loaded(self, message: ConfigLoaded) -> None:
         for field in self.fields:
-            control = self.query_one(f"#f-{field.name}")
+            control = self._control(field)
             value = message.config.values()[field.name]
             if isinstance(control, Input):
                 control.value = to_text(value)
@@ -232,13 +232,19 @@ class ConfigScreen(View):
         else:
             summary.update(Text(f"invalid: {self.problem}", style="bold red"))
 
+    def _control(self, field: FormField) -> Input | Select[str]:
+        """A field's control as `field_widget` made it: a picker for choices and switches, a text input otherwise."""
+        if field.kind in ("bool", "choice"):
+            return self.query_one(f"#f-{field.name}", Select)
+        return self.query_one(f"#f-{field.name}", Input)
+
     def _value(self, field: FormField) -> object:
-        control = self.query_one(f"#f-{field.name}")
+        control = self._control(field)
         if isinstance(control, Input):
             return parse(field, control.value)
         if field.kind == "bool":
             return control.value == "on"
-        return None if control.value == Select.BLANK else control.value
+        return None if control.value == Select.NULL else control.value
 
     def _hint(self, field: FormField, resolved: ServingConfig | None) -> str:
         """What a valid field's line says: the mode's summary, or what a blank field was derived as."""

@@ -36,7 +36,7 @@ from .livestats import PERCENTILES, LiveStats
 from .messages import RunFailed, RunFinished, RunProgress, RunStarted, RunStopped, StoreListed
 from .pacing import PacedObserver
 from .sources import FORM, describe, load_source, source_options
-from .view import DEFAULT_SLO, View, offer, one_line, shown_path, typed_number
+from .view import DEFAULT_SLO, Session, View, offer, one_line, shown_path, typed_number
 from .widgets import PipelineStrip
 
 SPEEDS = (("0.5x", "0.5"), ("1x", "1"), ("2x", "2"), ("5x", "5"), ("10x", "10"), ("max", "max"))
@@ -157,8 +157,8 @@ class LiveScreen(View):
         Binding("]", "zoom(1)", "Zoom out"),
     ]
 
-    def __init__(self, *args: object, **kwargs: object) -> None:
-        super().__init__(*args, **kwargs)
+    def __init__(self, session: Session) -> None:
+        super().__init__(session)
         self.stats: LiveStats | None = None
         self.slo: Slo | None = parse_slo(DEFAULT_SLO)
         self.window = WINDOWS_S.index(5.0)

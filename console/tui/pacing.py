@@ -34,7 +34,7 @@ class PacedObserver(RunObserver):
     def __init__(
         self,
         speed: float | None,
-        emit: Callable[[Frame], None],
+        emit: Callable[[Frame], object],  # its result is ignored (the Live view posts a message: a bool)
         stop: threading.Event,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:

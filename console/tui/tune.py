@@ -15,7 +15,7 @@ from textual.widget import Widget
 from textual.widgets import Button, DataTable, Input, Label, Select, Static
 from textual.worker import get_current_worker
 
-from ...backends import ENGINES, ServingConfig, format_tokens, hardware_names, model_names, setting_text
+from ...backends import ENGINES, ServingConfig, hardware_names, model_names, setting_text
 from ...scenarios import catalog
 from ...store import TrialRow
 from ...tuner import (
@@ -38,10 +38,11 @@ from ...tuner import (
     run_study,
 )
 from ..options import DEFAULT_SCENARIO
+from ..plots.config_text import split_text, tokens_text
 from ..tunespec import stored_runs_text
 from .fields import error_field, form_fields
 from .messages import Exported, TrialsUpdated, TuneEnded, TuneFailed, WorkFailed
-from .view import DEFAULT_SLO, View, choose, cursor_key, one_line, shown_path, typed_number
+from .view import DEFAULT_SLO, Session, View, choose, cursor_key, one_line, shown_path, typed_number
 from .widgets import TrialChart
 
 SHOWN_PARAMS = ("tp", "pp", "mode", "chunk", "layer-split")  # trial parameters (--fix names) the view names itself
@@ -71,7 +72,7 @@ def trial_cells(trial: TrialRow, objective: Objective) -> tuple[str, ...]:
         STATES.get(trial.state, trial.state.lower()),
         value,
         f"{known['tp']}×{known['pp']}" if "tp" in known and "pp" in known else "-",
-        format_tokens(int(known["chunk"])) if "chunk" in known else "-",
+        tokens_text(known["chunk"]) if "chunk" in known else "-",
         str(known.get("mode", "-")),
     )
 
@@ -101,10 +102,10 @@ def best_text(trial: TrialRow | None, objective: Objective, ratio: float | None)
     text = Text.assemble((f"trial {trial.number}: ", "bold"), (objective.value_text(trial.objective), "bold green"))
     if ratio is not None:
         text.append(f"\n{objective.better_by(ratio)} than the default config", style="bold")
-    split = ",".join(map(str, config.get("layer_split") or ()))
+    split = split_text(config.get("layer_split") or [])
     text.append(
         f"\n{config.get('mode')} {config.get('tp')}×{config.get('pp')} chunk "
-        f"{format_tokens(int(config.get('chunk', 0)))}\nsplit {split}"
+        f"{tokens_text(config.get('chunk', 0))}\nsplit {split}"
     )
     for key, label, fmt in (
         ("attainment", "attainment", "{:.1%}"),
@@ -131,8 +132,8 @@ class TuneScreen(View):
     ]
     INPUTS = ("scenario", "objective", "slo", "requests", "model", "hardware", "devices", "trials", "fix", "study")
 
-    def __init__(self, *args: object, **kwargs: object) -> None:
-        super().__init__(*args, **kwargs)
+    def __init__(self, session: Session) -> None:
+        super().__init__(session)
         self.spec: TuneSpec | None = None  # the study last started (Export writes its best); None before any
         self.phase = "idle"  # idle, running, paused, finalising
         self.finalise = False  # set by Stop: after the interruption, store the best and default runs
@@ -316,7 +317,7 @@ class TuneScreen(View):
     @on(Select.Changed)
     def _edited(self, event: Input.Changed | Select.Changed) -> None:
         event.control.remove_class("-invalid")
-        if event.control.id == "hardware" and event.value != Select.BLANK:
+        if event.control.id == "hardware" and event.value != Select.NULL:
             self.query_one("#engine", Select).value = default_engine(str(event.value))
 
     @on(Button.Pressed)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import ClassVar
+from typing import ClassVar, TypeVar
 
 from textual import work
 from textual.app import ComposeResult, SystemCommand
@@ -142,7 +142,10 @@ def one_line(err: BaseException) -> str:
     return text.splitlines()[0] if text else type(err).__name__
 
 
-def typed_number(text: str, kind: type[int] | type[float], field: str) -> int | float | None:
+Number = TypeVar("Number", int, float)  # what `typed_number` reads: the kind it is asked for
+
+
+def typed_number(text: str, kind: type[Number], field: str) -> Number | None:
     """A positive number typed into a control, None when blank; a ValueError naming the field otherwise."""
     text = text.strip()
     if not text:

@@ -108,6 +108,26 @@ def test_a_saved_config_runs_in_live_with_its_label_and_tunes_with_its_shape(tmp
     asyncio.run(scenario())
 
 
+def test_loading_a_named_config_fills_the_form_and_empties_the_picker(tmp_path):
+    db = tmp_path / "c.duckdb"
+    with RunStore.open(db) as store:
+        store.save_config("qwen-vpp", QWEN.replace(mode="vpp").to_dict())
+
+    async def scenario() -> None:
+        app = PipedeckApp(db, QWEN)
+        async with app.run_test(size=SIZE) as pilot:
+            form = await open_config(pilot)
+            picker = form.query_one("#load", Select)
+            await wait_for(pilot, lambda: any(value == "named:qwen-vpp" for _, value in picker._options))
+            picker.value = "named:qwen-vpp"
+            await wait_for(pilot, lambda: form.query_one("#f-mode", Select).value == "vpp" and not form.workers)
+            await pilot.pause()
+            assert picker.is_blank() and form.problem is None and app.session.config.mode == "vpp"
+        # leaving run_test raises what a worker raised: the emptied picker must not be loaded as a source
+
+    asyncio.run(scenario())
+
+
 def _has_config(db) -> bool:
     with RunStore.open(db) as store:
         return any(row.name == "qwen-vpp" for row in store.list_configs())
