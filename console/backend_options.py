@@ -10,7 +10,7 @@ from __future__ import annotations
 import shlex
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypedDict
 
 import click
 
@@ -52,6 +52,19 @@ def backend_option(*, help: str, default: str = "sim") -> Callable[[Callable[...
     return click.option("--backend", type=BackendName(), default=default, show_default=True, help=help)
 
 
+class LaunchOptions(TypedDict):
+    """The values `launch_options(log=False)` adds to a command's options."""
+
+    program: str | None
+    health_timeout: float
+
+
+class LoggedLaunchOptions(LaunchOptions):
+    """The values `launch_options()` adds."""
+
+    log_path: str
+
+
 def launch_options(*, when: str = "", log: bool = True) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """--program, --log (unless `log` is False) and --health-timeout, each help line starting with `when`
     (e.g. "--launch: ")."""
@@ -87,19 +100,14 @@ def launch_options(*, when: str = "", log: bool = True) -> Callable[[Callable[..
     return decorate
 
 
-def launch_from_options(opts: dict[str, object], *, engine: str, model_path: str) -> ServerLaunch:
-    """The server launch --program, --log, --health-timeout (and --host, --port, --profile-dir where the command
-    has them) ask for."""
+def launch_from_options(opts: LoggedLaunchOptions, *, engine: str, model_path: str) -> ServerLaunch:
+    """The server launch --program, --log and --health-timeout ask for, at the default address (serve sets its own)."""
     from ..backends import ServerLaunch  # httpx with it: only for a command that starts a server
 
-    address = {name: opts[name] for name in ("host", "port") if opts.get(name) is not None}
-    profile_dir = opts.get("profile_dir")
     return ServerLaunch(
         engine,
         model_path,
-        Path(str(opts["log_path"])),
-        program=tuple(shlex.split(str(opts["program"]))) if opts["program"] else None,
-        health_timeout_s=float(opts["health_timeout"]),  # type: ignore[arg-type]
-        profile_dir=None if profile_dir is None else Path(str(profile_dir)),
-        **address,  # type: ignore[arg-type]
+        Path(opts["log_path"]),
+        program=tuple(shlex.split(opts["program"])) if opts["program"] else None,
+        health_timeout_s=opts["health_timeout"],
     )

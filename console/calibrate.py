@@ -10,6 +10,7 @@ import time
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Unpack
 
 import click
 from rich import box
@@ -31,11 +32,25 @@ from ..tuner import (
     measure,
     plan,
 )
-from .backend_options import launch_from_options, launch_options
-from .db import WRITE_LOCK_WAIT_S, db_option, db_path
+from .backend_options import LoggedLaunchOptions, launch_from_options, launch_options
+from .db import WRITE_LOCK_WAIT_S, DbOptions, db_option, db_path
 from .options import check_writable, config_from_options, config_options
 from .output import output_console
-from .progress import PlainProgress, make_progress, progress_mode, progress_option
+from .progress import PlainProgress, ProgressOptions, make_progress, progress_mode, progress_option
+
+
+class CalibrateOptions(LoggedLaunchOptions, DbOptions, ProgressOptions):
+    """`pipedeck calibrate`'s options (`config_from_options` reads the config's own)."""
+
+    endpoint: str | None
+    engine: str | None
+    model_path: str | None
+    served_model: str | None
+    out: str
+    name: str | None
+    seed: int
+    quick: bool
+    no_store: bool
 
 
 @click.command()
@@ -70,12 +85,12 @@ from .progress import PlainProgress, make_progress, progress_mode, progress_opti
 @click.option("--no-store", is_flag=True, help="Do not store the live runs.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of tables.")
 @progress_option
-def calibrate(**opts: object) -> None:
+def calibrate(**opts: Unpack[CalibrateOptions]) -> None:
     """Fit the hardware profile's constants to a live server's latencies; report the error on held-out runs."""
     started = time.monotonic()
     config = config_from_options(opts)
     _check_server_options(opts)
-    out = Path(str(opts["out"]))
+    out = Path(opts["out"])
     if out.suffix != ".toml":
         raise click.BadParameter(
             f"a hardware profile is a .toml file (--hardware reads only those), got {out}", param_hint="--out"
@@ -102,16 +117,16 @@ def calibrate(**opts: object) -> None:
                 )
 
             with open_backend("live", endpoint=url, model=opts["served_model"]) as backend:
-                measured = measure(backend, config, points, passes, int(opts["seed"]), on_run=done)
+                measured = measure(backend, config, points, passes, opts["seed"], on_run=done)
             provenance = Provenance(_engine(measured), url, datetime.now(UTC).isoformat(timespec="seconds"))
         progress.remove_task(task)
         fitting = progress.add_task("fitting", total=None)
         result = fit(
             measured, config, on_evaluation=lambda n: progress.update(fitting, description=f"fitting: {n} simulations")
         )
-    name = str(opts["name"] or out.stem)
+    name = opts["name"] or out.stem
     profile = calibrated_profile(result, config, name, provenance)
-    record = calibration_record(result, measured, config, provenance, passes, int(opts["seed"]))
+    record = calibration_record(result, measured, config, provenance, passes, opts["seed"])
     _write(out, profile_toml(profile, {"calibration": record}, comment=_header(result, config, provenance)))
     wall = time.monotonic() - started
     if opts["as_json"]:
@@ -120,7 +135,7 @@ def calibrate(**opts: object) -> None:
         _print(result, config, provenance, out, store, run_ids, wall)
 
 
-def _check_server_options(opts: dict[str, object]) -> None:
+def _check_server_options(opts: CalibrateOptions) -> None:
     """Exactly one of --endpoint and --launch; --launch with --model-path; the launch flags only with --launch."""
     if bool(opts["endpoint"]) == bool(opts["engine"]):
         raise click.UsageError("give the server to calibrate against: --endpoint URL or --launch ENGINE (one of them)")
@@ -133,10 +148,10 @@ def _check_server_options(opts: dict[str, object]) -> None:
 
 
 @contextlib.contextmanager
-def _server(opts: dict[str, object], config: ResolvedConfig, progress: Progress | PlainProgress) -> Iterator[str]:
+def _server(opts: CalibrateOptions, config: ResolvedConfig, progress: Progress | PlainProgress) -> Iterator[str]:
     """The URL to calibrate against: --endpoint's, or an engine started now and stopped however this ends."""
     if opts["endpoint"]:
-        yield str(opts["endpoint"]).rstrip("/")
+        yield opts["endpoint"].rstrip("/")
         return
     task = progress.add_task(f"starting {opts['engine']}", total=None)
     launch = launch_from_options(opts, engine=str(opts["engine"]), model_path=str(opts["model_path"]))
@@ -147,8 +162,12 @@ def _server(opts: dict[str, object], config: ResolvedConfig, progress: Progress 
 
 def _engine(measured: list[Measured]) -> str:
     """The engine and version the server reported, or a note that it did not."""
-    versions = {result.live.engine_version for m in measured for _, result in m.passes if result.live}
-    versions.discard(None)
+    versions = {
+        result.live.engine_version
+        for m in measured
+        for _, result in m.passes
+        if result.live and result.live.engine_version is not None
+    }
     return ", ".join(sorted(versions)) or "a server that did not report its version"
 
 

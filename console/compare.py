@@ -9,17 +9,27 @@ best and default are each shown at both their goodput rates
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Unpack
 
 import click
 
 from ..store import RunStore
 from ..tuner import Slo, study_runs
 from .comparison import compare_runs, write_pngs
-from .db import READ_LOCK_WAIT_S, db_option, db_path
+from .db import READ_LOCK_WAIT_S, DbOptions, db_option, db_path
 from .options import check_writable
 from .plots.gantt import MAX_SPANS
 from .tunespec import slo_option
+
+
+class CompareOptions(DbOptions):
+    """`pipedeck compare`'s options beside its RUN ids (--slo parsed by its callback)."""
+
+    out: str
+    study: str | None
+    slo: Slo | None
+    png: bool
+    max_spans: int
 
 
 @click.command()
@@ -43,7 +53,7 @@ from .tunespec import slo_option
     show_default=True,
     help="Timeline spans drawn for all runs together (one time window for all).",
 )
-def compare(run_ids: tuple[int, ...], **opts: Any) -> None:
+def compare(run_ids: tuple[int, ...], **opts: Unpack[CompareOptions]) -> None:
     """Compare stored runs (ids from `pipedeck runs`) in one self-contained HTML page.
 
     A study's best and default runs (or --study) are each shown at both their goodput rates.
@@ -55,13 +65,12 @@ def compare(run_ids: tuple[int, ...], **opts: Any) -> None:
     repeated = sorted({i for i in run_ids if run_ids.count(i) > 1})
     if repeated:
         raise click.BadParameter(f"run {repeated[0]} is given twice", param_hint="RUN")
-    slo = opts["slo"] if isinstance(opts["slo"], Slo) else None
-    out = Path(str(opts["out"]))
+    out = Path(opts["out"])
     check_writable(str(out), "--out")
     db = db_path(opts)
     with RunStore.open(db, read_only=True, lock_timeout_s=READ_LOCK_WAIT_S) as store:
-        stored = study_runs(store, str(opts["study"])) if opts["study"] else [store.get_run(i) for i in run_ids]
-    chosen, _, sections = compare_runs(db, stored, out, slo, int(opts["max_spans"]))
+        stored = study_runs(store, opts["study"]) if opts["study"] else [store.get_run(i) for i in run_ids]
+    chosen, _, sections = compare_runs(db, stored, out, opts["slo"], opts["max_spans"])
     for line in chosen.warnings:
         click.echo(f"pipedeck: warning: {line}", err=True)
     click.echo(f"wrote {out}")

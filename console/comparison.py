@@ -15,7 +15,7 @@ from pathlib import Path
 import plotly.io as pio
 
 from ..store import RunStore, StoredRun
-from ..tuner import Slo, interval_text, like_for_like
+from ..tuner import Interval, Slo, interval_text, like_for_like, stored_interval
 from .db import READ_LOCK_WAIT_S, local_time
 from .plots import PlotRun, Section, latency_cdfs, metrics_table, page, time_breakdown, timelines
 from .plots.gantt import MAX_SPANS
@@ -69,7 +69,11 @@ def compare_runs(
 
 
 def write_compare_page(
-    chosen: Comparison, slo: Slo | None, out: Path, max_spans: int = MAX_SPANS, intervals: dict[int, dict] | None = None
+    chosen: Comparison,
+    slo: Slo | None,
+    out: Path,
+    max_spans: int = MAX_SPANS,
+    intervals: dict[int, Interval] | None = None,
 ) -> list[Section]:
     """Write the comparison page to `out`; return its sections (for the PNGs)."""
     sections = compare_sections(chosen, slo, max_spans)
@@ -78,25 +82,26 @@ def write_compare_page(
     return sections
 
 
-def trial_intervals(store: RunStore, stored: list[StoredRun]) -> dict[int, dict]:
+def trial_intervals(store: RunStore, stored: list[StoredRun]) -> dict[int, Interval]:
     """Run id -> the goodput interval `tune --repeats` measured for the run's trial, where there is one."""
     found = {}
     for s in stored:
         if s.study is None or s.trial is None:
             continue
         trial = next((t for t in store.trials(s.study) if t.number == s.trial), None)
-        if trial is not None and trial.metrics.get("goodput_ci"):
-            found[s.id] = trial.metrics["goodput_ci"]
+        ci = None if trial is None else stored_interval(trial.metrics)
+        if ci:
+            found[s.id] = ci
     return found
 
 
 def study_slo(store: RunStore, stored: list[StoredRun]) -> Slo | None:
     """The SLO of the first run's study that has one (a study since deleted is skipped)."""
     limits = {study.name: study.slo for study in store.list_studies()}
-    return next((Slo.from_dict(limits[s.study]) for s in stored if limits.get(s.study or "")), None)
+    return next((Slo.from_dict(limits[s.study]) for s in stored if s.study is not None and limits.get(s.study)), None)
 
 
-def _meta(chosen: Comparison, slo: Slo | None, intervals: dict[int, dict]) -> list[str]:
+def _meta(chosen: Comparison, slo: Slo | None, intervals: dict[int, Interval]) -> list[str]:
     """The page's header lines: how the runs were chosen, what each is (with its trial's goodput interval),
     and the SLO drawn."""
     lines = list(chosen.notes)
@@ -188,11 +193,11 @@ def write_pngs(sections: list[Section], out: Path) -> list[str]:
     """Write <out>-<figure>.png for each figure with kaleido; lines to print (a hint when kaleido is missing)."""
     if not kaleido_installed():
         return [PNG_HINT]
-    figures = [s for s in sections if s.figure is not None]
-    paths = [out.with_name(f"{out.stem}-{s.key}.png") for s in figures]
+    figures = [(s.key, s.figure) for s in sections if s.figure is not None]
+    paths = [out.with_name(f"{out.stem}-{key}.png") for key, _ in figures]
     try:
         pio.write_images(
-            [s.figure for s in figures], paths, width=1400, height=[s.figure.layout.height for s in figures]
+            [figure for _, figure in figures], paths, width=1400, height=[f.layout.height for _, f in figures]
         )
     except Exception as err:  # noqa: BLE001 - kaleido and its browser raise many kinds; the HTML is written already
         return [f"png: skipped: kaleido could not run: {str(err).strip().splitlines()[0]}"]

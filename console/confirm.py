@@ -12,8 +12,10 @@ naming its flag.
 from __future__ import annotations
 
 from collections.abc import Callable
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, TypedDict
 
 import click
 import optuna
@@ -43,14 +45,34 @@ from ..tuner import (
     space_context,
     suggest_config,
 )
-from .backend_options import launch_options
+from .backend_options import LaunchOptions, launch_options
+from .db import DbOptions
 from .output import output_console
 from .progress import make_progress
 
 _FLAGS = {"launch": "--launch", "model_path": "--model-path", "program": "--program"}
 
 
-def server_options(fn: Callable) -> Callable:
+class ServerOptions(LaunchOptions):
+    """The values `server_options` adds to `tune`'s options."""
+
+    confirm: str | None
+    confirm_top: int | None
+    endpoint: str | None
+    launch: str | None
+    model_path: str | None
+
+
+class LiveOptions(ServerOptions, DbOptions):
+    """What `live_plan` reads: the server options and the tune options they are checked against."""
+
+    backend: str
+    jobs: int
+    export_dir: str | None
+    export_format: str | None
+
+
+def server_options(fn: Callable[..., Any]) -> Callable[..., Any]:
     """--confirm --confirm-top --endpoint --launch --model-path --program --health-timeout."""
     for option in reversed(
         (
@@ -87,6 +109,29 @@ def server_options(fn: Callable) -> Callable:
     return fn
 
 
+class ServerErrorJson(TypedDict):
+    """A trial whose server failed, as `tune --json`'s server_errors lists it."""
+
+    trial: int
+    error: str
+
+
+class ConfirmJson(TypedDict):
+    """One config measured live, as `tune --json`'s confirm list has it."""
+
+    trial: int
+    role: str
+    config: dict[str, object]
+    simulated: float | None
+    measured: float | None
+    ratio: float | None
+    rank_simulated: int | None
+    rank_measured: int | None
+    run_id: int | None
+    error: str | None
+    metrics: dict[str, object]
+
+
 @dataclass(frozen=True)
 class LivePlan:
     """What the live options ask for, checked."""
@@ -114,19 +159,20 @@ class LivePlan:
         ctx = space_context(spec)
         draft = suggest_config(optuna.trial.FixedTrial(default_params(ctx, spec.fixed)), ctx, spec.fixed)
         try:
-            plan_launch(ServingConfig(**draft).resolve(), self.engine)
+            plan_launch(ServingConfig.from_values(draft).resolve(), self.engine)
         except ExportError as err:
             raise click.BadParameter(f"{err}; pin what {self.engine} runs", param_hint="--fix") from None
 
 
-def live_plan(opts: dict[str, object]) -> LivePlan:
+def live_plan(opts: LiveOptions) -> LivePlan:
     """Check the live options against --backend, --jobs and --export; a one-line error naming the flag otherwise.
 
     With --launch and --export but no --format, the export is written for the launched engine.
     """
     backend, confirm = opts["backend"], opts["confirm"] is not None
     endpoint, launch = opts["endpoint"], opts["launch"]
-    if backend_entry(str(backend)).capabilities.endpoint:  # every trial on a server
+    launch_only = (("--model-path", opts["model_path"]), ("--program", opts["program"]))  # flags only --launch takes
+    if backend_entry(backend).capabilities.endpoint:  # every trial on a server
         if confirm:
             raise click.BadParameter(
                 "confirms a simulated study; with --backend live every trial is measured live", param_hint="--confirm"
@@ -142,7 +188,7 @@ def live_plan(opts: dict[str, object]) -> LivePlan:
             raise click.BadParameter(
                 "a live tune starts a server per trial: give --launch ENGINE --model-path W", param_hint="--launch"
             )
-        if int(opts["jobs"]) > 1:
+        if opts["jobs"] > 1:
             raise click.BadParameter("a live tune runs one server at a time: use --jobs 1", param_hint="--jobs")
     elif confirm:
         if endpoint and launch:
@@ -157,23 +203,24 @@ def live_plan(opts: dict[str, object]) -> LivePlan:
                 param_hint="--confirm",
             )
     else:
-        given = next((flag for flag in ("endpoint", "launch", "model_path", "program") if opts[flag]), None)
+        given = next(
+            (flag for flag, value in (("--endpoint", endpoint), ("--launch", launch), *launch_only) if value), None
+        )
         if given:
-            raise click.BadParameter(
-                "only with --confirm live or --backend live", param_hint=f"--{given.replace('_', '-')}"
-            )
-    if opts["confirm_top"] is not None and (not confirm or opts["confirm_top"] < 1):
+            raise click.BadParameter("only with --confirm live or --backend live", param_hint=given)
+    top = opts["confirm_top"]
+    if top is not None and (not confirm or top < 1):
         raise click.BadParameter(
-            "only with --confirm live" if not confirm else f"must be a positive integer, got {opts['confirm_top']}",
+            "only with --confirm live" if not confirm else f"must be a positive integer, got {top}",
             param_hint="--confirm-top",
         )
     if not launch:
-        given = next((flag for flag in ("model_path", "program") if opts[flag]), None)
+        given = next((flag for flag, value in launch_only if value), None)
         if given:
-            raise click.BadParameter("only with --launch ENGINE", param_hint=f"--{given.replace('_', '-')}")
-        return LivePlan(confirm, opts["confirm_top"] or DEFAULT_TOP, {"endpoint": endpoint} if endpoint else {})
+            raise click.BadParameter("only with --launch ENGINE", param_hint=given)
+        return LivePlan(confirm, top or DEFAULT_TOP, {"endpoint": endpoint} if endpoint else {})
     try:
-        check_launch(str(launch), opts["model_path"], opts["program"])
+        check_launch(launch, opts["model_path"], opts["program"])
     except ConfigError as err:
         name, _, message = str(err).partition(": ")
         raise click.BadParameter(message, param_hint=_FLAGS[name]) from None
@@ -188,17 +235,17 @@ def live_plan(opts: dict[str, object]) -> LivePlan:
     options = {
         "launch": launch,
         "model_path": str(model.resolve()) if model.exists() else str(opts["model_path"]),
-        "health_timeout_s": float(opts["health_timeout"]),
+        "health_timeout_s": opts["health_timeout"],
         "log_dir": str(server_log_dir(opts["db"])),
     }
     if opts["program"]:
         options["program"] = str(opts["program"])
-    return LivePlan(confirm, opts["confirm_top"] or DEFAULT_TOP, options, str(launch))
+    return LivePlan(confirm, top or DEFAULT_TOP, options, launch)
 
 
-def server_log_dir(db: object) -> Path:
+def server_log_dir(db: str | None) -> Path:
     """The folder of launched servers' logs, beside the run store: pipedeck.duckdb -> pipedeck-servers/."""
-    path = default_db_path(db)  # type: ignore[arg-type]
+    path = default_db_path(db)
     return path.with_name(f"{path.stem}-servers")
 
 
@@ -219,7 +266,7 @@ def run_confirm(
         return confirm_study(spec, db, plan.options, plan.top, best, on_row=show)
 
 
-def server_errors(spec: TuneSpec) -> list[dict[str, object]]:
+def server_errors(spec: TuneSpec) -> list[ServerErrorJson]:
     """The study's trials whose server failed (a live tune's), each with its one line."""
     if not backend_entry(spec.backend).capabilities.endpoint:  # no server to fail
         return []
@@ -231,7 +278,7 @@ def server_errors(spec: TuneSpec) -> list[dict[str, object]]:
     ]
 
 
-def print_live(spec: TuneSpec, plan: LivePlan, rows: list[ConfirmRow] | None, errors: list[dict[str, object]]) -> None:
+def print_live(spec: TuneSpec, plan: LivePlan, rows: list[ConfirmRow] | None, errors: list[ServerErrorJson]) -> None:
     """What the live options added to the tune's summary: trials whose server failed, the confirm table."""
     console = output_console()
     for failed in errors:
@@ -278,7 +325,7 @@ def print_confirm(spec: TuneSpec, plan: LivePlan, rows: list[ConfirmRow], consol
         console.print(f"stored live runs: {', '.join(map(str, stored))} (label confirm)")
 
 
-def confirm_json(spec: TuneSpec, rows: list[ConfirmRow] | None) -> list[dict[str, object]] | None:
+def confirm_json(spec: TuneSpec, rows: list[ConfirmRow] | None) -> list[ConfirmJson] | None:
     """`tune --json`'s `confirm` list (None without --confirm)."""
     if rows is None:
         return None
@@ -302,8 +349,11 @@ def confirm_json(spec: TuneSpec, rows: list[ConfirmRow] | None) -> list[dict[str
     ]
 
 
-def describe(config: dict[str, object], leave_out: set[str] = frozenset()) -> str:
-    """A config in a few words: mode, tp x pp, chunk, max running, and its active knobs but those in `leave_out`."""
+def describe(config: dict[str, Any], leave_out: AbstractSet[str] = frozenset()) -> str:
+    """A config in a few words: mode, tp x pp, chunk, max running, and its active knobs but those in `leave_out`.
+
+    `config` is ServingConfig.to_dict()'s, read back from the study's JSON (as TrialSummary.config is).
+    """
     return " ".join(
         [
             str(config["mode"]),

@@ -2,16 +2,18 @@
 
 from __future__ import annotations
 
+from typing import Unpack
+
 import click
 import optuna
 
 from ..store import RunStore
-from .db import WRITE_LOCK_WAIT_S, db_option, db_path
+from .db import WRITE_LOCK_WAIT_S, DbOptions, db_option, db_path
 
 
 @click.command()
 @db_option
-def console(**opts: object) -> None:
+def console(**opts: Unpack[DbOptions]) -> None:
     """Open the interactive console: live runs, tuning, stored runs and the config form."""
     path = db_path(opts)
     RunStore.open(path, lock_timeout_s=WRITE_LOCK_WAIT_S).close()  # a bad --db fails here, before the screen opens

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypedDict
 
 import click
 
@@ -20,6 +20,12 @@ READ_LOCK_WAIT_S = 5.0  # how long a reader waits for another process to let go 
 WRITE_LOCK_WAIT_S = 30.0  # how long a finished run waits to be written
 
 
+class DbOptions(TypedDict):
+    """The value `db_option` adds to a command's options."""
+
+    db: str | None
+
+
 def db_option(fn: FC) -> FC:
     """--db FILE: the run store (default $PIPEDECK_DB, else ./pipedeck.duckdb)."""
     return click.option(
@@ -30,11 +36,9 @@ def db_option(fn: FC) -> FC:
     )(fn)
 
 
-def db_path(opts: dict[str, object]) -> Path:
+def db_path(opts: DbOptions) -> Path:
     """The store file the --db option names, or the default."""
-    db = opts.get("db")
-    assert db is None or isinstance(db, str | Path), "--db is a click.Path, a str"
-    return default_db_path(db)
+    return default_db_path(opts["db"])
 
 
 def local_time(value: datetime) -> str:

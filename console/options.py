@@ -3,12 +3,21 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import Any, TypedDict
 
 import click
 
-from ..backends import MODES, Knob, RawConfig, ServingConfig, chunk_warnings, declared_knobs, knob_default
+from ..backends import (
+    MODES,
+    Knob,
+    RawConfig,
+    ResolvedConfig,
+    ServingConfig,
+    chunk_warnings,
+    declared_knobs,
+    knob_default,
+)
 
 _DEFAULT = ServingConfig()
 DEFAULT_SCENARIO = "azure-conv"  # what simulate, run and tune use without --scenario: chat traffic under load
@@ -72,8 +81,8 @@ def config_given(ctx: click.Context) -> bool:
     )
 
 
-def config_from_options(opts: dict[str, object]) -> ServingConfig:
-    """Build and validate a ServingConfig from the parsed options; print a warning line for an odd chunk."""
+def config_from_options(opts: Mapping[str, object]) -> ResolvedConfig:
+    """The config the parsed options give, resolved (validated); print a warning line for an odd chunk."""
     config = RawConfig.of({name: opts[name] for name in config_fields() if opts[name] is not None}).parse().resolve()
     for line in chunk_warnings(config):
         click.echo(f"pipedeck: warning: {line}", err=True)
@@ -87,6 +96,15 @@ def check_writable(path: str, flag: str) -> None:
         raise click.BadParameter(f"folder {folder} does not exist", param_hint=flag)
     if not os.access(folder, os.W_OK) or os.path.isdir(path):
         raise click.BadParameter(f"cannot write {path}", param_hint=flag)
+
+
+class WorkloadOptions(TypedDict):
+    """The values `workload_options` adds to a command's options."""
+
+    scenario: str
+    rate: float | None
+    num_requests: int | None
+    seed: int
 
 
 def workload_options(fn: Callable[..., Any]) -> Callable[..., Any]:

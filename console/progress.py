@@ -10,7 +10,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 from types import TracebackType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypedDict
 
 import click
 from rich.console import Console
@@ -19,6 +19,7 @@ from rich.progress import (
     MofNCompleteColumn,
     Progress,
     SpinnerColumn,
+    TaskID,
     TextColumn,
     TimeElapsedColumn,
 )
@@ -28,6 +29,13 @@ if TYPE_CHECKING:
 
 PROGRESS_MODES = ("auto", "bar", "plain", "off")
 QUIET_S = 5.0  # a plain line for a description-only change (no step done) at most this often
+
+
+class ProgressOptions(TypedDict):
+    """What `progress_mode` reads: the value `progress_option` adds, and the command's --json."""
+
+    progress_mode: str
+    as_json: bool
 
 
 def progress_option(fn: FC) -> FC:
@@ -60,7 +68,7 @@ class PlainProgress:
     def __init__(self, console: Console):
         self.console = console
         self.started = time.monotonic()
-        self.tasks: dict[int, _Task] = {}
+        self.tasks: dict[TaskID, _Task] = {}
 
     def __enter__(self) -> PlainProgress:
         return self
@@ -68,14 +76,14 @@ class PlainProgress:
     def __exit__(self, kind: type[BaseException] | None, err: BaseException | None, tb: TracebackType | None) -> None:
         return None
 
-    def add_task(self, description: str, total: float | None = None, **_: object) -> int:
-        task_id = len(self.tasks)
+    def add_task(self, description: str, total: float | None = None, **_: object) -> TaskID:
+        task_id = TaskID(len(self.tasks))
         self.tasks[task_id] = _Task(description, total, printed_at=time.monotonic())  # its first step prints
         return task_id
 
     def update(
         self,
-        task_id: int,
+        task_id: TaskID,
         *,
         completed: float | None = None,
         advance: float | None = None,
@@ -97,7 +105,7 @@ class PlainProgress:
         if stepped or (task.description != before[1] and time.monotonic() - task.printed_at >= QUIET_S):
             self._line(task)
 
-    def remove_task(self, task_id: int) -> None:
+    def remove_task(self, task_id: TaskID) -> None:
         self.tasks.pop(task_id, None)
 
     def _line(self, task: _Task) -> None:
@@ -107,10 +115,10 @@ class PlainProgress:
         task.printed_at = time.monotonic()
 
 
-def progress_mode(opts: dict[str, object]) -> str:
+def progress_mode(opts: ProgressOptions) -> str:
     """--progress as given; with --json and no explicit choice, none (the JSON is the whole answer)."""
-    mode = str(opts.get("progress_mode") or "auto")
-    return "off" if mode == "auto" and opts.get("as_json") else mode
+    mode = opts["progress_mode"]
+    return "off" if mode == "auto" and opts["as_json"] else mode
 
 
 def make_progress(mode: str, console: Console, counted: bool = True) -> Progress | PlainProgress:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Unpack
 
 import click
 import optuna
@@ -22,7 +23,7 @@ from ..tuner import (
     stored_verdict,
     win_text,
 )
-from .db import READ_LOCK_WAIT_S, db_option, db_path, local_time
+from .db import READ_LOCK_WAIT_S, DbOptions, db_option, db_path, local_time
 from .options import check_writable
 from .plots import (
     Section,
@@ -37,6 +38,13 @@ from .plots.study import completed
 from .storage import check_existing_storage
 
 
+class ReportOptions(DbOptions):
+    """`pipedeck report`'s options beside the study's name."""
+
+    out: str
+    storage: str | None
+
+
 @click.command()
 @click.option("--study", "name", required=True, help="The study's name (see `pipedeck tune`).")
 @click.option("--out", required=True, type=click.Path(dir_okay=False), help="The HTML file to write.")
@@ -47,19 +55,20 @@ from .storage import check_existing_storage
     "this host's run store first.",
 )
 @db_option
-def report(name: str, **opts: object) -> None:
+def report(name: str, **opts: Unpack[ReportOptions]) -> None:
     """Report a tuning study: history, parameter importances, chunk against objective, best against default."""
-    out = Path(str(opts["out"]))
+    out = Path(opts["out"])
     check_writable(str(out), "--out")
     pulled = None
-    if opts["storage"]:
-        check_existing_storage(str(opts["storage"]))
-        pulled = pull_study(str(opts["storage"]), name, db_path(opts))
+    storage = opts["storage"]
+    if storage:
+        check_existing_storage(storage)
+        pulled = pull_study(storage, name, db_path(opts))
     with RunStore.open(db_path(opts), read_only=True, lock_timeout_s=READ_LOCK_WAIT_S) as store:
         row = store.get_study(name)
         trials = store.trials(name)
     objective = objective_named(row.objective)  # the store keeps its name
-    study, storage_note = (pulled, f"Optuna storage: {shown(str(opts['storage']))}") if pulled else load_optuna(row)
+    study, storage_note = (pulled, f"Optuna storage: {shown(str(storage))}") if pulled else load_optuna(row)
     out.write_text(
         page(
             f"pipedeck report: study {name}",
@@ -114,7 +123,7 @@ def report_sections(
     """The page's sections: notes stand in for figures the study has no data for."""
     label = objective.label
     best = next((t for t in trials if verdict is not None and t.number == verdict.winner.number), None)
-    if not completed(trials):
+    if best is None or not completed(trials):
         return [
             Section(
                 "No results yet",

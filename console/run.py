@@ -2,12 +2,24 @@
 
 from __future__ import annotations
 
+from typing import Unpack
+
 import click
 
 from ..backends import RunResult, ServerError, backend_entry
 from .backend_options import backend_option
 from .options import config_from_options, config_given, config_options, workload_options
-from .simulate import execute, output_options
+from .simulate import RunOptions, execute, output_options
+
+
+class RunCommandOptions(RunOptions):
+    """`pipedeck run`'s options beside those `execute` reads: the backend, and what a live one is given."""
+
+    backend: str
+    endpoint: str | None
+    served_model: str | None
+    fresh_prompts: bool
+    profile_dir: str | None
 
 
 @click.command("run")
@@ -33,14 +45,16 @@ from .simulate import execute, output_options
 @config_options
 @workload_options
 @output_options
-def run(**opts: object) -> None:
+def run(**opts: Unpack[RunCommandOptions]) -> None:
     """Run one scenario under one serving config on a backend (a live server: the config it was started with)."""
-    endpoint = backend_entry(str(opts["backend"])).capabilities.endpoint
-    for flag, why in (("fresh_prompts", "has no prefix cache"), ("profile_dir", "has no profiler to start")):
-        if opts[flag] and not endpoint:
+    endpoint = backend_entry(opts["backend"]).capabilities.endpoint
+    for given, flag, lacks in (
+        (opts["fresh_prompts"], "--fresh-prompts", "has no prefix cache"),
+        (opts["profile_dir"], "--profile-dir", "has no profiler to start"),
+    ):
+        if given and not endpoint:
             raise click.BadParameter(
-                f"the {opts['backend']} backend {why}; it is for --backend live",
-                param_hint=f"--{flag.replace('_', '-')}",
+                f"the {opts['backend']} backend {lacks}; it is for --backend live", param_hint=flag
             )
     options = (
         {"endpoint": opts["endpoint"], "model": opts["served_model"], "fresh_prompts": opts["fresh_prompts"]}
@@ -51,7 +65,7 @@ def run(**opts: object) -> None:
         options["profile_dir"] = opts["profile_dir"]
     # a server started elsewhere runs its own config: without options, record what it says, not pipedeck's defaults
     config = config_from_options(opts) if not endpoint or config_given(click.get_current_context()) else None
-    report_unserved(*execute(opts, str(opts["backend"]), config, **options))
+    report_unserved(*execute(opts, opts["backend"], config, **options))
 
 
 def report_unserved(result: RunResult, run_id: int | None) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from dataclasses import asdict
 from pathlib import Path
+from typing import Unpack
 
 import click
 from rich import box
@@ -14,9 +15,19 @@ from rich.table import Table
 from .. import store as run_store  # its RunStore, and DuckDB with it, loads on first use
 from ..backends import MODES
 from ..store import RunRow
-from .db import READ_LOCK_WAIT_S, db_option, db_path
+from .db import READ_LOCK_WAIT_S, DbOptions, db_option, db_path
 from .output import output_console
 from .run_cells import row_cells
+
+
+class RunsOptions(DbOptions):
+    """`pipedeck runs`' options."""
+
+    study: str | None
+    scenario: str | None
+    mode: str | None
+    limit: int | None
+    as_json: bool
 
 
 @click.command()
@@ -26,7 +37,7 @@ from .run_cells import row_cells
 @click.option("--mode", type=click.Choice(list(MODES)), default=None, help="Only runs in this pipeline mode.")
 @click.option("--limit", type=click.IntRange(min=1), default=None, help="Show at most N runs.")
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON list instead of a table.")
-def runs(**opts: object) -> None:
+def runs(**opts: Unpack[RunsOptions]) -> None:
     """List stored runs, newest first."""
     path = db_path(opts)
     with run_store.RunStore.open(path, read_only=True, lock_timeout_s=READ_LOCK_WAIT_S) as store:
@@ -40,11 +51,11 @@ def runs(**opts: object) -> None:
         output_console().print(runs_table(rows, path))
 
 
-def _none_text(path: Path, opts: dict[str, object], studies: list[str]) -> str:
+def _none_text(path: Path, opts: RunsOptions, studies: list[str]) -> str:
     """Why nothing is listed: no runs at all, no runs of that study (and the studies there), or none matching."""
     if opts["study"]:
         return f"no runs of study {opts['study']} in {path}; studies there: {', '.join(studies) or 'none'}"
-    filters = [f"--{name} {opts[name]}" for name in ("scenario", "mode") if opts[name]]
+    filters = [f"--{name} {value}" for name, value in (("scenario", opts["scenario"]), ("mode", opts["mode"])) if value]
     return f"no runs in {path} match {' '.join(filters)}" if filters else f"no runs in {path}"
 
 

@@ -2,15 +2,28 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
+from typing import Unpack
 
 import click
 
 from ..backends import ENGINES, LOOPBACK, LaunchError, serving
 from ..tuner import best_from_json
-from .backend_options import launch_from_options, launch_options
+from .backend_options import LoggedLaunchOptions, launch_from_options, launch_options
 from .export import read_config_json
 from .options import config_from_options, config_given, config_options
+
+
+class ServeOptions(LoggedLaunchOptions):
+    """`pipedeck serve`'s options (`config_from_options` reads the config's own)."""
+
+    engine: str
+    model_path: str
+    from_file: Path | None
+    host: str
+    port: int | None
+    profile_dir: Path | None
 
 
 @click.command()
@@ -32,18 +45,23 @@ from .options import config_from_options, config_given, config_options
 @click.option("--port", type=click.IntRange(1, 65535), default=None, help="Port (default: a free one).")
 @click.option(
     "--profile-dir",
-    type=click.Path(file_okay=False),
+    type=click.Path(file_okay=False, path_type=Path),
     default=None,
     help="Start the engine with its torch profiler writing to this folder (vLLM and vLLM-Ascend: "
     "--profiler-config), so that pipedeck run --profile-dir measures each run's per-rank timeline.",
 )
 @launch_options()
-def serve(**opts: object) -> None:
+def serve(**opts: Unpack[ServeOptions]) -> None:
     """Start an engine with the launch `pipedeck export` writes for a config (none: its own defaults); Ctrl-C stops it."""
-    engine = str(opts["engine"])
-    launch = launch_from_options(opts, engine=engine, model_path=str(opts["model_path"]))
+    engine = opts["engine"]
+    launch = dataclasses.replace(  # before anything is said: an engine without a profiler is refused here
+        launch_from_options(opts, engine=engine, model_path=opts["model_path"]),
+        host=opts["host"],
+        port=opts["port"],
+        profile_dir=opts["profile_dir"],
+    )
     if opts["from_file"] is not None:
-        config = best_from_json(read_config_json(Path(str(opts["from_file"])))).config
+        config = best_from_json(read_config_json(opts["from_file"])).config
     elif config_given(click.get_current_context()):
         config = config_from_options(opts).resolve()
     else:  # a weights file alone: no catalog model, hardware or parallelism the engine would not use

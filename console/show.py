@@ -3,21 +3,28 @@
 from __future__ import annotations
 
 import json
+from typing import Unpack
 
 import click
 
 from ..store import RunStore, StoredRun
-from .db import READ_LOCK_WAIT_S, db_option, db_path, local_time
+from .db import READ_LOCK_WAIT_S, DbOptions, db_option, db_path, local_time
 from .output import output_report
 from .render import print_run
-from .simulate import run_json
+from .simulate import RunJson, run_json
+
+
+class ShowOptions(DbOptions):
+    """`pipedeck show`'s options beside its RUN."""
+
+    as_json: bool
 
 
 @click.command()
 @click.argument("run_id", metavar="RUN", type=int)
 @db_option
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of tables.")
-def show(run_id: int, **opts: object) -> None:
+def show(run_id: int, **opts: Unpack[ShowOptions]) -> None:
     """Show one stored run (its id from `pipedeck runs`)."""
     with RunStore.open(db_path(opts), read_only=True, lock_timeout_s=READ_LOCK_WAIT_S) as store:
         stored = store.get_run(run_id)
@@ -42,7 +49,19 @@ def header(stored: StoredRun) -> str:
     return "  ".join(parts)
 
 
-def stored_json(stored: StoredRun) -> dict[str, object]:
+class StoredRunJson(RunJson):
+    """The JSON object `show --json` prints: the store's record of the run, then what `simulate --json` printed."""
+
+    run_id: int
+    created_at: str
+    label: str | None
+    study: str | None
+    trial: int | None
+    pipedeck_version: str
+    spans: int
+
+
+def stored_json(stored: StoredRun) -> StoredRunJson:
     """The JSON object `show --json` prints: store metadata plus what `simulate --json` printed."""
     return {
         "run_id": stored.id,

@@ -5,15 +5,15 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import TypedDict
+from typing import TypedDict, Unpack
 
 import click
 import optuna
 from optuna.trial import TrialState
 
 from ..store import RunStore, StudyRow
-from ..tuner import OBJECTIVES, open_storage, recommended_trial, shown, stored_verdict
-from .db import READ_LOCK_WAIT_S, db_option, db_path
+from ..tuner import OBJECTIVES, Objective, open_storage, recommended_trial, shown, stored_verdict
+from .db import READ_LOCK_WAIT_S, DbOptions, db_option, db_path
 from .storage import check_existing_storage
 
 _EPOCH = datetime.min.replace(tzinfo=UTC)
@@ -33,6 +33,11 @@ class StudyLine:
     created_at: datetime | None  # UTC, timezone-aware
     updated_at: datetime | None  # the last trial's completion
 
+    @property
+    def known_objective(self) -> Objective | None:
+        """The objective the study names, where pipedeck knows it (None: none named, or one it does not know)."""
+        return None if self.objective is None else OBJECTIVES.get(self.objective)
+
 
 class StudyJson(TypedDict):
     """One study as `studies --json` prints it: a StudyLine with its direction, times in ISO 8601."""
@@ -49,6 +54,13 @@ class StudyJson(TypedDict):
     updated_at: str | None
 
 
+class StudiesOptions(DbOptions):
+    """`pipedeck studies`' options."""
+
+    storage: str | None
+    as_json: bool
+
+
 @click.command()
 @db_option
 @click.option(
@@ -57,12 +69,13 @@ class StudyJson(TypedDict):
     help="List the studies in this Optuna storage (a journal file or a database URL) instead of the run store.",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON list instead of a table.")
-def studies(**opts: object) -> None:
+def studies(**opts: Unpack[StudiesOptions]) -> None:
     """List tuning studies: name, storage, trials, best result and when, oldest first."""
-    if opts["storage"]:
-        check_existing_storage(str(opts["storage"]))  # listing never creates a journal
-        source = shown(str(opts["storage"]))
-        lines = optuna_lines(str(opts["storage"]))
+    storage = opts["storage"]
+    if storage:
+        check_existing_storage(storage)  # listing never creates a journal
+        source = shown(storage)
+        lines = optuna_lines(storage)
     else:
         path = db_path(opts)
         source = str(path)
@@ -128,11 +141,12 @@ def _aware(value: datetime | None) -> datetime | None:
 
 def line_json(line: StudyLine) -> StudyJson:
     """One listed study as a JSON object, times in ISO 8601 with their zone."""
+    objective = line.known_objective
     return {
         "name": line.name,
         "storage": line.storage,
         "objective": line.objective,
-        "direction": OBJECTIVES[line.objective].direction_name if line.objective in OBJECTIVES else None,
+        "direction": objective.direction_name if objective is not None else None,
         "finished": line.finished,
         "trials": line.trials,
         "best_trial": line.best_trial,
@@ -157,9 +171,10 @@ def _trials_cell(line: StudyLine) -> str:
 
 
 def _best_cell(line: StudyLine) -> str:
-    if line.best_value is None or line.objective not in OBJECTIVES:
+    objective = line.known_objective
+    if line.best_value is None or objective is None:
         return "-"
-    return f"{OBJECTIVES[line.objective].value_text(line.best_value)} (trial {line.best_trial})"
+    return f"{objective.value_text(line.best_value)} (trial {line.best_trial})"
 
 
 def _when(line: StudyLine) -> str:

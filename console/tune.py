@@ -7,7 +7,7 @@ import json
 import shlex
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict, Unpack
 
 import click
 from rich.console import Console
@@ -29,7 +29,9 @@ from ..tuner import (
     Interval,
     KnobEffect,
     Limit,
+    Objective,
     Progress,
+    Slo,
     TrialSummary,
     TuneInputError,
     TuneInputs,
@@ -51,7 +53,10 @@ from ..tuner import (
 )
 from .backend_options import backend_option
 from .confirm import (
+    ConfirmJson,
+    LiveOptions,
     LivePlan,
+    ServerErrorJson,
     confirm_json,
     live_plan,
     print_live,
@@ -61,10 +66,29 @@ from .confirm import (
 )
 from .effects import print_effects
 from .export import warn_on_stderr
-from .options import workload_options
+from .options import WorkloadOptions, workload_options
 from .output import output_console
-from .progress import make_progress, progress_mode, progress_option
+from .progress import ProgressOptions, make_progress, progress_mode, progress_option
 from .tunespec import objective_option, slo_option, stored_runs_text
+
+
+class TuneOptions(WorkloadOptions, LiveOptions, ProgressOptions):
+    """`pipedeck tune`'s options (--slo and --objective parsed by their callbacks)."""
+
+    model: str
+    hardware: str
+    devices: int | None
+    slo: Slo | None
+    objective: Objective | None
+    fixes: tuple[str, ...]
+    trials: int | None
+    timeout: float | None
+    repeats: int | None
+    study: str | None
+    storage: str | None
+    heartbeat: int
+    sampler: str
+    engine_version: str | None
 
 
 @click.command()
@@ -141,10 +165,11 @@ from .tunespec import objective_option, slo_option, stored_runs_text
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of tables.")
 @progress_option
 @interrupted_by_signals()
-def tune(**opts: Any) -> None:
+def tune(**opts: Unpack[TuneOptions]) -> None:
     """Search pipeline mode, chunk size, layer split and parallelism for the best SLO goodput."""
     live = live_plan(opts)
-    spec, jobs = _spec_from_options(opts, live)
+    db = opts["db"] or str(default_db_path())
+    spec, jobs = _spec_from_options(opts, live, db)
     console = Console(stderr=True)
     with make_progress(progress_mode(opts), console) as bar:
         task = bar.add_task(f"study {spec.study}: starting", total=spec.trials)
@@ -157,45 +182,40 @@ def tune(**opts: Any) -> None:
             )
             bar.update(task, completed=p.finished, description=f"{best}; {p.running} running")
 
-        outcome = run_study(spec, opts["db"], jobs=jobs, on_progress=show, on_notice=warn_on_stderr)
+        outcome = run_study(spec, db, jobs=jobs, on_progress=show, on_notice=warn_on_stderr)
     if outcome.interrupted:  # one line, no result: the study is half done
         click.echo(f"interrupted: rerun the same command to resume study {spec.study!r}", err=True)
         raise SystemExit(130)
     confirmed = (
-        run_confirm(spec, live, opts["db"], outcome.best.number if outcome.best else None, progress_mode(opts))
+        run_confirm(spec, live, db, outcome.best.number if outcome.best else None, progress_mode(opts))
         if live.confirm
         else None
     )
-    exported = _export(spec, outcome, opts) if opts["export_dir"] and outcome.best else []
+    exported = _export(spec, opts, db) if opts["export_dir"] and outcome.best else []
     errors = server_errors(spec)
     effects = _effects(spec, outcome, progress_mode(opts))
     if opts["as_json"]:
-        click.echo(
-            json.dumps(
-                {
-                    **_outcome_json(spec, outcome, exported),
-                    "effects": effects_json(effects or []),
-                    "confirm": confirm_json(spec, confirmed),
-                    "server_errors": errors,
-                },
-                indent=2,
-            )
-        )
+        printed: TuneJson = {
+            **_outcome_json(spec, outcome, exported),
+            "effects": effects_json(effects or []),
+            "confirm": confirm_json(spec, confirmed),
+            "server_errors": errors,
+        }
+        click.echo(json.dumps(printed, indent=2))
     else:
         out = output_console()
         _print_outcome(spec, outcome, out)
         print_live(spec, live, confirmed, errors)
         if effects is not None:
             print_effects(spec, outcome, effects, out)
-        _print_files_and_next(spec, outcome, opts, exported, out)
+        _print_files_and_next(spec, outcome, db, exported, out)
 
 
-def _spec_from_options(opts: dict[str, Any], live: LivePlan) -> tuple[TuneSpec, int]:
-    """Validate every option before any work and build the worker spec."""
+def _spec_from_options(opts: TuneOptions, live: LivePlan, db: str) -> tuple[TuneSpec, int]:
+    """Validate every option before any work and build the worker spec (its run store: `db`)."""
     if opts["jobs"] is not None and opts["jobs"] < 1:
         raise click.BadParameter(f"must be a positive integer, got {opts['jobs']}", param_hint="--jobs")
-    opts["db"] = opts["db"] or str(default_db_path())
-    RunStore.check_writable(opts["db"])  # a bad --db fails now, before the study's storage is opened or created
+    RunStore.check_writable(db)  # a bad --db fails now, before the study's storage is opened or created
     inputs = TuneInputs(
         scenario=str(opts["scenario"]),
         model=str(opts["model"]),
@@ -219,7 +239,7 @@ def _spec_from_options(opts: dict[str, Any], live: LivePlan) -> tuple[TuneSpec, 
         heartbeat_s=int(opts["heartbeat"]),
     )
     try:
-        spec = build_spec(inputs, str(opts["db"]))
+        spec = build_spec(inputs, db)
     except TuneInputError as err:
         raise click.BadParameter(str(err), param_hint=f"--{err.field}") from None
     live.check(spec)
@@ -249,7 +269,7 @@ def _resumed_search(spec: TuneSpec, fixes: tuple[str, ...]) -> TuneSpec:
     )
 
 
-def _repeats(opts: dict[str, Any]) -> int:
+def _repeats(opts: TuneOptions) -> int:
     """--repeats as given, else 5 seeds on the simulator and 1 on a live server (each is a goodput search)."""
     if opts["repeats"] is not None:
         return int(opts["repeats"])
@@ -260,12 +280,11 @@ def _repeats(opts: dict[str, Any]) -> int:
     )
 
 
-def _export_engine(opts: dict[str, Any], hardware: str) -> str | None:
+def _export_engine(opts: TuneOptions, hardware: str) -> str | None:
     """The engine --export writes for (so only modes it can run are searched), or None without --export."""
     if not opts["export_dir"]:
-        for flag in ("export_format", "engine_version"):
-            if opts[flag]:
-                option = "--format" if flag == "export_format" else "--engine-version"
+        for option, value in (("--format", opts["export_format"]), ("--engine-version", opts["engine_version"])):
+            if value:
                 raise click.BadParameter(f"{option} needs --export DIR", param_hint=option)
         return None
     engine = str(opts["export_format"] or default_engine(hardware))
@@ -384,9 +403,53 @@ def _latency_rows(spec: TuneSpec) -> list[tuple[str, Cell]]:
     return rows
 
 
-def _trial_json(trial: TrialSummary | None, ci: Interval | None = None) -> dict[str, object] | None:
-    if trial is None:
-        return None
+class TrialJson(TypedDict):
+    """A trial as `tune --json` prints it: the best, the default and each tie."""
+
+    trial: int
+    config: dict[str, Any]  # as ServingConfig.to_dict() gives it
+    value: float | None
+    goodput_rps: float | None
+    attainment: float | None
+    goodput_ci: Interval | None
+    metrics: dict[str, Any]
+
+
+class OutcomeJson(TypedDict):
+    """What `tune --json` says of the study's outcome."""
+
+    study: str
+    trials: int
+    objective: str
+    slo: str | None
+    scenario: str
+    devices: int
+    storage: str
+    baseline_engine: str
+    precision: float
+    best: TrialJson | None
+    default: TrialJson | None
+    ties: list[TrialJson]
+    free_in_ties: list[str]
+    clear_win: bool | None
+    ratio: float | None
+    completed: int
+    importances: dict[str, float] | None
+    best_run_id: int | None
+    default_run_id: int | None
+    interrupted: bool
+    exported: list[str]
+
+
+class TuneJson(OutcomeJson):
+    """The JSON object `tune --json` prints: the outcome, then what the winner's knobs did and the live parts."""
+
+    effects: list[dict[str, object]]
+    confirm: list[ConfirmJson] | None  # None without --confirm
+    server_errors: list[ServerErrorJson]
+
+
+def _trial_json(trial: TrialSummary, ci: Interval | None = None) -> TrialJson:
     return {
         "trial": trial.number,
         "config": trial.config,
@@ -398,7 +461,7 @@ def _trial_json(trial: TrialSummary | None, ci: Interval | None = None) -> dict[
     }
 
 
-def _outcome_json(spec: TuneSpec, outcome: TuneOutcome, exported: list[Path]) -> dict[str, object]:
+def _outcome_json(spec: TuneSpec, outcome: TuneOutcome, exported: list[Path]) -> OutcomeJson:
     return {
         "study": outcome.study,
         "trials": outcome.trials,
@@ -409,8 +472,8 @@ def _outcome_json(spec: TuneSpec, outcome: TuneOutcome, exported: list[Path]) ->
         "storage": shown(spec.storage),
         "baseline_engine": spec.engine,
         "precision": spec.precision,
-        "best": _trial_json(outcome.best, outcome.best_ci),
-        "default": _trial_json(outcome.default, outcome.default_ci),
+        "best": None if outcome.best is None else _trial_json(outcome.best, outcome.best_ci),
+        "default": None if outcome.default is None else _trial_json(outcome.default, outcome.default_ci),
         "ties": [_trial_json(t) for t in outcome.ties],
         "free_in_ties": list(outcome.free),
         "clear_win": outcome.clear_win,
@@ -424,8 +487,8 @@ def _outcome_json(spec: TuneSpec, outcome: TuneOutcome, exported: list[Path]) ->
     }
 
 
-def _export(spec: TuneSpec, outcome: TuneOutcome, opts: dict[str, Any]) -> list[Path]:
-    with open_store(opts["db"]) as store:
+def _export(spec: TuneSpec, opts: TuneOptions, db: str) -> list[Path]:
+    with open_store(db) as store:
         return export_best(
             store,
             spec.study,
@@ -437,25 +500,25 @@ def _export(spec: TuneSpec, outcome: TuneOutcome, opts: dict[str, Any]) -> list[
 
 
 def _print_files_and_next(
-    spec: TuneSpec, outcome: TuneOutcome, opts: dict[str, Any], exported: list[Path], console: Console
+    spec: TuneSpec, outcome: TuneOutcome, db: str, exported: list[Path], console: Console
 ) -> None:
     """Where the study, its runs and any exported files went, and the commands that use them."""
     best, default = outcome.best_run_id, outcome.default_run_id
     runs = stored_runs_text(best, default)
-    console.print(f"run store: {opts['db']}" + (f" ({runs})" if runs else ""))
+    console.print(f"run store: {db}" + (f" ({runs})" if runs else ""))
     console.print(f"study: {shown(spec.storage)}")
     for path in exported:
         console.print(f"exported {path}")
     if outcome.best is None:
         return
     study = shlex.quote(spec.study)
-    db = "" if str(opts["db"]) == str(default_db_path()) else f" --db {shlex.quote(str(opts['db']))}"
+    db_flag = "" if db == str(default_db_path()) else f" --db {shlex.quote(db)}"
     steps = []
     if not exported:
-        steps.append(f"pipedeck export --study {study} --format {spec.engine} --out deploy{db}")
+        steps.append(f"pipedeck export --study {study} --format {spec.engine} --out deploy{db_flag}")
     if best is not None and default is not None and best != default:  # nothing to compare when the default won
-        steps.append(f"pipedeck compare {best} {default} --out compare.html{db}")
-    steps.append(f"pipedeck report --study {study} --out study.html{db}")
+        steps.append(f"pipedeck compare {best} {default} --out compare.html{db_flag}")
+    steps.append(f"pipedeck report --study {study} --out study.html{db_flag}")
     console.print("next:")
     for step in steps:
         console.print(f"  {step}", highlight=False, markup=False, soft_wrap=True)

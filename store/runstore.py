@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import os
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from importlib import metadata
@@ -332,7 +332,7 @@ class RunStore:
         *,
         scenario: str,
         objective: str,
-        slo: dict[str, object],
+        slo: Mapping[str, object],
         settings: dict[str, object],
         storage: str,
     ) -> None:

@@ -13,18 +13,27 @@ that do not overlap are always a paired win, and overlapping ones may be.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TypedDict, cast
 
 import numpy as np
 
 from .objectives import Objective
 
 CONFIDENCE = 0.95
-# an interval as `interval` makes it and a trial's metrics keep it (goodput_ci): mean, low, high, values, seeds
-Interval = Mapping[str, Any]
 
 
-def interval(values: Sequence[float], seeds: Sequence[int]) -> dict[str, object]:
+class Interval(TypedDict):
+    """A goodput over several seeds as `interval` makes it and a trial's metrics keep it (goodput_ci)."""
+
+    mean: float
+    low: float  # the ends of its CONFIDENCE t-interval (the mean itself for one seed)
+    high: float
+    values: list[float]  # one per seed, in the order of `seeds`
+    seeds: list[int]
+    confidence: float
+
+
+def interval(values: Sequence[float], seeds: Sequence[int]) -> Interval:
     """Mean and 95% t-interval of `values` (one per seed); with one value the interval is that value."""
     mean, low, high = _t_interval(values)
     return {
@@ -40,7 +49,7 @@ def interval(values: Sequence[float], seeds: Sequence[int]) -> dict[str, object]
 def stored_interval(metrics: Mapping[str, object]) -> Interval | None:
     """The interval a trial's metrics keep as goodput_ci (where `tune --repeats` measured one), else None."""
     ci = metrics.get("goodput_ci")
-    return ci if isinstance(ci, Mapping) else None
+    return cast(Interval, ci) if isinstance(ci, Mapping) else None  # JSON of what `interval` made
 
 
 def _t_interval(values: Sequence[float]) -> tuple[float, float, float]:

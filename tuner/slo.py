@@ -67,7 +67,7 @@ class Slo:
         """The SLO as `parse_slo` reads it and Optuna's study settings keep it: ttft=2s,tpot=200ms."""
         return ",".join(limit.text() for limit in self.limits)
 
-    def to_dict(self) -> dict[str, object]:
+    def to_dict(self) -> dict[str, dict[str, float]]:
         """The SLO as the run store keeps it (`from_dict` reads it back)."""
         return {limit.metric: {"limit_s": limit.limit_s, "percentile": limit.percentile} for limit in self.limits}
 
