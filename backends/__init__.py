@@ -21,6 +21,7 @@ if TYPE_CHECKING:  # what type checkers see; at run time __getattr__ imports eac
     from .config import ResolvedConfig as ResolvedConfig
     from .config import ServingConfig as ServingConfig
     from .config import default_layer_split as default_layer_split
+    from .config import field_hints as field_hints
     from .config import parse_layer_split as parse_layer_split
     from .config import parse_value as parse_value
     from .engine_baseline import EngineDefaults as EngineDefaults
@@ -91,6 +92,7 @@ _WHERE = {
     "ResolvedConfig": "config",
     "ServingConfig": "config",
     "default_layer_split": "config",
+    "field_hints": "config",
     "parse_layer_split": "config",
     "parse_value": "config",
     "EngineDefaults": "engine_baseline",

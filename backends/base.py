@@ -11,7 +11,7 @@ from .result import RequestRecord, RunResult, Span
 
 if TYPE_CHECKING:
     from ..scenarios import Scenario
-    from .config import ServingConfig
+    from .config import ResolvedConfig, ServingConfig
     from .footprint import Footprint
 
 
@@ -73,7 +73,7 @@ class Backend(Protocol):
     def run(
         self,
         scenario: Scenario,
-        config: ServingConfig,
+        config: ServingConfig | ResolvedConfig,
         rate: float | None = None,
         seed: int = 0,
         num_requests: int | None = None,

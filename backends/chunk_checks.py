@@ -8,7 +8,7 @@ from .tokens import format_tokens
 
 def chunk_warnings(config: ResolvedConfig) -> list[str]:
     """One line per thing odd about the config's chunk (the step token budget); none when it is ordinary."""
-    model, hardware, chunk = config.model_profile, config.hardware_profile, int(config.chunk)
+    model, hardware, chunk = config.model_profile, config.hardware_profile, int(config.scheduling.chunk)
     lines = []
     if chunk < hardware.gemm_tile_tokens:
         lines.append(

@@ -1,31 +1,47 @@
-"""`ServingConfig`, one serving deployment as asked (the sum of its parts), and `ResolvedConfig`, the same validated.
+"""`ServingConfig`, one serving deployment as asked, composed of its parts, and `ResolvedConfig`, the same validated.
+
+A config names what is served (`model`, `hardware`, `mode`) and holds one
+frozen part per concern (backends/parts.py): `parallelism`, `scheduling`,
+`memory` and each scheme's own settings (`dcpp`, `fastpp`, `adaptive`,
+`delay`); parts registered beyond these (`register_part`) are held in
+`extra_parts`. Components take the part they read: `config.scheduling.chunk`.
 
 `RawConfig` holds what the command line or the Config form gave (text such
 as "8k"); its `parse()` gives a `ServingConfig` whose fields hold their own
 types. `ServingConfig.resolve()` validates every field before any work and returns a
-`ResolvedConfig`: derived fields filled in (layer split, virtual stages, KV
-capacity) and the model and hardware profiles it was resolved against. The
+`ResolvedConfig`, a type of its own whose derived fields are filled in
+(`ResolvedParallelism`: layer split and virtual stages; `ResolvedMemory`: KV
+capacity), with the model and hardware profiles it was resolved against. The
 backends run resolved configs only.
+
+At the edges a config is flat, one value per name (the CLI, `--fix`, the
+Config form, the store's JSON): `ServingConfig.of(tp=8, chunk=16384)`,
+`values()`, `replace(**changes)`, `to_dict()` and `from_dict()`. Each flat
+name is a field of exactly one part; the parts' dataclass fields say which.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
+import functools
+import typing
+from collections import defaultdict
+from dataclasses import dataclass, field
 from functools import cached_property
-from typing import TypeVar
+from typing import Any, ClassVar, Protocol, TypeVar
 
 from .errors import ConfigError
-from .knobs import declared_knobs, knob_default, knob_named
+from .knobs import PARTS, declared_knobs, knob_named
 from .memory import kv_capacity_tokens, weight_bytes_per_device
 from .parts import (
     AdaptiveSettings,
     DcppSettings,
     DelaySettings,
-    Deployment,
     FastPPSettings,
     Memory,
     Parallelism,
+    ResolvedMemory,
+    ResolvedParallelism,
     Scheduling,
 )
 from .policies.layouts import LAYOUTS
@@ -118,26 +134,86 @@ class RawConfig:
 
     def parse(self) -> ServingConfig:
         """Each value in its field's type; a one-line ConfigError naming the first that does not parse."""
-        return ServingConfig.from_values({name: parse_value(name, value) for name, value in self.given})
+        return ServingConfig.of(**{name: parse_value(name, value) for name, value in self.given})
 
 
 P = TypeVar("P")
 
 
-@dataclass(frozen=True)
-class ServingConfig(
-    DelaySettings, AdaptiveSettings, FastPPSettings, DcppSettings, Memory, Scheduling, Parallelism, Deployment
-):
-    """One deployment as asked: the sum of the config parts (backends/parts.py), not yet validated.
+class Part(Protocol):
+    """A config part as the config holds it: a dataclass instance (frozen, as `register_part` checks)."""
 
-    Its fields are the parts' fields: the deployment, the cluster shape and
-    every knob of the built-in parts. Knobs of parts registered beyond those
-    (`register_part`) are kept in `extra_knobs`, by name. `layer_split`,
-    `virtual_stages` and `kv_capacity` are derived when left as None. Call
-    `resolve()` to validate every value and fill them in.
+    __dataclass_fields__: ClassVar[dict[str, dataclasses.Field[object]]]
+
+
+def layers_per_rank(stage_ranks: tuple[int, ...], layer_split: tuple[int, ...], pp: int) -> list[int]:
+    """Layers held by each of `pp` ranks when virtual stage i, of layer_split[i] layers, runs on stage_ranks[i]."""
+    per_rank = [0] * pp
+    for rank, count in zip(stage_ranks, layer_split):
+        per_rank[rank] += count
+    return per_rank
+
+
+class _Flat:
+    """The flat view that `ServingConfig` and `ResolvedConfig` share, read through the parts each holds."""
+
+    extra_parts: tuple[Part, ...]
+
+    def parts(self) -> tuple[Part, ...]:
+        """Every part held: the built-in ones in field order, then those registered beyond them."""
+        return (*(getattr(self, slot) for slot in _part_slots()), *self.extra_parts)
+
+    def part(self, part: type[P]) -> P:
+        """The part of type `part` held (built-in or registered beyond them); a registered part that is not
+        held comes at its defaults."""
+        for held in self.parts():
+            if isinstance(held, part):
+                return held
+        if part not in PARTS:
+            raise KeyError(f"{part.__name__}: not a part of the config")
+        return part()
+
+    def values(self) -> dict[str, object]:
+        """Every field by name: the deployment's, then each part's, registered parts not held at their defaults."""
+        held = self.parts()
+        defaults = tuple(part() for part in PARTS if not any(type(h) is part for h in held))
+        flat = {name: getattr(self, name) for name in _deployment_names()}
+        for part in (*held, *defaults):
+            flat.update((f.name, getattr(part, f.name)) for f in dataclasses.fields(part))
+        return flat
+
+    def replace(self, **changes: object) -> ServingConfig:
+        """An unresolved copy with some fields changed, by flat name (derived fields are re-derived on resolve)."""
+        return ServingConfig.of(**{**self.values(), **changes})
+
+    def to_dict(self) -> dict[str, object]:
+        """Plain-data view (for JSON, the store and exports): every field and knob by flat name."""
+        data = self.values()
+        split = data["layer_split"]
+        data["layer_split"] = list(split) if isinstance(split, tuple) else split
+        return data
+
+
+@dataclass(frozen=True, kw_only=True)
+class ServingConfig(_Flat):
+    """One deployment as asked, not yet validated: what is served and one part per concern (backends/parts.py).
+
+    `parallelism.layer_split`, `parallelism.virtual_stages` and
+    `memory.kv_capacity` are derived when left as None. Call `resolve()` to
+    validate every value and fill them in; `of()` builds one from flat values.
     """
 
-    extra_knobs: tuple[tuple[str, object], ...] = ()
+    model: str = "deepseek-v3.1"
+    hardware: str = "ascend-910c"
+    mode: str = "cpp"
+    parallelism: Parallelism = field(default_factory=Parallelism)
+    scheduling: Scheduling = field(default_factory=Scheduling)
+    memory: Memory = field(default_factory=Memory)
+    dcpp: DcppSettings = field(default_factory=DcppSettings)
+    fastpp: FastPPSettings = field(default_factory=FastPPSettings)
+    adaptive: AdaptiveSettings = field(default_factory=AdaptiveSettings)
+    delay: DelaySettings = field(default_factory=DelaySettings)
+    extra_parts: tuple[Part, ...] = ()  # instances of the parts registered beyond the ones above
 
     @cached_property
     def model_profile(self) -> ModelProfile:
@@ -153,61 +229,32 @@ class ServingConfig(
         except ProfileError as err:
             raise ConfigError(str(err)) from None
 
-    @property
-    def mode_spec(self) -> ModeSpec:
-        return MODES[self.mode]
-
-    @property
-    def devices(self) -> int:
-        return self.tp * self.pp
-
-    @property
-    def stage_ranks(self) -> tuple[int, ...]:
-        """The rank each virtual stage runs on, in execution order."""
-        return LAYOUTS[self.mode_spec.layout](self.pp)
-
-    def layers_per_rank(self) -> list[int]:
-        """Layers held by each rank under the resolved split."""
-        per_rank = [0] * self.pp
-        for rank, count in zip(self.stage_ranks, self.layer_split or ()):
-            per_rank[rank] += count
-        return per_rank
-
-    def part(self, part: type[P]) -> P:
-        """The values of one config part (backends/parts.py, or one registered beyond them) as that part."""
-        values = self.values()
-        return part(**{f.name: values[f.name] for f in dataclasses.fields(part)})  # type: ignore[arg-type]
-
-    def replace(self, **changes: object) -> ServingConfig:
-        """An unresolved copy with some fields changed (derived fields are re-derived on resolve)."""
-        return ServingConfig.from_values({**self.values(), **changes})
-
-    def values(self) -> dict[str, object]:
-        """Every field by name, the knobs of registered parts beyond the built-in ones included."""
-        fields = {f.name: getattr(self, f.name) for f in dataclasses.fields(ServingConfig) if f.name != "extra_knobs"}
-        extra = {k.field: knob_default(k.field) for k in declared_knobs() if k.field not in fields}
-        return {**fields, **extra, **dict(self.extra_knobs)}
-
     @classmethod
-    def from_values(cls, values: dict[str, object]) -> ServingConfig:
-        """A config from values by field name; a declared knob of a registered part is kept by name,
-        any other unknown name is a ConfigError naming the allowed ones."""
-        names = {f.name for f in dataclasses.fields(cls)} - {"extra_knobs"}
-        declared = {k.field for k in declared_knobs()}
-        unknown = sorted(set(values) - names - declared)
+    def of(cls, **values: object) -> ServingConfig:
+        """A config from flat values by field name (`ServingConfig.of(tp=8, chunk="16k")`), each put in its part,
+        every other field at its default; an unknown name is a ConfigError naming the allowed ones."""
+        slots, extras, owner = _part_slots(), _extra_parts(), _owners()
+        unknown = sorted(set(values) - set(owner))
         if unknown:
-            raise ConfigError(f"{unknown[0]}: not a config field; allowed: {', '.join(sorted(names | declared))}")
-        extra = tuple((name, value) for name, value in values.items() if name not in names)
-        return cls(**{name: value for name, value in values.items() if name in names}, extra_knobs=extra)  # type: ignore[arg-type]
+            raise ConfigError(f"{unknown[0]}: not a config field; allowed: {', '.join(sorted(owner))}")
+        given: defaultdict[object, dict[str, object]] = defaultdict(dict)
+        for name, value in values.items():
+            given[owner[name]][name] = value
+        # by name, each as given (text or number alike): resolve() checks the types, which no annotation can say here
+        fields: dict[str, Any] = {name: values[name] for name in _deployment_names() if name in values}
+        fields |= {slot: part(**given[slot]) for slot, part in slots.items()}
+        fields["extra_parts"] = tuple(part(**given[part]) for part in extras)
+        return cls(**fields)
 
     def resolve(self) -> ResolvedConfig:
         """Validate every field and fill in the derived ones; raise ConfigError on the first bad one."""
         if self.mode not in MODES:
             raise ConfigError(f"mode: unknown mode {self.mode!r}; allowed: {', '.join(MODES)}")
-        spec = self.mode_spec
+        spec = MODES[self.mode]
         model, hw = self.model_profile, self.hardware_profile
-        tp = _positive_int("tp", self.tp)
-        pp = _positive_int("pp", self.pp)
+        asked = self.parallelism
+        tp = _positive_int("tp", asked.tp)
+        pp = _positive_int("pp", asked.pp)
         if model.num_heads % tp:
             allowed = [d for d in range(1, model.num_heads + 1) if model.num_heads % d == 0]
             raise ConfigError(
@@ -217,7 +264,7 @@ class ServingConfig(
             raise ConfigError(
                 f"pp: mode {self.mode} folds the pipeline back over the ranks and needs pp >= 2, got {pp}"
             )
-        virtual = spec.virtual_stages if self.virtual_stages is None else self.virtual_stages
+        virtual = spec.virtual_stages if asked.virtual_stages is None else asked.virtual_stages
         if virtual != spec.virtual_stages:
             raise ConfigError(
                 f"virtual_stages: mode {self.mode} runs {spec.virtual_stages} virtual stage(s) per rank, got {virtual}"
@@ -225,7 +272,7 @@ class ServingConfig(
         stages = pp * virtual
         if stages > model.num_layers:
             raise ConfigError(f"pp: {stages} stages exceed {model.name}'s {model.num_layers} layers")
-        split = self.layer_split
+        split = asked.layer_split
         if split is None:
             split = default_layer_split(model.num_layers, stages)
         split = tuple(split)
@@ -236,30 +283,37 @@ class ServingConfig(
         if sum(split) != model.num_layers:
             raise ConfigError(f"layer_split: must sum to {model.name}'s {model.num_layers} layers, got {sum(split)}")
         values = self.values()
-        knobs = {k.field: k.check(values[k.field]) for k in declared_knobs()}
-        checked = self.replace(tp=tp, pp=pp, virtual_stages=virtual, layer_split=split, **knobs)
-        heaviest = max(checked.layers_per_rank())
-        weights = weight_bytes_per_device(model, tp, heaviest) / 1e9
+        checked = self.replace(**{k.field: k.check(values[k.field]) for k in declared_knobs()})
+        per_rank = layers_per_rank(LAYOUTS[spec.layout](pp), split, pp)
+        weights = weight_bytes_per_device(model, tp, max(per_rank)) / 1e9
         if weights > hw.memory_gb * hw.memory_utilization:
             raise ConfigError(
                 f"tp: {model.name} needs {weights:.0f} GB of weights per device at tp={tp} pp={pp}, "
                 f"more than {hw.name}'s {hw.memory_gb * hw.memory_utilization:.0f} GB usable; use more devices"
             )
-        if self.kv_capacity is None:
-            capacity = kv_capacity_tokens(model, hw, tp, checked.layers_per_rank())
+        if self.memory.kv_capacity is None:
+            capacity = kv_capacity_tokens(model, hw, tp, per_rank)
             if capacity < 1:
                 raise ConfigError(
                     f"kv_capacity: no memory left for KV cache after {weights:.0f} GB of weights per device; use more devices"
                 )
         else:
-            capacity = parse_tokens(self.kv_capacity, "kv_capacity")
-        return ResolvedConfig.of(checked.replace(kv_capacity=capacity), model, hw)
-
-    def to_dict(self) -> dict[str, object]:
-        """Plain-data view (for JSON, the store and exports): every field and knob by name."""
-        data = self.values()
-        data["layer_split"] = list(self.layer_split) if self.layer_split is not None else None
-        return data
+            capacity = parse_tokens(self.memory.kv_capacity, "kv_capacity")
+        return ResolvedConfig(
+            model=self.model,
+            hardware=self.hardware,
+            mode=self.mode,
+            parallelism=ResolvedParallelism(tp=tp, pp=pp, virtual_stages=virtual, layer_split=split),
+            scheduling=checked.scheduling,
+            memory=ResolvedMemory(kv_capacity=capacity),
+            dcpp=checked.dcpp,
+            fastpp=checked.fastpp,
+            adaptive=checked.adaptive,
+            delay=checked.delay,
+            extra_parts=checked.extra_parts,
+            model_profile=model,
+            hardware_profile=hw,
+        )
 
     @classmethod
     def from_dict(cls, data: dict[str, object]) -> ServingConfig:
@@ -268,36 +322,95 @@ class ServingConfig(
         split = values.get("layer_split")
         if isinstance(split, (list, tuple)):
             values["layer_split"] = tuple(split)
-        return cls.from_values(values)
+        return cls.of(**values)
 
 
-class ResolvedConfig(ServingConfig):
-    """A validated ServingConfig: every derived field filled in, the profiles it was resolved against kept.
+@dataclass(frozen=True, kw_only=True)
+class ResolvedConfig(_Flat):
+    """A validated config, built only by `ServingConfig.resolve()`: the same fields, every derived one filled in,
+    and the profiles it was resolved against.
 
-    Built only by `ServingConfig.resolve()`; `replace` gives back an unresolved
-    ServingConfig, since changed fields need validating again.
+    `replace` gives back an unresolved ServingConfig, since changed fields
+    need validating again.
     """
 
-    layer_split: tuple[int, ...]
-    kv_capacity: int
-    virtual_stages: int
-    _profiles: tuple[ModelProfile, HardwareProfile]
-
-    @classmethod
-    def of(cls, config: ServingConfig, model: ModelProfile, hardware: HardwareProfile) -> ResolvedConfig:
-        """`config`'s values, already checked, with the profiles they were checked against."""
-        resolved = cls(**{f.name: getattr(config, f.name) for f in dataclasses.fields(config)})
-        object.__setattr__(resolved, "_profiles", (model, hardware))  # frozen: set once, while building
-        return resolved
-
-    @property
-    def model_profile(self) -> ModelProfile:
-        return self._profiles[0]
+    model: str
+    hardware: str
+    mode: str
+    parallelism: ResolvedParallelism
+    scheduling: Scheduling
+    memory: ResolvedMemory
+    dcpp: DcppSettings
+    fastpp: FastPPSettings
+    adaptive: AdaptiveSettings
+    delay: DelaySettings
+    extra_parts: tuple[Part, ...]
+    model_profile: ModelProfile = field(compare=False, repr=False)
+    hardware_profile: HardwareProfile = field(compare=False, repr=False)
 
     @property
-    def hardware_profile(self) -> HardwareProfile:
-        return self._profiles[1]
+    def mode_spec(self) -> ModeSpec:
+        return MODES[self.mode]
+
+    @property
+    def devices(self) -> int:
+        return self.parallelism.tp * self.parallelism.pp
+
+    @property
+    def stage_ranks(self) -> tuple[int, ...]:
+        """The rank each virtual stage runs on, in execution order."""
+        return LAYOUTS[self.mode_spec.layout](self.parallelism.pp)
+
+    def layers_per_rank(self) -> list[int]:
+        """Layers held by each rank."""
+        return layers_per_rank(self.stage_ranks, self.parallelism.layer_split, self.parallelism.pp)
 
     def resolve(self) -> ResolvedConfig:
         """Already resolved."""
         return self
+
+
+@functools.cache
+def _part_slots() -> dict[str, type[Part]]:
+    """The config's part fields and the part each holds: the fields of `ServingConfig` a part class fills in."""
+    slots = {}
+    for f in dataclasses.fields(ServingConfig):
+        part: object = f.default_factory
+        if isinstance(part, type) and dataclasses.is_dataclass(part):
+            slots[f.name] = part
+    return slots
+
+
+def _extra_parts() -> list[type[Part]]:
+    """The parts registered beyond the ones `ServingConfig` declares a field for, in registration order."""
+    built_in = _part_slots().values()
+    return [part for part in PARTS if part not in built_in]
+
+
+def _owners() -> dict[str, object]:
+    """What holds each flat name: the config itself (the name), a built-in part (its field's name) or a part
+    registered beyond them (the part); TypeError if two parts declare the same name."""
+    owner: dict[str, object] = {name: name for name in _deployment_names()}
+    holders = [*_part_slots().items(), *((part, part) for part in _extra_parts())]
+    for holder, part in holders:
+        for f in dataclasses.fields(part):
+            if f.name in owner:
+                raise TypeError(f"{part.__name__}: its field {f.name} is already a config field")
+            owner[f.name] = holder
+    return owner
+
+
+def field_hints() -> dict[str, object]:
+    """Each flat field's type hint, in `values()` order: what is served, then every part's fields."""
+    hints = typing.get_type_hints(ServingConfig)
+    flat = {name: hints[name] for name in _deployment_names()}
+    for part in (*_part_slots().values(), *_extra_parts()):
+        flat |= typing.get_type_hints(part)
+    return flat
+
+
+@functools.cache
+def _deployment_names() -> tuple[str, ...]:
+    """The config's own fields, which name what is served: every field but the parts."""
+    slots = _part_slots()
+    return tuple(f.name for f in dataclasses.fields(ServingConfig) if f.name not in slots and f.name != "extra_parts")

@@ -294,11 +294,13 @@ def plan_launch(config: ResolvedConfig, engine_name: str, version: str | None = 
     if support is None:
         able = ", ".join(engines_for(config.mode)) or "none"
         raise ExportError(f"format: mode {config.mode} cannot run on {engine.name}; engines that can: {able}")
-    if config.pp < support.min_pp:
-        raise ExportError(f"pp: mode {config.mode} on {engine.name} needs pp >= {support.min_pp}, got {config.pp}")
+    if config.parallelism.pp < support.min_pp:
+        raise ExportError(
+            f"pp: mode {config.mode} on {engine.name} needs pp >= {support.min_pp}, got {config.parallelism.pp}"
+        )
     checkpoint = config.model_profile.checkpoint(engine.platforms[0])
     launch = engine.common(config, release) + support.render(config, release)
-    if config.delay_scheduling:
+    if config.delay.delay_scheduling:
         if engine.delay_scheduling is None:
             able = ", ".join(_able(e, e.delay_scheduling) for e in ENGINES.values() if e.delay_scheduling) or "none"
             raise ExportError(f"format: delay scheduling cannot run on {engine.name}; engines that can: {able}")
@@ -339,7 +341,7 @@ def partition_env(
     if config.mode_spec.layout != "linear":
         return ()
     per_rank = tuple(config.layers_per_rank())
-    if per_rank == implicit(config.model_profile.num_layers, config.pp):
+    if per_rank == implicit(config.model_profile.num_layers, config.parallelism.pp):
         return ()
     return (EnvVar(env_name, ",".join(map(str, per_rank))),)
 
@@ -351,9 +353,9 @@ def exact_split(layers: int, pp: int) -> tuple[int, ...] | None:
 
 def vpp_layer_ranges(config: ResolvedConfig) -> list[list[list[int]]]:
     """Half-open [start, end) layer ranges, one list per PP rank holding its virtual stages in execution order."""
-    ranges: list[list[list[int]]] = [[] for _ in range(config.pp)]
+    ranges: list[list[list[int]]] = [[] for _ in range(config.parallelism.pp)]
     start = 0
-    for rank, count in zip(config.stage_ranks, config.layer_split or ()):
+    for rank, count in zip(config.stage_ranks, config.parallelism.layer_split):
         ranges[rank].append([start, start + count])
         start += count
     return ranges
@@ -386,10 +388,10 @@ def unmatched_semantics(config: ResolvedConfig, engine: str, matches: bool, rule
     """A note when the simulated scheduler semantics (decode_in_budget, mixed_batches, sticky_decodes) are not the engine's."""
     if matches:
         return ()
-    on_off = {True: "on", False: "off"}
+    on_off, scheduling = {True: "on", False: "off"}, config.scheduling
     return (
-        f"{engine} {rule}; this config was simulated with decode_in_budget={on_off[config.decode_in_budget]}, "
-        f"mixed_batches={on_off[config.mixed_batches]} and sticky_decodes={on_off[config.sticky_decodes]}, "
+        f"{engine} {rule}; this config was simulated with decode_in_budget={on_off[scheduling.decode_in_budget]}, "
+        f"mixed_batches={on_off[scheduling.mixed_batches]} and sticky_decodes={on_off[scheduling.sticky_decodes]}, "
         f"which {engine} cannot match.",
     )
 
@@ -415,14 +417,16 @@ def _vllm_common(config: ResolvedConfig, release: Release) -> Launch:
         notes=unmatched_semantics(
             config,
             "vLLM",
-            config.decode_in_budget and config.mixed_batches and not config.sticky_decodes,
+            config.scheduling.decode_in_budget
+            and config.scheduling.mixed_batches
+            and not config.scheduling.sticky_decodes,
             "always mixes decodes into prefill steps, counts them against "
             "--max-num-batched-tokens and lets any running request join any step",
         ),
         env=partition_env("VLLM_PP_LAYER_PARTITION", config, default_layer_split),
         flags=(
-            Flag("--tensor-parallel-size", config.tp),
-            Flag("--pipeline-parallel-size", config.pp),
+            Flag("--tensor-parallel-size", config.parallelism.tp),
+            Flag("--pipeline-parallel-size", config.parallelism.pp),
             *knob_flags(config, "vllm"),
         ),
     )
@@ -499,17 +503,19 @@ def _ascend_common(config: ResolvedConfig, release: Release) -> Launch:
 
 
 def _ascend_dcpp(config: ResolvedConfig, release: Release) -> Launch:
-    min_chunk = min(config.min_chunk, config.chunk)  # the simulator clamps min_chunk to the chunk budget, as 0.23 does
+    min_chunk = min(
+        config.dcpp.min_chunk, config.scheduling.chunk
+    )  # the simulator clamps min_chunk to the chunk budget, as 0.23 does
     settings: dict[str, object] = {
-        "profiling_chunk_config": {"enabled": True, "smooth_factor": config.smooth_factor, "min_chunk": min_chunk},
+        "profiling_chunk_config": {"enabled": True, "smooth_factor": config.dcpp.smooth_factor, "min_chunk": min_chunk},
         "enable_balance_scheduling": False,
     }
     if release.dcpp_under:
         settings = {release.dcpp_under: settings}
     notes = (
         ()
-        if min_chunk == config.min_chunk
-        else (f"min_chunk {config.min_chunk} exceeds the chunk budget; exported as {min_chunk}, as simulated.",)
+        if min_chunk == config.dcpp.min_chunk
+        else (f"min_chunk {config.dcpp.min_chunk} exceeds the chunk budget; exported as {min_chunk}, as simulated.",)
     )
     return Launch(
         flags=(Flag("--additional-config", compact_json(settings)), Flag("--no-async-scheduling")), notes=notes
@@ -517,7 +523,10 @@ def _ascend_dcpp(config: ResolvedConfig, release: Release) -> Launch:
 
 
 def _ascend_vpp(config: ResolvedConfig, release: Release) -> Launch:
-    settings = {"virtual_pipeline_parallel_size": config.virtual_stages, "vpp_layer_ranges": vpp_layer_ranges(config)}
+    settings = {
+        "virtual_pipeline_parallel_size": config.parallelism.virtual_stages,
+        "vpp_layer_ranges": vpp_layer_ranges(config),
+    }
     return Launch(
         env=(EnvVar("ENABLE_VPP", "true"),),
         flags=(Flag("--additional-config", compact_json(settings)),),
@@ -571,7 +580,12 @@ SGLANG_METRICS = Flag("--enable-metrics")
 
 def _sglang_flags(config: ResolvedConfig) -> tuple[Flag, ...]:
     """The common knobs in the spelling SGLang and its forks share."""
-    return (Flag("--tp-size", config.tp), Flag("--pp-size", config.pp), *knob_flags(config, "sglang"), SGLANG_METRICS)
+    return (
+        Flag("--tp-size", config.parallelism.tp),
+        Flag("--pp-size", config.parallelism.pp),
+        *knob_flags(config, "sglang"),
+        SGLANG_METRICS,
+    )
 
 
 def _sglang_common(config: ResolvedConfig, release: Release) -> Launch:
@@ -580,7 +594,7 @@ def _sglang_common(config: ResolvedConfig, release: Release) -> Launch:
     notes = unmatched_semantics(
         config,
         "SGLang",
-        config.decode_in_budget == config.mixed_batches and config.sticky_decodes,
+        config.scheduling.decode_in_budget == config.scheduling.mixed_batches and config.scheduling.sticky_decodes,
         "counts running decodes against --chunked-prefill-size only with --enable-mixed-chunk "
         "and keeps each request in its micro-batch's running batch",
     )
@@ -591,9 +605,11 @@ def _sglang_common(config: ResolvedConfig, release: Release) -> Launch:
 
 def _sglang_dcpp(config: ResolvedConfig, release: Release) -> Launch:
     return Launch(
-        env=(EnvVar("SGLANG_DYNAMIC_CHUNKING_SMOOTH_FACTOR", str(config.smooth_factor)),),
+        env=(EnvVar("SGLANG_DYNAMIC_CHUNKING_SMOOTH_FACTOR", str(config.dcpp.smooth_factor)),),
         flags=(Flag("--enable-dynamic-chunking"),),
-        notes=(f"SGLang's dynamic chunking has no minimum-chunk option; min_chunk {config.min_chunk} is not applied.",),
+        notes=(
+            f"SGLang's dynamic chunking has no minimum-chunk option; min_chunk {config.dcpp.min_chunk} is not applied.",
+        ),
     )
 
 
@@ -607,10 +623,10 @@ LLAMA_METRICS = Flag("--metrics")
 
 
 def _llama_common(config: ResolvedConfig, release: Release) -> Launch:
-    if config.tp != 1 or config.pp != 1:
+    if config.parallelism.tp != 1 or config.parallelism.pp != 1:
         raise ExportError(
             f"tp: llama-server runs one process without tensor or pipeline parallelism; "
-            f"got tp={config.tp} pp={config.pp} (use tp=1 pp=1)"
+            f"got tp={config.parallelism.tp} pp={config.parallelism.pp} (use tp=1 pp=1)"
         )
     return Launch(
         flags=(
@@ -618,7 +634,7 @@ def _llama_common(config: ResolvedConfig, release: Release) -> Launch:
             # baseline assumes; without it an explicit --parallel splits --ctx-size into fixed per-slot shares
             # (tools/server/server.cpp)
             Flag("--kv-unified"),
-            Flag("--ctx-size", config.kv_capacity),  # KV cache tokens of the whole pool
+            Flag("--ctx-size", config.memory.kv_capacity),  # KV cache tokens of the whole pool
             *knob_flags(config, "llama-server"),  # --batch-size and --ubatch-size: the step's budget; --parallel
             LLAMA_METRICS,
         )
@@ -751,7 +767,7 @@ def _fastpp(strategy: str) -> Render:
         return Launch(
             flags=(Flag("--enable-dynamic-chunk"), Flag("--dynamic-chunk-strategy", strategy)),
             notes=(
-                f"The controller steers by TTFT {config.slo_ttft_s:g} s and TPOT {config.slo_tpot_s:g} s.",
+                f"The controller steers by TTFT {config.fastpp.slo_ttft_s:g} s and TPOT {config.fastpp.slo_tpot_s:g} s.",
                 *_fastpp_tuned(config, own),
             ),
         )

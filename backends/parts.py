@@ -2,12 +2,13 @@
 
 A part's knob fields are declared once with `knob()` (backends/knobs.py):
 type, default, range, help, the modes that read it, how the tuner searches
-it and how each engine spells it. `ServingConfig` is the sum of these parts;
-a resolved config hands each simulator component the part it needs
-(`config.part(Scheduling)`).
+it and how each engine spells it. `ServingConfig` holds one instance of each
+part (`config.scheduling`, `config.dcpp`, ...) and hands each simulator
+component the part it needs, by keyword.
 
 Fields without a `knob()` declaration are structural: the cluster shape and
-what is derived from it, each validated by `ServingConfig.resolve()` itself.
+the KV capacity, each validated by `ServingConfig.resolve()` itself, which
+fills in what is derived from them (`ResolvedParallelism`, `ResolvedMemory`).
 """
 
 from __future__ import annotations
@@ -26,15 +27,6 @@ def _fastpp_default(value: object) -> dict[str, EngineFlag]:
 
 
 @dataclass(frozen=True)
-class Deployment:
-    """What is served, on what, and the pipeline mode that schedules it."""
-
-    model: str = "deepseek-v3.1"
-    hardware: str = "ascend-910c"
-    mode: str = "cpp"
-
-
-@dataclass(frozen=True)
 class Parallelism:
     """The cluster shape: tensor and pipeline parallel sizes, virtual stages per rank and layers per stage.
 
@@ -46,6 +38,16 @@ class Parallelism:
     pp: int = 2
     virtual_stages: int | None = None
     layer_split: tuple[int, ...] | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class ResolvedParallelism:
+    """The cluster shape as resolved: the same fields as `Parallelism`, the derived ones filled in."""
+
+    tp: int
+    pp: int
+    virtual_stages: int
+    layer_split: tuple[int, ...]
 
 
 @dataclass(frozen=True)
@@ -109,6 +111,13 @@ class Memory:
     """KV cache capacity in tokens (derived from device memory when None)."""
 
     kv_capacity: int | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class ResolvedMemory:
+    """KV cache capacity in tokens, as given or derived from device memory."""
+
+    kv_capacity: int
 
 
 @dataclass(frozen=True)

@@ -24,7 +24,7 @@ PAPER = {
 
 
 def run(mode: str, scenario: str, chunk: int):
-    config = ServingConfig(model="deepseek-v3.1", hardware="ascend-910c", tp=8, pp=2, mode=mode, chunk=chunk)
+    config = ServingConfig.of(model="deepseek-v3.1", hardware="ascend-910c", tp=8, pp=2, mode=mode, chunk=chunk)
     return SimBackend().run(load_scenario(scenario), config, timeline=False)
 
 

@@ -82,7 +82,7 @@ import numpy as np
 from rich.console import Console
 from rich.table import Table
 
-from pipedeck.backends.config import SGLANG_MIXED_CHUNK, ServingConfig
+from pipedeck.backends.config import SGLANG_MIXED_CHUNK, ResolvedConfig, ServingConfig
 from pipedeck.backends.errors import ConfigError
 from pipedeck.backends.policies import fastpp_alp
 from pipedeck.backends.policies.modes import MODES
@@ -364,7 +364,7 @@ def hardware_with(name: str, overrides: dict[str, float], folder: str) -> str:
 
 # -- section A --------------------------------------------------------------------------------------------
 def long_run(mode: str, length: str, chunk_k: int, hardware: str, timeline: bool = False):
-    config = ServingConfig(model="deepseek-v3.1", hardware=hardware, tp=8, pp=2, mode=mode, chunk=chunk_k * K)
+    config = ServingConfig.of(model="deepseek-v3.1", hardware=hardware, tp=8, pp=2, mode=mode, chunk=chunk_k * K)
     return SimBackend().run(load_scenario(f"long-{length}"), config, timeline=timeline)
 
 
@@ -493,7 +493,7 @@ def watching_alp():
 
     def make(env, inner=spec.chunk_policy):
         controller = inner(env)
-        shadow = _NoAttentionPredictor(controller, env.config.rls_forgetting)
+        shadow = _NoAttentionPredictor(controller, env.fastpp.rls_forgetting)
         observe = controller.observe
 
         def both(report):
@@ -526,7 +526,7 @@ def run_goodput(j: GoodputJob) -> dict[str, float | str | None]:
     )
     evaluator = Evaluator(spec)
     try:
-        config = ServingConfig(model=j.model, hardware=j.hardware, **SGLANG_MIXED_CHUNK, **dict(j.config)).resolve()
+        config = ServingConfig.of(model=j.model, hardware=j.hardware, **SGLANG_MIXED_CHUNK, **dict(j.config)).resolve()
         measured = evaluator.measure(config)
     except ConfigError as err:  # a refit's constants leave no room for the KV cache, say
         return {"goodput": 0.0, "rate": None, "why": str(err)}
@@ -536,7 +536,7 @@ def run_goodput(j: GoodputJob) -> dict[str, float | str | None]:
     return out
 
 
-def alp_errors(evaluator: Evaluator, config: ServingConfig, rate: float | None) -> dict[str, float | str | None]:
+def alp_errors(evaluator: Evaluator, config: ResolvedConfig, rate: float | None) -> dict[str, float | str | None]:
     if not rate:
         return {"mape_attention": None, "mape_no_attention": None, "why": "no goodput rate to run at"}
     with watching_alp() as built:

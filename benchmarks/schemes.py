@@ -70,7 +70,7 @@ def goodput(job: tuple[str, dict]) -> float:
         devices=4,
         slo=parse_slo("ttft=2s,tpot=200ms"),
     )
-    resolved = ServingConfig(model="qwen2.5-32b", hardware="a100-40g-pcie", **SGLANG_MIXED_CHUNK, **config).resolve()
+    resolved = ServingConfig.of(model="qwen2.5-32b", hardware="a100-40g-pcie", **SGLANG_MIXED_CHUNK, **config).resolve()
     return Evaluator(spec).measure(resolved).value
 
 
@@ -85,18 +85,18 @@ def ascend_goodput(job: tuple[str, str, int]) -> float:
         devices=16,
         slo=parse_slo("ttft=2s,tpot=200ms"),
     )
-    config = ServingConfig(model=model, hardware="ascend-910c", tp=8, pp=2, mode=mode, chunk=chunk * K).resolve()
+    config = ServingConfig.of(model=model, hardware="ascend-910c", tp=8, pp=2, mode=mode, chunk=chunk * K).resolve()
     return Evaluator(spec).measure(config).value
 
 
 def makespan(job: tuple[str, str, str, int]) -> float:
     model, scenario, mode, chunk = job
-    config = ServingConfig(model=model, hardware="ascend-910c", tp=8, pp=2, mode=mode, chunk=chunk * K)
+    config = ServingConfig.of(model=model, hardware="ascend-910c", tp=8, pp=2, mode=mode, chunk=chunk * K)
     return SimBackend().run(load_scenario(scenario), config, timeline=False).makespan_s
 
 
 def three_prompts(mode: str) -> tuple[float, float, float]:
-    config = ServingConfig(model="deepseek-v3.1", hardware="ascend-910c", tp=8, pp=2, mode=mode, chunk=32 * K)
+    config = ServingConfig.of(model="deepseek-v3.1", hardware="ascend-910c", tp=8, pp=2, mode=mode, chunk=32 * K)
     result = SimBackend().run(load_scenario("long-256k"), config, num_requests=3, timeline=False)
     breakdown = result.summary()["breakdown_s"]
     return result.makespan_s, breakdown["exposed_comm"], breakdown["bubble"]
@@ -104,7 +104,7 @@ def three_prompts(mode: str) -> tuple[float, float, float]:
 
 def long_prompt(job: tuple[str, str, str, int]) -> tuple[float, float]:
     model, length, mode, chunk = job
-    config = ServingConfig(model=model, hardware="ascend-910c", tp=8, pp=2, mode=mode, chunk=chunk * K)
+    config = ServingConfig.of(model=model, hardware="ascend-910c", tp=8, pp=2, mode=mode, chunk=chunk * K)
     result = SimBackend().run(load_scenario(f"long-{length}"), config, timeline=False)
     return result.makespan_s, result.summary()["bubble_ratio"]
 

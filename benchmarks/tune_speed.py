@@ -88,7 +88,7 @@ def time_tune(jobs: int, trials: int) -> tuple[float, int]:
 def _grid_point(args: tuple[str, int]) -> dict[str, object]:
     mode, chunk = args
     spec = base_spec("grid", "unused")
-    config = ServingConfig(tp=8, pp=2, mode=mode, chunk=chunk).resolve()
+    config = ServingConfig.of(tp=8, pp=2, mode=mode, chunk=chunk).resolve()
     measured = Evaluator(spec).measure(config)
     return {"mode": mode, "chunk": chunk, "goodput_rps": measured.value}
 

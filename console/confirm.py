@@ -159,7 +159,7 @@ class LivePlan:
         ctx = space_context(spec)
         draft = suggest_config(optuna.trial.FixedTrial(default_params(ctx, spec.fixed)), ctx, spec.fixed)
         try:
-            plan_launch(ServingConfig.from_values(draft).resolve(), self.engine)
+            plan_launch(ServingConfig.of(**draft).resolve(), self.engine)
         except ExportError as err:
             raise click.BadParameter(f"{err}; pin what {self.engine} runs", param_hint="--fix") from None
 

@@ -47,9 +47,15 @@ def config_options(fn: Callable[..., Any]) -> Callable[..., Any]:
             "--hardware", default=_DEFAULT.hardware, show_default=True, help="Hardware profile name or TOML file."
         ),
         click.option(
-            "--tp", type=int, default=_DEFAULT.tp, show_default=True, help="Tensor-parallel size (devices per rank)."
+            "--tp",
+            type=int,
+            default=_DEFAULT.parallelism.tp,
+            show_default=True,
+            help="Tensor-parallel size (devices per rank).",
         ),
-        click.option("--pp", type=int, default=_DEFAULT.pp, show_default=True, help="Pipeline-parallel size (ranks)."),
+        click.option(
+            "--pp", type=int, default=_DEFAULT.parallelism.pp, show_default=True, help="Pipeline-parallel size (ranks)."
+        ),
         click.option("--mode", default=_DEFAULT.mode, show_default=True, help=f"Pipeline mode: {', '.join(MODES)}."),
         click.option(
             "--layer-split",

@@ -45,7 +45,7 @@ class _OwnConfigRunner(Protocol):
     def run(
         self,
         scenario: Scenario,
-        config: ServingConfig | None,
+        config: ServingConfig | ResolvedConfig | None,
         *,
         rate: float | None,
         seed: int,

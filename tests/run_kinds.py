@@ -11,7 +11,7 @@ from pipedeck.backends.sim import SimBackend
 from pipedeck.scenarios import load_scenario
 from pipedeck.store import RunStore
 
-QWEN = ServingConfig(model="qwen2.5-14b", hardware="a100-40g-pcie", tp=2, pp=2)
+QWEN = ServingConfig.of(model="qwen2.5-14b", hardware="a100-40g-pcie", tp=2, pp=2)
 
 
 def served(number: int, output_tokens: int = 5) -> LiveRequest:

@@ -33,8 +33,10 @@ class LinearChunkCost(StageCosts):
 
 def run_toy(mode: str, chunks_per_request: list[float], pp: int = 2, **cost):
     """Run requests of the given chunk counts (fractions make short prompts), all queued at t=0, under the toy cost."""
-    config = ServingConfig(model="qwen2.5-14b", hardware="a100-40g-pcie", tp=1, pp=pp, mode=mode, chunk=CHUNK).resolve()
-    engine = build_engine(config, timeline=True, cost=LinearChunkCost(len(config.layer_split), **cost))
+    config = ServingConfig.of(
+        model="qwen2.5-14b", hardware="a100-40g-pcie", tp=1, pp=pp, mode=mode, chunk=CHUNK
+    ).resolve()
+    engine = build_engine(config, timeline=True, cost=LinearChunkCost(len(config.parallelism.layer_split), **cost))
     requests = [SimRequest(i, 0.0, int(n * CHUNK), 1) for i, n in enumerate(chunks_per_request)]
     engine.run(requests, None)
     return engine, sorted(engine.span_list(), key=lambda s: (s.rank, s.start))
@@ -68,7 +70,9 @@ class ChunkShapeCost(StageCosts):
 
 def run_shaped(mode: str, chunks: int, g, pp: int = 2):
     """One prompt of `chunks` full chunks under ChunkShapeCost."""
-    config = ServingConfig(model="qwen2.5-14b", hardware="a100-40g-pcie", tp=1, pp=pp, mode=mode, chunk=CHUNK).resolve()
-    engine = build_engine(config, timeline=True, cost=ChunkShapeCost(len(config.layer_split), g))
+    config = ServingConfig.of(
+        model="qwen2.5-14b", hardware="a100-40g-pcie", tp=1, pp=pp, mode=mode, chunk=CHUNK
+    ).resolve()
+    engine = build_engine(config, timeline=True, cost=ChunkShapeCost(len(config.parallelism.layer_split), g))
     engine.run([SimRequest(0, 0.0, chunks * CHUNK, 1)], None)
     return engine, sorted(engine.span_list(), key=lambda s: (s.rank, s.start))

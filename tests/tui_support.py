@@ -28,7 +28,7 @@ from pipedeck.scenarios import Scenario, load_scenario
 from pipedeck.store import RunStore
 from pipedeck.tuner import GOODPUT, Progress, TrialSummary, TuneOutcome
 
-QWEN = ServingConfig(model="qwen2.5-14b", hardware="a100-40g-pcie", tp=2, pp=2)
+QWEN = ServingConfig.of(model="qwen2.5-14b", hardware="a100-40g-pcie", tp=2, pp=2)
 SIZE = (100, 30)
 SMALL = (80, 24)  # the smallest terminal the console is made for
 POLL_S = 0.2  # between checks: each pause repaints the screen, which takes the GIL from the workers
@@ -195,7 +195,7 @@ def fake_study(spec, db, jobs=1, on_progress=None, stop_requested=None) -> TuneO
                 spec.study,
                 number,
                 state=state,
-                params={"chunk": config.chunk},
+                params={"chunk": config.scheduling.chunk},
                 config=config.to_dict(),
                 metrics=metrics,
                 objective=value,

@@ -133,14 +133,14 @@ def _around(median: int) -> LogNormal:
 
 def plan(config: ResolvedConfig) -> tuple[Point, ...]:
     """The calibration's runs for `config`, in the order they are measured."""
-    share = config.kv_capacity // config.max_running
+    share = config.memory.kv_capacity // config.scheduling.max_running
     room = (share - LONGEST_OUTPUT * 3 // 2) * 2 // 3  # the longest prompt and answer drawn still fit
     if room < 8 * SHORTEST_PROMPT:
         raise CalibrationError(
             f"kv_capacity: calibrate needs at least {12 * SHORTEST_PROMPT + LONGEST_OUTPUT * 3 // 2} tokens of KV "
             f"cache per running request (kv_capacity / max_running), got {share}"
         )
-    top = min(config.max_running, MAX_CONCURRENCY)
+    top = min(config.scheduling.max_running, MAX_CONCURRENCY)
     alone, loop, open_loop = 4, max(6, 3 * top), 8  # requests per pass
 
     def prompt(share_of_room: float) -> int:
@@ -294,7 +294,7 @@ def simulate(
 ) -> list[tuple[float, float]]:
     """P50 TTFT and TPOT of each run simulated on `hardware`: the same requests, arrivals and passes."""
     # The fitted constants enter none of resolve()'s checks (memory, KV capacity), so the config stays valid.
-    resolved = ResolvedConfig.of(config, config.model_profile, hardware)
+    resolved = replace(config, hardware_profile=hardware)
     out = []
     with open_backend("sim") as sim:
         for runs in measured:

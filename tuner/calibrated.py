@@ -23,9 +23,10 @@ def calibrated_profile(fit: Fit, config: ResolvedConfig, name: str, provenance: 
     start = fit.start
     fitted_runs = [r for r in fit.rows if not r.point.held_out]
     held_ttft, held_tpot = fit.worst(held_out=True)
+    shape, scheduling = config.parallelism, config.scheduling
     setting = (
-        f"{config.model_profile.name} at tp {config.tp} pp {config.pp}, chunk {config.chunk}, "
-        f"{config.max_running} running, KV {config.kv_capacity} tokens"
+        f"{config.model_profile.name} at tp {shape.tp} pp {shape.pp}, chunk {scheduling.chunk}, "
+        f"{scheduling.max_running} running, KV {config.memory.kv_capacity} tokens"
     )
     sources = {
         f.name: start.sources.get(f.name) or f"the HardwareProfile default; {config.hardware} does not set it"
@@ -65,12 +66,12 @@ def calibration_record(
         "start": config.hardware,
         "model": config.model,
         "config": {
-            "tp": config.tp,
-            "pp": config.pp,
+            "tp": config.parallelism.tp,
+            "pp": config.parallelism.pp,
             "mode": config.mode,
-            "chunk": config.chunk,
-            "max_running": config.max_running,
-            "kv_capacity": config.kv_capacity,
+            "chunk": config.scheduling.chunk,
+            "max_running": config.scheduling.max_running,
+            "kv_capacity": config.memory.kv_capacity,
         },
         "fitted": {name: _constant(fit, name) for name in fit.spread},
         "passes": passes,

@@ -134,7 +134,7 @@ def export_warnings(best: BestConfig, plan: Plan) -> list[str]:
 
 
 def render_script(
-    best: BestConfig, config: ServingConfig, plan: Plan, warnings: list[str], in_force_note: str = ""
+    best: BestConfig, config: ResolvedConfig, plan: Plan, warnings: list[str], in_force_note: str = ""
 ) -> str:
     """The bash launch script: warnings, header, environment and the launch command, one option per line."""
     engine, launch = plan.engine, plan.launch
@@ -178,7 +178,7 @@ def _weights_from_model(engine: ServingEngine) -> list[str]:
     ]
 
 
-def render_yaml(config: ServingConfig, plan: Plan) -> str:
+def render_yaml(config: ResolvedConfig, plan: Plan) -> str:
     """The engine's `--config` YAML: the model and every option of serve.sh, with its environment as comments.
 
     A switch set off (`--no-async-scheduling`) stays on the command line:
@@ -203,7 +203,7 @@ def render_yaml(config: ServingConfig, plan: Plan) -> str:
     return "\n".join(head) + "\n" + str(yaml.safe_dump(data, sort_keys=False))
 
 
-def render_record(best: BestConfig, config: ServingConfig, plan: Plan) -> str:
+def render_record(best: BestConfig, config: ResolvedConfig, plan: Plan) -> str:
     """pipedeck-best.json: the resolved config, predicted metrics, the launch's engine and weights, and provenance."""
     record = {
         "pipedeck_version": _version(),
@@ -288,9 +288,10 @@ def export_best(
 # -- helpers ------------------------------------------------------------------------
 
 
-def _header(best: BestConfig, config: ServingConfig, plan: Plan) -> list[str]:
+def _header(best: BestConfig, config: ResolvedConfig, plan: Plan) -> list[str]:
     engine, release, weights = plan.engine, plan.release, plan.checkpoint
-    split = ",".join(map(str, config.layer_split or ()))
+    shape = config.parallelism
+    split = ",".join(map(str, shape.layer_split))
     how = ", ".join(
         part
         for part in (
@@ -307,8 +308,8 @@ def _header(best: BestConfig, config: ServingConfig, plan: Plan) -> list[str]:
         f"scenario: {best.scenario or '-'}  seed: {'-' if best.seed is None else best.seed}",
         f"SLO: {_slo_text(best.slo)}",
         f"Predicted by the simulator: {_metrics_text(best.metrics)}",
-        f"Model {config.model} on {config.hardware}: {config.devices} devices (tp {config.tp} x pp {config.pp}), "
-        f"mode {config.mode}, chunk {config.chunk}, layers per virtual stage {split}",
+        f"Model {config.model} on {config.hardware}: {config.devices} devices (tp {shape.tp} x pp {shape.pp}), "
+        f"mode {config.mode}, chunk {config.scheduling.chunk}, layers per virtual stage {split}",
         f"Weights: {weights.id}" + (f" ({how})" if how else "") + f"; source: {weights.source}",
         (
             f"MODEL=tiny.gguf ./{SCRIPT} loads a local file, MODEL=org/name[:quant] a hub id ({engine.hub_flag}); "

@@ -73,7 +73,7 @@ class TuneInputs:
 
 def default_devices(model: str, hardware: str) -> int:
     """The fewest devices (a power of two) that hold the weights with a tenth of memory left for KV cache."""
-    profile = ServingConfig(model=model, hardware=hardware)
+    profile = ServingConfig.of(model=model, hardware=hardware)
     m, hw = profile.model_profile, profile.hardware_profile
     devices = 1
     while devices <= 1024:
@@ -172,7 +172,7 @@ def build_spec(inputs: TuneInputs, db: str | Path) -> TuneSpec:
     ctx = space_context(spec)
     fixed_trial = cast(optuna.Trial, optuna.trial.FixedTrial(default_params(ctx, fixed)))  # answers as a Trial does
     default: dict[str, Any] = suggest_config(fixed_trial, ctx, fixed)
-    ServingConfig(**default).resolve()  # the pins must leave at least the engine default runnable
+    ServingConfig.of(**default).resolve()  # the pins must leave at least the engine default runnable
     if inputs.storage:  # last: a database is reached (its tables made) only for an otherwise valid tune
         try:
             check_storage(inputs.storage)

@@ -13,6 +13,7 @@ import optuna
 
 from ..backends import (
     ConfigError,
+    ResolvedConfig,
     RunCancelled,
     RunObserver,
     RunResult,
@@ -87,7 +88,7 @@ class Evaluator:
             options.setdefault("fresh_prompts", True)  # no rate served from the prefix cache an earlier rate filled
         self.backend = make_backend(spec.backend, **options)
 
-    def run(self, config: ServingConfig, rate: float | None, timeline: bool = False) -> RunResult:
+    def run(self, config: ResolvedConfig, rate: float | None, timeline: bool = False) -> RunResult:
         """One run of the spec's workload (ServerError when a live server served none of it)."""
         if self.stop is not None and self.stop.is_set():
             raise TuneInterrupted()
@@ -114,7 +115,7 @@ class Evaluator:
         """Release what the backend holds (a launched server); a later run starts afresh."""
         self.backend.close()
 
-    def measure(self, config: ServingConfig, beat: float | None = None) -> Measurement:
+    def measure(self, config: ResolvedConfig, beat: float | None = None) -> Measurement:
         """The spec's objective for one config (goodput may stop early when it cannot beat `beat`)."""
         if self.spec.objective == GOODPUT:
             if self.slo is None:
@@ -284,7 +285,7 @@ class TrialObjective:
         for limit in self.evaluator.slo.limits if self.evaluator.slo else ():
             draft.setdefault(f"slo_{limit.metric}_s", limit.limit_s)  # SLO-driven controllers steer by the study's SLO
         try:
-            config = ServingConfig(**draft).resolve()
+            config = ServingConfig.of(**draft).resolve()
         except ConfigError as err:  # a sampled combination the cluster cannot run
             trial.set_user_attr("infeasible", str(err))
             raise optuna.TrialPruned(str(err)) from None

@@ -63,7 +63,7 @@ class SpaceContext:
 
     @cached_property
     def hardware_profile(self) -> HardwareProfile:
-        return ServingConfig(model=self.model, hardware=self.hardware).hardware_profile
+        return ServingConfig.of(model=self.model, hardware=self.hardware).hardware_profile
 
     @cached_property
     def baseline(self) -> EngineDefaults:
@@ -99,7 +99,7 @@ class SpaceContext:
 
     @cached_property
     def layers(self) -> int:
-        return ServingConfig(model=self.model, hardware=self.hardware).model_profile.num_layers
+        return ServingConfig.of(model=self.model, hardware=self.hardware).model_profile.num_layers
 
     @cached_property
     def tp_options(self) -> tuple[int, ...]:
@@ -109,7 +109,7 @@ class SpaceContext:
             if self.devices % pp:
                 continue
             try:
-                ServingConfig(model=self.model, hardware=self.hardware, tp=self.devices // pp, pp=pp).resolve()
+                ServingConfig.of(model=self.model, hardware=self.hardware, tp=self.devices // pp, pp=pp).resolve()
             except ConfigError:
                 continue
             options.append(self.devices // pp)

@@ -88,7 +88,12 @@ def in_force(config: Mapping[str, Any]) -> tuple[dict[str, Any], str]:
         f"mode cpp. It sets dcpp with min_chunk {config['min_chunk']} >= chunk {config['chunk']}, so it never "
         "shrinks a chunk and runs as cpp."
     )
-    return {**config, "mode": "cpp", "smooth_factor": default.smooth_factor, "min_chunk": default.min_chunk}, note
+    return {
+        **config,
+        "mode": "cpp",
+        "smooth_factor": default.dcpp.smooth_factor,
+        "min_chunk": default.dcpp.min_chunk,
+    }, note
 
 
 def changes(config: Mapping[str, object], baseline: Mapping[str, object] | None) -> int:

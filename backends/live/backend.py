@@ -6,7 +6,7 @@ from dataclasses import replace
 
 from ...scenarios import Scenario
 from ..base import RunObserver
-from ..config import ServingConfig
+from ..config import ResolvedConfig, ServingConfig
 from ..result import RunResult
 from .identity import CAPABILITIES, NAME
 from .loadgen import LoadOptions, check_endpoint, run_scenario
@@ -39,7 +39,7 @@ class LiveBackend:
     def run(
         self,
         scenario: Scenario,
-        config: ServingConfig | None,
+        config: ServingConfig | ResolvedConfig | None,
         rate: float | None = None,
         seed: int = 0,
         num_requests: int | None = None,

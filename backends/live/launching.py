@@ -111,7 +111,7 @@ class LaunchingBackend:
     def run(
         self,
         scenario: Scenario,
-        config: ServingConfig,
+        config: ServingConfig | ResolvedConfig,
         rate: float | None = None,
         seed: int = 0,
         num_requests: int | None = None,

@@ -6,7 +6,7 @@ Stage latency of a step (what the entry rank measures, StepReport.stage_s):
 
 L, the linear-layer cost of a step of N tokens, comes from an offline
 profile of the backend itself: decode-only batches of n one-token contexts
-(env.decode_stage_time) at every PROFILE_STEP tokens up to the largest step,
+(decode_stage_time) at every PROFILE_STEP tokens up to the largest step,
 interpolated. Such a batch has no prefill chunk, so no chunk-vs-prefix or
 within-chunk attention, and its decodes read one key each: its time is the
 linear layers (projections, FFN) plus per-step constants. A table rather
@@ -43,15 +43,14 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from typing import TYPE_CHECKING, NamedTuple
+from collections.abc import Callable
+from typing import NamedTuple
 
 import numpy as np
 
+from ..parts import FastPPSettings, Scheduling
 from .chunking import StepReport
 from .rls import RecursiveLeastSquares
-
-if TYPE_CHECKING:
-    from .modes import PolicyEnv
 
 PROFILE_STEP = 16  # tokens between profiled step sizes
 PAIR_UNIT = 1e6  # attention features in millions of token pairs
@@ -72,16 +71,18 @@ class _Sample(NamedTuple):
 class PredictiveChunkController:
     """ALP: the smallest chunk that keeps both the TPOT SLO and prefill throughput, by a learned model."""
 
-    def __init__(self, env: PolicyEnv):
-        c = env.config
-        self.pp, self.window_s = c.pp, c.alp_window_s
+    def __init__(
+        self, *, pp: int, scheduling: Scheduling, settings: FastPPSettings, decode_stage_time: Callable[[int], float]
+    ):
+        c, chunk = settings, scheduling.chunk
+        self.pp, self.window_s = pp, c.alp_window_s
         self.tpot_budget = c.slo_tpot_coeff * c.slo_tpot_s
-        self.shared_budget = c.decode_in_budget  # decodes take part of the chunk budget (vLLM) or not (SGLang)
-        low = min(c.controller_min_chunk, c.chunk)
-        self.candidates = list(range(low, c.chunk + 1, c.controller_step))
-        largest = c.chunk + c.max_running  # a step's tokens: its chunk and at most every running decode
+        self.shared_budget = scheduling.decode_in_budget  # decodes take part of the chunk budget (vLLM) or not (SGLang)
+        low = min(c.controller_min_chunk, chunk)
+        self.candidates = list(range(low, chunk + 1, c.controller_step))
+        largest = chunk + scheduling.max_running  # a step's tokens: its chunk and at most every running decode
         sizes = np.array([1, *range(PROFILE_STEP, largest + PROFILE_STEP, PROFILE_STEP)])
-        probed = [env.decode_stage_time(int(n)) for n in sizes]
+        probed = [decode_stage_time(int(n)) for n in sizes]
         # interpolated once at every token count: linear() runs several times a step
         self._linear = np.interp(np.arange(sizes[-1] + 1), sizes, probed)
         self.model = RecursiveLeastSquares(4, c.rls_forgetting)

@@ -13,26 +13,26 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
-from ..parts import AdaptiveSettings, DcppSettings, FastPPSettings
+from ..parts import AdaptiveSettings, DcppSettings, FastPPSettings, Scheduling
 from .adaptive import AdaptiveChunk
 from .chunking import ChunkPolicy, DynamicChunk, FixedChunk
 from .fastpp_greedy import GreedyChunkController
 
-if TYPE_CHECKING:
-    from ..config import ResolvedConfig
-
 
 @dataclass(frozen=True, kw_only=True)
 class PolicyEnv:
-    """What a backend offers policies: a resolved config and its latency probes.
+    """What a backend offers chunk policies: the parts of a resolved config they read and its latency probes.
 
     The probes measure the backend itself (the simulator runs its cost model,
     a real engine would time a forward pass), as a start-up profile would.
     """
 
-    config: ResolvedConfig
+    pp: int
+    scheduling: Scheduling
+    dcpp: DcppSettings
+    adaptive: AdaptiveSettings
+    fastpp: FastPPSettings
     chunk_latency: Callable[[int], float]  # latency of a lone chunk of l tokens at prefix 0, whole pipeline
     entry_stage_time: Callable[[int, int], float]  # entry-stage time of a lone chunk (tokens, prefix)
     decode_stage_time: Callable[[int], float]  # entry-stage time of a decode-only batch of n one-token contexts
@@ -67,17 +67,15 @@ def register_mode(spec: ModeSpec) -> ModeSpec:
 
 
 def _fixed(env: PolicyEnv) -> ChunkPolicy:
-    return FixedChunk(chunk=env.config.chunk)
+    return FixedChunk(chunk=env.scheduling.chunk)
 
 
 def _dcpp(env: PolicyEnv) -> ChunkPolicy:
-    return DynamicChunk(base=env.config.chunk, settings=env.config.part(DcppSettings), latency=env.chunk_latency)
+    return DynamicChunk(base=env.scheduling.chunk, settings=env.dcpp, latency=env.chunk_latency)
 
 
 def _adaptive(env: PolicyEnv) -> ChunkPolicy:
-    return AdaptiveChunk(
-        base=env.config.chunk, settings=env.config.part(AdaptiveSettings), stage_time=env.entry_stage_time
-    )
+    return AdaptiveChunk(base=env.scheduling.chunk, settings=env.adaptive, stage_time=env.entry_stage_time)
 
 
 register_mode(
@@ -151,15 +149,16 @@ register_mode(
 
 
 def _fastpp_greedy(env: PolicyEnv) -> ChunkPolicy:
-    c = env.config
-    return GreedyChunkController(pp=c.pp, chunk=c.chunk, settings=c.part(FastPPSettings))
+    return GreedyChunkController(pp=env.pp, chunk=env.scheduling.chunk, settings=env.fastpp)
 
 
 def _fastpp_alp(env: PolicyEnv) -> ChunkPolicy:
     # here, not above: its RLS model loads numpy, which the other modes do without
     from .fastpp_alp import PredictiveChunkController
 
-    return PredictiveChunkController(env)
+    return PredictiveChunkController(
+        pp=env.pp, scheduling=env.scheduling, settings=env.fastpp, decode_stage_time=env.decode_stage_time
+    )
 
 
 register_mode(

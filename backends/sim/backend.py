@@ -8,7 +8,6 @@ from ...scenarios import Scenario
 from ..base import Capabilities, RunObserver
 from ..config import ResolvedConfig, ServingConfig
 from ..footprint import check_footprint
-from ..parts import DelaySettings, Scheduling
 from ..policies.delay import DelayScheduler
 from ..policies.modes import MODES, PolicyEnv
 from ..result import RunResult
@@ -45,7 +44,7 @@ class SimBackend:
     def run(
         self,
         scenario: Scenario,
-        config: ServingConfig,
+        config: ServingConfig | ResolvedConfig,
         rate: float | None = None,
         seed: int = 0,
         num_requests: int | None = None,
@@ -53,16 +52,16 @@ class SimBackend:
         timeline: bool = True,
     ) -> RunResult:
         """Simulate `scenario` under `config` and return every record."""
-        config = config.resolve()
+        resolved = config.resolve()
         check_footprint(
-            self.name, scenario, config, num_requests=num_requests, seed=seed, rate=rate, timeline=timeline
+            self.name, scenario, resolved, num_requests=num_requests, seed=seed, rate=rate, timeline=timeline
         )  # before any is drawn
         workload = scenario.workload(seed=seed, rate=rate, num_requests=num_requests)
-        engine = build_engine(config, timeline=timeline, observer=observer, exact_decode=self.exact_decode)
+        engine = build_engine(resolved, timeline=timeline, observer=observer, exact_decode=self.exact_decode)
         requests = [SimRequest(r.id, r.arrival_s, r.prompt_tokens, r.output_tokens) for r in workload.requests]
         makespan = engine.run(requests, workload.concurrency)
         return RunResult(
-            config=config.to_dict(),
+            config=resolved.to_dict(),
             scenario=scenario.name,
             backend=self.name,
             seed=seed,
@@ -89,7 +88,9 @@ def build_engine(
     """Wire a resolved config's cost model (or the one given), policies and scheduler into an engine."""
     spec = config.mode_spec
     if cost is None:
-        cost = CostModel(config.model_profile, config.hardware_profile, config.tp, config.layer_split)
+        cost = CostModel(
+            config.model_profile, config.hardware_profile, config.parallelism.tp, config.parallelism.layer_split
+        )
     topk = config.model_profile.index_topk
     ranks = config.stage_ranks
     hops = sum(a != b for a, b in itertools.pairwise(ranks))
@@ -105,22 +106,26 @@ def build_engine(
         return cost.stage_costs(BatchShape(batch, 0, 0, 0, batch, batch, 0, batch))[0][0]
 
     env = PolicyEnv(
-        config=config,
+        pp=config.parallelism.pp,
+        scheduling=config.scheduling,
+        dcpp=config.dcpp,
+        adaptive=config.adaptive,
+        fastpp=config.fastpp,
         chunk_latency=chunk_latency,
         entry_stage_time=entry_stage_time,
         decode_stage_time=decode_stage_time,
     )
-    in_flight = config.pp + spec.extra_in_flight
+    in_flight = config.parallelism.pp + spec.extra_in_flight
     delay = (
-        DelayScheduler(pp=in_flight, slo_tpot_s=config.slo_tpot_s, settings=config.part(DelaySettings))
-        if config.delay_scheduling
+        DelayScheduler(pp=in_flight, slo_tpot_s=config.fastpp.slo_tpot_s, settings=config.delay)
+        if config.delay.delay_scheduling
         else None
     )
     scheduler = StepScheduler(
         cost=cost,
         chunk_policy=spec.chunk_policy(env),
-        scheduling=config.part(Scheduling),
-        kv_capacity=config.kv_capacity,
+        scheduling=config.scheduling,
+        kv_capacity=config.memory.kv_capacity,
         slots=in_flight,
         topk=topk,
         delay=delay,

@@ -45,9 +45,9 @@ def footprint(
 def _spans_per_request(scenario: Scenario, config: ResolvedConfig, sample: int, seed: int, rate: float | None) -> float:
     """The fewest timeline spans a request of this workload leaves, on average, under this config."""
     workload = scenario.workload(seed=seed, rate=rate, num_requests=sample)
-    batch = min(config.max_running, workload.concurrency or config.max_running)
+    batch = min(config.scheduling.max_running, workload.concurrency or config.scheduling.max_running)
     requests = workload.requests
-    chunks = sum(-(-r.prompt_tokens // config.chunk) for r in requests) / len(requests)
+    chunks = sum(-(-r.prompt_tokens // config.scheduling.chunk) for r in requests) / len(requests)
     steps = chunks + sum(max(r.output_tokens - 1, 0) for r in requests) / len(requests) / batch
     ranks = config.stage_ranks
     hops = sum(a != b for a, b in itertools.pairwise(ranks))

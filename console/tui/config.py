@@ -13,7 +13,7 @@ from textual.events import Resize
 from textual.widget import Widget
 from textual.widgets import Button, Input, Label, Select, Static
 
-from ...backends import MODES, ConfigError, ServingConfig
+from ...backends import MODES, ConfigError, ResolvedConfig, ServingConfig
 from ...store import StoreError
 from ...tuner import open_store
 from .fields import FormField, error_field, form_fields, normalised, parse, shown_for, to_text
@@ -201,7 +201,7 @@ class ConfigScreen(View):
                 values[field.name] = self._value(field)
             except ConfigError as err:
                 errors[field.name] = str(err)
-        draft = None if errors else ServingConfig.from_values(values)
+        draft = None if errors else ServingConfig.of(**values)
         resolved = None
         if draft is not None:
             try:
@@ -224,7 +224,7 @@ class ConfigScreen(View):
             summary.update(
                 Text(
                     f"valid: {resolved.devices} devices, layer split "
-                    f"{','.join(map(str, resolved.layer_split or ()))}, KV cache {resolved.kv_capacity:,} "
+                    f"{','.join(map(str, resolved.parallelism.layer_split))}, KV cache {resolved.memory.kv_capacity:,} "
                     "tokens",
                     style="green",
                 )
@@ -246,7 +246,7 @@ class ConfigScreen(View):
             return control.value == "on"
         return None if control.value == Select.NULL else control.value
 
-    def _hint(self, field: FormField, resolved: ServingConfig | None) -> str:
+    def _hint(self, field: FormField, resolved: ResolvedConfig | None) -> str:
         """What a valid field's line says: the mode's summary, or what a blank field was derived as."""
         if resolved is None:
             return ""

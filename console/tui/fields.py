@@ -1,14 +1,23 @@
-"""The Config form's fields, generated at run time from ServingConfig's dataclass fields and the registered modes."""
+"""The Config form's fields, generated at run time from the config's flat fields and the registered modes."""
 
 from __future__ import annotations
 
-import dataclasses
 import typing
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from types import NoneType
 
-from ...backends import MODES, Knob, ServingConfig, declared_knobs, hardware_names, knob_named, model_names, parse_value
+from ...backends import (
+    MODES,
+    Knob,
+    ResolvedConfig,
+    ServingConfig,
+    field_hints,
+    hardware_names,
+    knob_named,
+    model_names,
+    parse_value,
+)
 
 CHOICES: dict[str, Callable[[], list[str]]] = {
     "model": model_names,
@@ -33,21 +42,10 @@ class FormField:
         return self.name.replace("_", " ")
 
 
-KIND_TYPES: dict[str, type] = {"tokens": int, "int": int, "float": float, "bool": bool, "choice": str}
-
-
-def _field_types() -> list[tuple[str, object]]:
-    """Each config field and its type hint, then each knob of a part registered beyond the built-in ones."""
-    hints = typing.get_type_hints(ServingConfig)
-    names = [f.name for f in dataclasses.fields(ServingConfig) if f.name != "extra_knobs"]
-    extra = [(k.field, KIND_TYPES[k.kind]) for k in declared_knobs() if k.field not in names]
-    return [(name, hints[name]) for name in names] + extra
-
-
 def form_fields() -> list[FormField]:
     """Every config field and declared knob, in declaration order; a declared knob brings its choices and help."""
     fields = []
-    for name, hint in _field_types():
+    for name, hint in field_hints().items():
         args = [a for a in typing.get_args(hint) if a is not NoneType]
         optional = NoneType in typing.get_args(hint)
         base = args[0] if optional and len(args) == 1 else hint
@@ -96,7 +94,7 @@ def error_field(message: str, names: Iterable[str]) -> str | None:
     return head if sep and head in set(names) else None
 
 
-def normalised(draft: ServingConfig, resolved: ServingConfig) -> ServingConfig:
+def normalised(draft: ServingConfig, resolved: ResolvedConfig) -> ServingConfig:
     """The draft with every value it gives replaced by its resolved form (24k -> 24576); derived fields stay None."""
     given, acting = draft.values(), resolved.values()
     return draft.replace(**{name: acting[name] for name, value in given.items() if value is not None})

@@ -348,7 +348,7 @@ class LiveScreen(View):
                         options["endpoint"] = stack.enter_context(
                             serving(launch, config, cancelled=cancelled.is_set)
                         ).url
-                ranks = config.pp if backend_entry(job.backend).capabilities.timeline else 0  # strip rows
+                ranks = config.parallelism.pp if backend_entry(job.backend).capabilities.timeline else 0  # strip rows
                 self.post_message(RunStarted(job.scenario.name, ranks, job.total))
                 backend = stack.enter_context(open_backend(job.backend, **options))
                 result = backend.run(

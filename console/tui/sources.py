@@ -16,7 +16,12 @@ RUN_CHOICES = 30  # newest stored runs offered
 def describe(config: ServingConfig) -> str:
     """A config on one line: model, hardware, shape, mode and chunk."""
     return _one_line(
-        model=config.model, hardware=config.hardware, tp=config.tp, pp=config.pp, mode=config.mode, chunk=config.chunk
+        model=config.model,
+        hardware=config.hardware,
+        tp=config.parallelism.tp,
+        pp=config.parallelism.pp,
+        mode=config.mode,
+        chunk=config.scheduling.chunk,
     )
 
 

@@ -230,8 +230,9 @@ class TuneScreen(View):
             return
         choose(self.query_one("#model", Select), model_names(), config.model)
         choose(self.query_one("#hardware", Select), hardware_names(), config.hardware)
-        self.query_one("#devices", Input).value = str(config.devices)
-        self.query_one("#fix", Input).value = f"tp={config.tp} pp={config.pp}"
+        shape = config.parallelism
+        self.query_one("#devices", Input).value = str(shape.tp * shape.pp)
+        self.query_one("#fix", Input).value = f"tp={shape.tp} pp={shape.pp}"
 
     # -- start, pause, stop ------------------------------------------------------------
 

@@ -24,7 +24,7 @@ from pipedeck.backends import (
 from pipedeck.scenarios import load_scenario
 from pipedeck.store import RunStore
 
-CONFIG = ServingConfig(model="qwen2.5-14b", hardware="a100-40g-pcie", tp=2, pp=2, chunk=2048)
+CONFIG = ServingConfig.of(model="qwen2.5-14b", hardware="a100-40g-pcie", tp=2, pp=2, chunk=2048)
 REQUESTS = 12
 RATE = 20.0
 CHECKED = {  # each backend's test options: name -> (pytest request -> keyword options)

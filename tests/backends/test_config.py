@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 
@@ -17,6 +18,15 @@ from pipedeck.backends import (
     default_layer_split,
     format_tokens,
     parse_tokens,
+)
+from pipedeck.backends.knobs import registered_part
+from pipedeck.backends.parts import (
+    DelaySettings,
+    Memory,
+    Parallelism,
+    ResolvedMemory,
+    ResolvedParallelism,
+    Scheduling,
 )
 
 QWEN = dict(model="qwen2.5-14b", hardware="a100-40g-pcie")  # 48 layers, 40 heads
@@ -106,35 +116,39 @@ def test_default_layer_split_is_vllms(layers, stages, split):
 
 @pytest.mark.parametrize("mode, virtual", [("cpp", 1), ("dcpp", 1), ("vpp-sync", 2), ("vpp-async", 2), ("vpp", 2)])
 def test_resolve_fills_virtual_stages_split_and_kv(mode, virtual):
-    raw = ServingConfig(mode=mode)
-    assert raw.virtual_stages is None and raw.layer_split is None and raw.kv_capacity is None
+    raw = ServingConfig.of(mode=mode)
+    assert (
+        raw.parallelism.virtual_stages is None
+        and raw.parallelism.layer_split is None
+        and raw.memory.kv_capacity is None
+    )
     c = raw.resolve()
-    assert c.virtual_stages == virtual
-    assert c.layer_split == default_layer_split(61, 2 * virtual)
-    assert isinstance(c.kv_capacity, int) and c.kv_capacity > 0
+    assert c.parallelism.virtual_stages == virtual
+    assert c.parallelism.layer_split == default_layer_split(61, 2 * virtual)
+    assert isinstance(c.memory.kv_capacity, int) and c.memory.kv_capacity > 0
     assert c.layers_per_rank() == ([31, 30] if virtual == 1 else [30, 31])
 
 
 def test_resolve_vpp_layout_folds_back():
-    c = ServingConfig(mode="vpp").resolve()
+    c = ServingConfig.of(mode="vpp").resolve()
     assert c.stage_ranks == (0, 1, 1, 0)
-    assert ServingConfig(mode="cpp", pp=4, tp=4).resolve().stage_ranks == (0, 1, 2, 3)
+    assert ServingConfig.of(mode="cpp", pp=4, tp=4).resolve().stage_ranks == (0, 1, 2, 3)
 
 
 def test_resolve_keeps_explicit_split_and_capacity():
-    c = ServingConfig(layer_split=(30, 31), kv_capacity="64k").resolve()
-    assert c.layer_split == (30, 31)
-    assert c.kv_capacity == 65536
-    assert ServingConfig(chunk="24k").resolve().chunk == 24576
+    c = ServingConfig.of(layer_split=(30, 31), kv_capacity="64k").resolve()
+    assert c.parallelism.layer_split == (30, 31)
+    assert c.memory.kv_capacity == 65536
+    assert ServingConfig.of(chunk="24k").resolve().scheduling.chunk == 24576
 
 
 def test_kv_capacity_grows_with_devices():
-    caps = [ServingConfig(tp=tp, pp=1, **QWEN).resolve().kv_capacity for tp in (1, 2, 4)]
+    caps = [ServingConfig.of(tp=tp, pp=1, **QWEN).resolve().memory.kv_capacity for tp in (1, 2, 4)]
     assert caps[0] < caps[1] < caps[2]
 
 
 def test_resolve_is_idempotent():
-    c = ServingConfig(mode="vpp", **QWEN, tp=2, pp=2).resolve()
+    c = ServingConfig.of(mode="vpp", **QWEN, tp=2, pp=2).resolve()
     assert c.resolve() == c
 
 
@@ -188,14 +202,14 @@ HEADS_128 = "1, 2, 4, 8, 16, 32, 64, 128"
 )
 def test_resolve_rejects_with_exact_message(changes, message):
     with pytest.raises(ConfigError) as err:
-        ServingConfig(**changes).resolve()
+        ServingConfig.of(**changes).resolve()
     assert str(err.value) == message
 
 
 def test_smooth_factor_bounds_are_open_closed():
-    assert ServingConfig(smooth_factor=1.0).resolve().smooth_factor == 1.0
-    assert ServingConfig(smooth_factor=0.01).resolve().smooth_factor == 0.01
-    assert ServingConfig(smooth_factor=1).resolve().smooth_factor == 1.0
+    assert ServingConfig.of(smooth_factor=1.0).resolve().dcpp.smooth_factor == 1.0
+    assert ServingConfig.of(smooth_factor=0.01).resolve().dcpp.smooth_factor == 0.01
+    assert ServingConfig.of(smooth_factor=1).resolve().dcpp.smooth_factor == 1.0
 
 
 @pytest.mark.parametrize(
@@ -207,7 +221,7 @@ def test_smooth_factor_bounds_are_open_closed():
 )
 def test_resolve_rejects_unknown_profiles(changes, field, name):
     with pytest.raises(ConfigError) as err:
-        ServingConfig(**changes).resolve()
+        ServingConfig.of(**changes).resolve()
     text = str(err.value)
     assert text.startswith(f"{field}: unknown {field} {name!r}; known: ")
     assert "\n" not in text
@@ -216,8 +230,8 @@ def test_resolve_rejects_unknown_profiles(changes, field, name):
 
 
 def test_weights_that_fit_on_more_devices_resolve():
-    assert ServingConfig(tp=8, pp=2).resolve().kv_capacity > 0
-    assert ServingConfig(**QWEN, tp=1, pp=1).resolve().kv_capacity > 0
+    assert ServingConfig.of(tp=8, pp=2).resolve().memory.kv_capacity > 0
+    assert ServingConfig.of(**QWEN, tp=1, pp=1).resolve().memory.kv_capacity > 0
 
 
 # -- dict round trip --------------------------------------------------------------------
@@ -227,8 +241,8 @@ def test_weights_that_fit_on_more_devices_resolve():
     "config",
     [
         ServingConfig(),
-        ServingConfig(**QWEN, tp=2, pp=2, mode="vpp", chunk=4096, smooth_factor=0.5),
-        ServingConfig(mode="dcpp", layer_split=(30, 31), kv_capacity=100000, min_chunk=2048),
+        ServingConfig.of(**QWEN, tp=2, pp=2, mode="vpp", chunk=4096, smooth_factor=0.5),
+        ServingConfig.of(mode="dcpp", layer_split=(30, 31), kv_capacity=100000, min_chunk=2048),
     ],
 )
 def test_to_dict_from_dict_round_trip(config):
@@ -251,18 +265,66 @@ def test_to_dict_from_dict_round_trip(config):
         assert again.to_dict() == data
 
 
+# The stored runs' and exported files' key order (the flat fields of the config before it was composed of parts).
+STORED_ORDER = (
+    "model hardware mode tp pp virtual_stages layer_split chunk max_running decode_in_budget mixed_batches "
+    "sticky_decodes output_reserve kv_capacity smooth_factor min_chunk slo_ttft_s slo_tpot_s kv_free_threshold "
+    "tpot_violation ttft_low ttft_high tpot_safe alp_window_s slo_tpot_coeff rls_forgetting controller_min_chunk "
+    "controller_base_chunk controller_step adaptive_threshold adaptive_fit_chunks delay_scheduling "
+    "waiting_tok_threshold load_alpha base_unit delay_mode"
+).split()
+
+
+def test_to_dict_keeps_the_stored_key_order():
+    assert list(ServingConfig().to_dict()) == STORED_ORDER
+    assert list(ServingConfig().resolve().to_dict()) == STORED_ORDER
+
+
+def test_each_flat_name_lands_in_its_part():
+    config = ServingConfig.of(tp=4, chunk=2048, kv_capacity=9000, min_chunk=1024, ttft_low=0.2, load_alpha=0.5)
+    assert config.parallelism == Parallelism(tp=4)
+    assert config.scheduling == Scheduling(chunk=2048)
+    assert config.memory == Memory(kv_capacity=9000)
+    assert (config.dcpp.min_chunk, config.fastpp.ttft_low, config.delay.load_alpha) == (1024, 0.2, 0.5)
+    assert config.part(Scheduling) is config.scheduling and config.part(DelaySettings) is config.delay
+    assert config.replace(pp=4).parallelism == Parallelism(tp=4, pp=4)
+
+
+def test_the_resolved_config_is_its_own_type_with_the_same_fields_filled_in():
+    assert not issubclass(ResolvedConfig, ServingConfig)
+    config_fields = [f.name for f in dataclasses.fields(ServingConfig)]
+    assert [f.name for f in dataclasses.fields(ResolvedConfig) if f.compare] == config_fields
+    resolved = ServingConfig.of(**QWEN, tp=2, pp=2).resolve()
+    assert resolved.parallelism == ResolvedParallelism(tp=2, pp=2, virtual_stages=1, layer_split=(24, 24))
+    assert isinstance(resolved.memory, ResolvedMemory) and resolved.memory.kv_capacity > 0
+    assert resolved.part(ResolvedParallelism) is resolved.parallelism
+
+
+def test_a_part_whose_field_another_part_has_is_refused():
+    @dataclasses.dataclass(frozen=True)
+    class Clash:
+        chunk: int = 1
+
+    with registered_part(Clash), pytest.raises(TypeError, match=r"^Clash: its field chunk is already a config field$"):
+        ServingConfig.of()
+
+
 def test_resolving_gives_the_resolved_type_and_replacing_gives_back_a_raw_config():
-    raw = ServingConfig(**QWEN, tp=2, pp=2)
+    raw = ServingConfig.of(**QWEN, tp=2, pp=2)
     resolved = raw.resolve()
     assert type(raw) is ServingConfig and type(resolved) is ResolvedConfig and resolved.resolve() is resolved
-    assert resolved.layer_split == (24, 24) and resolved.kv_capacity > 0 and raw.layer_split is None
+    assert (
+        resolved.parallelism.layer_split == (24, 24)
+        and resolved.memory.kv_capacity > 0
+        and raw.parallelism.layer_split is None
+    )
     assert resolved.model_profile.name == "qwen2.5-14b" and resolved.hardware_profile.name == "a100-40g-pcie"
     changed = resolved.replace(pp=4, layer_split=None)
-    assert type(changed) is ServingConfig and changed.resolve().layer_split == (12, 12, 12, 12)
+    assert type(changed) is ServingConfig and changed.resolve().parallelism.layer_split == (12, 12, 12, 12)
 
 
 def test_resolved_to_dict_is_plain_json():
-    data = ServingConfig(mode="vpp").resolve().to_dict()
+    data = ServingConfig.of(mode="vpp").resolve().to_dict()
     assert data["layer_split"] == [15, 15, 16, 15]
     assert data["virtual_stages"] == 2 and data["kv_capacity"] > 0
     assert json.loads(json.dumps(data)) == data
@@ -280,7 +342,7 @@ def test_from_dict_rejects_unknown_key():
 
 
 def test_from_dict_partial_uses_defaults():
-    assert ServingConfig.from_dict({"mode": "vpp"}) == ServingConfig(mode="vpp")
+    assert ServingConfig.from_dict({"mode": "vpp"}) == ServingConfig.of(mode="vpp")
 
 
 def test_the_raw_form_parses_into_typed_fields():
@@ -295,8 +357,13 @@ def test_the_raw_form_parses_into_typed_fields():
         }
     )
     config = raw.parse()
-    assert (config.tp, config.chunk, config.layer_split, config.kv_capacity) == (4, 8192, (31, 30), None)
-    assert config.delay_scheduling is True and config.ttft_low == 0.2
+    assert (
+        config.parallelism.tp,
+        config.scheduling.chunk,
+        config.parallelism.layer_split,
+        config.memory.kv_capacity,
+    ) == (4, 8192, (31, 30), None)
+    assert config.delay.delay_scheduling is True and config.fastpp.ttft_low == 0.2
     assert all(
         not isinstance(value, str)
         for name, value in config.values().items()

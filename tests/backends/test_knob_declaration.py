@@ -58,20 +58,20 @@ def throwaway():
 
 
 def test_the_config_holds_it_and_resolve_validates_it(throwaway):
-    resolved = ServingConfig.from_values({"mode": "dcpp", "throwaway_depth": "4"}).resolve()
+    resolved = ServingConfig.of(mode="dcpp", throwaway_depth="4").resolve()
     assert resolved.part(Throwaway) == Throwaway(throwaway_depth=4)
     assert resolved.to_dict()["throwaway_depth"] == 4
     assert ServingConfig.from_dict(resolved.to_dict()).resolve() == resolved
     assert ServingConfig().values()["throwaway_depth"] == 3  # its declared default
     with pytest.raises(ConfigError, match=r"^throwaway_depth: must be in \[1, 9\], got 12$"):
-        ServingConfig.from_values({"throwaway_depth": 12}).resolve()
+        ServingConfig.of(throwaway_depth=12).resolve()
 
 
 def test_once_removed_it_is_no_config_field():
     with registered_part(Throwaway):
         pass
     with pytest.raises(ConfigError, match=r"^throwaway_depth: not a config field; allowed: "):
-        ServingConfig.from_values({"throwaway_depth": 4})
+        ServingConfig.of(throwaway_depth=4)
     with registered_part(Scheduling):  # registering a part already there leaves it there
         pass
     assert "max_running" in {knob.field for knob in declared_knobs()}
@@ -136,7 +136,7 @@ def test_the_config_form_shows_it_for_its_modes_and_explains_a_bad_value(throwaw
 
 
 def test_an_engine_that_spells_it_gets_its_flag_in_the_launch(throwaway):
-    dcpp = ServingConfig.from_values({"mode": "dcpp", "throwaway_depth": 4}).resolve()
+    dcpp = ServingConfig.of(mode="dcpp", throwaway_depth=4).resolve()
     assert Flag("--throwaway-depth", 4) in plan_launch(dcpp, "vllm-ascend").launch.flags
     assert not any(f.name == "--throwaway-depth" for f in plan_launch(dcpp, "sglang").launch.flags)  # not spelled
     cpp = ServingConfig().resolve()  # a mode that does not read it

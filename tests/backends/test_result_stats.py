@@ -42,7 +42,7 @@ def test_the_slo_verdict_reads_the_summary_s_percentile_to_the_last_bit():
     """A TTFT p90 limit equal to the p90 the run reports holds; the float just below it does not."""
     result = SimBackend().run(
         load_scenario("azure-conv"),
-        ServingConfig(model="qwen2.5-14b", hardware="a100-40g-pcie", tp=2, pp=2),
+        ServingConfig.of(model="qwen2.5-14b", hardware="a100-40g-pcie", tp=2, pp=2),
         num_requests=300,
         timeline=False,
     )

@@ -403,7 +403,7 @@ def test_too_many_requests_are_refused_before_any_work_with_the_estimate(capsys,
 def test_the_estimate_counts_timeline_spans_from_the_chunk(monkeypatch):
     """long-64k at chunk 10 takes 6554 steps a prompt: its timeline needs far more than at chunk 8k."""
     scenario = load_scenario("long-64k")
-    fine, tiny = (ServingConfig(chunk=c).resolve() for c in (8192, 10))
+    fine, tiny = (ServingConfig.of(chunk=c).resolve() for c in (8192, 10))
     bare = footprint.footprint(scenario, fine, 100, timeline=False)
     assert bare == 100 * footprint.REQUEST_BYTES
     spans = (footprint.footprint(scenario, fine, 100) - bare) / footprint.SPAN_BYTES

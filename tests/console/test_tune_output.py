@@ -41,7 +41,7 @@ from tests.tune_support import spec as small_spec
 def baseline_config(spec: TuneSpec) -> dict[str, object]:
     ctx = space_context(spec)
     draft = suggest_config(optuna.trial.FixedTrial(default_params(ctx, {})), ctx, {})
-    return ServingConfig(**draft).resolve().to_dict()
+    return ServingConfig.of(**draft).resolve().to_dict()
 
 
 def test_each_moved_knob_is_put_back_alone_and_measured(tmp_path):
@@ -184,7 +184,7 @@ def test_a_minimised_objective_is_worded_as_a_reduction(tmp_path):
 
 def test_the_summary_shows_the_percentile_the_slo_names(tmp_path):
     spec = small_spec(tmp_path, slo=parse_slo("ttft@p99=3s,tpot=200ms"))
-    config = ServingConfig(chunk=2048, max_running=256).resolve().to_dict()
+    config = ServingConfig.of(chunk=2048, max_running=256).resolve().to_dict()
     metrics = {
         "goodput_rps": 2.0,
         "attainment": 0.99,
@@ -207,7 +207,7 @@ def test_the_summary_shows_the_percentile_the_slo_names(tmp_path):
 def test_knobs_that_vary_among_ties_are_free_within_the_tie_set_not_said_to_not_matter(tmp_path):
     """A knob free among the ties may still beat the default: its effect line must not contradict it."""
     spec = small_spec(tmp_path)
-    config = ServingConfig(chunk=2048, max_running=256).resolve().to_dict()
+    config = ServingConfig.of(chunk=2048, max_running=256).resolve().to_dict()
     metrics = {"goodput_rps": 2.0, "attainment": 0.99, "ttft_p90_s": 1.0, "tpot_p90_s": 0.1}
     best, other = TrialSummary(3, {**config, "chunk": 7072}, metrics, 2.0), TrialSummary(5, config, metrics, 1.99)
     outcome = TuneOutcome("t", GOODPUT, 6, best, other, None, None, False, ties=(best, other), free=("chunk",))

@@ -40,7 +40,7 @@ def test_the_console_launches_the_engine_for_a_run_and_stops_it(on_path, tiny_mo
     db = tmp_path / "c.duckdb"
 
     async def scenario() -> None:
-        app = PipedeckApp(db, ServingConfig(**CPU))
+        app = PipedeckApp(db, ServingConfig.of(**CPU))
         async with app.run_test(size=SIZE) as pilot:
             live = app.screen
             fill(

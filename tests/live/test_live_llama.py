@@ -32,7 +32,7 @@ def server(llama_server_binary, tiny_model, tmp_path):
         program=(str(llama_server_binary),),
         health_timeout_s=30,
     )
-    with launch.start(ServingConfig(**CPU).resolve()) as running:
+    with launch.start(ServingConfig.of(**CPU).resolve()) as running:
         yield running
 
 
@@ -73,7 +73,7 @@ def test_a_live_run_counts_what_the_server_counted(server, capsys, tmp_path):
 def test_a_server_killed_mid_run_fails_the_requests_in_flight_with_one_line(server):
     backend = make_backend("live", endpoint=server.url, stall_s=5.0)
     threading.Timer(1.0, lambda: os.kill(server.process.pid, signal.SIGKILL)).start()
-    result = backend.run(load_scenario("cnn-reversed"), ServingConfig(**CPU), rate=20.0, num_requests=60)
+    result = backend.run(load_scenario("cnn-reversed"), ServingConfig.of(**CPU), rate=20.0, num_requests=60)
     failed = result.live.failed()
     assert failed and len(result.records) + len(failed) + result.live.unsent == 60
     assert all("\n" not in r.error for r in failed)
@@ -90,7 +90,7 @@ def test_a_server_killed_mid_run_fails_the_requests_in_flight_with_one_line(serv
 def test_the_prefix_cache_hit_rate_falls_when_each_rate_draws_fresh_prompts(server):
     def hit_rate(rate: float, fresh: bool) -> float:
         backend = make_backend("live", endpoint=server.url, fresh_prompts=fresh)
-        live = backend.run(load_scenario("sharegpt"), ServingConfig(**CPU), rate=rate, num_requests=8).live.summary()
+        live = backend.run(load_scenario("sharegpt"), ServingConfig.of(**CPU), rate=rate, num_requests=8).live.summary()
         assert live["failed"] == 0 and live["prefix_cache_from"] == "usage"  # llama-server's cached_tokens
         return live["prefix_cache_hit_rate"]
 

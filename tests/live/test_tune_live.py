@@ -169,11 +169,11 @@ def test_a_server_killed_mid_run_fails_that_run_and_the_next_gets_a_fresh_one(
         health_timeout_s=30,
         stall_s=5.0,
     ) as backend:
-        backend.run(load_scenario(TINY), ServingConfig(**CPU), rate=20, num_requests=4)
+        backend.run(load_scenario(TINY), ServingConfig.of(**CPU), rate=20, num_requests=4)
         pid = backend.server.process.pid
         threading.Timer(1.0, lambda: os.kill(pid, signal.SIGKILL)).start()
         with pytest.raises(LaunchError, match=r"^engine: llama-server exited with status -9 while serving; log: "):
-            backend.run(load_scenario("cnn-reversed"), ServingConfig(**CPU), rate=20.0, num_requests=40)
-        result = backend.run(load_scenario(TINY), ServingConfig(**CPU), rate=20, num_requests=4)
+            backend.run(load_scenario("cnn-reversed"), ServingConfig.of(**CPU), rate=20.0, num_requests=40)
+        result = backend.run(load_scenario(TINY), ServingConfig.of(**CPU), rate=20, num_requests=4)
         assert len(result.records) == 4 and backend.starts == 2
     assert processes_serving(tiny_model) == []

@@ -32,7 +32,7 @@ def test_every_input_error_shares_the_base_and_is_a_value_error(kind):
 @pytest.mark.parametrize(
     "fail, field",
     [
-        (lambda: ServingConfig(tp=3).resolve(), "tp"),
+        (lambda: ServingConfig.of(tp=3).resolve(), "tp"),
         (lambda: load_hardware("no-such-card"), "hardware"),
         (lambda: load_scenario("azure-conv").workload(rate=-1.0), "rate"),
         (lambda: parse_slo("ttft=fast"), "slo"),

@@ -113,7 +113,7 @@ def test_alp_predictor_errors_are_read_from_outside_the_controller():
         slo=parse_slo(fidelity.SLO),
         requests=200,
     )
-    config = ServingConfig(
+    config = ServingConfig.of(
         model="qwen2.5-32b", hardware="a100-40g-pcie", **SGLANG_MIXED_CHUNK, **fidelity.ALP
     ).resolve()
     errors = fidelity.alp_errors(Evaluator(spec), config, 8.0)

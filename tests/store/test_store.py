@@ -22,7 +22,7 @@ from pipedeck.backends.sim import SimBackend
 from pipedeck.scenarios import load_scenario
 from pipedeck.store import SCHEMA_VERSION, RunStore, StoreError, default_db_path
 
-QWEN = ServingConfig(model="qwen2.5-14b", hardware="a100-40g-pcie", tp=2, pp=2)
+QWEN = ServingConfig.of(model="qwen2.5-14b", hardware="a100-40g-pcie", tp=2, pp=2)
 TABLES = ("runs", "run_ranks", "requests", "spans")
 
 

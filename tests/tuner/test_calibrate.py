@@ -31,7 +31,7 @@ def tiny(tiny_config) -> str:
 
 def config_of(model: str, **changes: object) -> ResolvedConfig:
     values = dict(model=model, hardware=START, tp=1, pp=1, chunk=512, max_running=2, kv_capacity=4096)
-    return ServingConfig(**{**values, **changes}).resolve()
+    return ServingConfig.of(**{**values, **changes}).resolve()
 
 
 class HiddenServer:
@@ -43,7 +43,7 @@ class HiddenServer:
         self.hardware, self.sim = hardware, make_backend("sim")
 
     def run(self, scenario, config, rate=None, seed=0, num_requests=None, observer=None, timeline=True):
-        hidden = ResolvedConfig.of(config, config.model_profile, self.hardware)
+        hidden = dataclasses.replace(config, hardware_profile=self.hardware)
         return self.sim.run(scenario, hidden, rate, seed, num_requests, observer, timeline)
 
 

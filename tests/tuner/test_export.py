@@ -31,7 +31,7 @@ VPP_MODES = ("vpp-sync", "vpp-async", "vpp")
 
 def best(**config) -> BestConfig:
     """A BestConfig around a resolved config, with provenance as a study would give it."""
-    return BestConfig(ServingConfig(**config).resolve(), METRICS, "s1", 7, "long-128k", SLO, 3)
+    return BestConfig(ServingConfig.of(**config).resolve(), METRICS, "s1", 7, "long-128k", SLO, 3)
 
 
 def export(tmp_path: Path, engine: str, version: str | None = None, **config) -> dict[str, Path]:
@@ -165,13 +165,13 @@ def test_dcpp_whose_min_chunk_reaches_the_chunk_is_exported_as_the_cpp_it_is(tmp
         "a chunk and runs as cpp."
     ], text
     record = json.loads(files["pipedeck-best.json"].read_text())
-    assert record["config"]["mode"] == "cpp" and record["config"]["min_chunk"] == ServingConfig().min_chunk
+    assert record["config"]["mode"] == "cpp" and record["config"]["min_chunk"] == ServingConfig().dcpp.min_chunk
 
 
 @pytest.mark.parametrize("mode", VPP_MODES)
 @pytest.mark.parametrize("pp, split", [(2, None), (2, (14, 16, 17, 14)), (4, (8, 7, 8, 7, 8, 8, 8, 7))])
 def test_vpp_env_and_ranges_cover_every_layer_in_execution_order(tmp_path, mode, pp, split):
-    config = ServingConfig(**DSV3, pp=pp, mode=mode, layer_split=split).resolve()
+    config = ServingConfig.of(**DSV3, pp=pp, mode=mode, layer_split=split).resolve()
     path = export(tmp_path, "vllm-ascend", **DSV3, pp=pp, mode=mode, layer_split=split)["serve.sh"]
     env, argv = parse_script(path)
     assert env["ENABLE_VPP"] == "true" and "VLLM_PP_LAYER_PARTITION" not in env
@@ -187,7 +187,7 @@ def test_vpp_env_and_ranges_cover_every_layer_in_execution_order(tmp_path, mode,
         seen[rank] += 1
     assert executed[0][0] == 0 and executed[-1][1] == 61
     assert all(a[1] == b[0] for a, b in itertools.pairwise(executed))
-    assert [end - start for start, end in executed] == list(config.layer_split)
+    assert [end - start for start, end in executed] == list(config.parallelism.layer_split)
 
 
 @pytest.mark.parametrize("mode", VPP_MODES)
@@ -396,7 +396,7 @@ def test_header_names_study_slo_and_goodput(tmp_path):
 
 
 def test_header_keeps_odd_names_inside_comments(tmp_path):
-    odd = BestConfig(ServingConfig(**QWEN, tp=2, pp=2).resolve(), {}, "evil\nrm -rf /", None, "a\rb", None, None)
+    odd = BestConfig(ServingConfig.of(**QWEN, tp=2, pp=2).resolve(), {}, "evil\nrm -rf /", None, "a\rb", None, None)
     path = write_export(odd, "vllm", tmp_path)[0]
     assert "# Study: evil rm -rf /  trial: -  scenario: a b  seed: -" in path.read_text()
     assert "# SLO: -" in path.read_text() and "Predicted by the simulator: -" in path.read_text()
@@ -524,7 +524,7 @@ def test_a_new_engine_or_mode_is_a_registration(tmp_path, monkeypatch):
         name="sglang-fork",
         program=("python", "-m", "sglang.launch_server"),
         model_flag="--model-path",
-        common=lambda c, r: Launch(flags=(Flag("--tp-size", c.tp),)),
+        common=lambda c, r: Launch(flags=(Flag("--tp-size", c.parallelism.tp),)),
         releases=(Release("1.0", "the only one"),),
     )
     monkeypatch.setitem(ENGINES, fork.name, fork)
@@ -569,7 +569,7 @@ def test_no_file_holds_a_secret_from_the_environment(tmp_path, monkeypatch):
 
 def make_store(path: Path, objective: str = "goodput") -> ServingConfig:
     """A run store with study s1: a worse, a best, a failed and a running trial; return the best config."""
-    configs = [ServingConfig(**DSV3, pp=2, mode=mode).resolve() for mode in ("cpp", "dcpp", "vpp", "vpp-async")]
+    configs = [ServingConfig.of(**DSV3, pp=2, mode=mode).resolve() for mode in ("cpp", "dcpp", "vpp", "vpp-async")]
     with RunStore.open(path) as store:
         store.save_study("s1", scenario="long-128k", objective=objective, slo=SLO, settings={"seed": 3}, storage="j")
         for number, (config, value, state) in enumerate(
@@ -717,7 +717,7 @@ def test_a_gpu_export_of_an_ascend_study_says_loudly_that_its_predictions_do_not
 
 
 def test_an_export_for_another_engine_than_the_study_was_tuned_for_says_so(tmp_path):
-    tuned = BestConfig(ServingConfig(**QWEN, tp=2, pp=2).resolve(), METRICS, "s1", 7, "azure-conv", SLO, 3, "vllm")
+    tuned = BestConfig(ServingConfig.of(**QWEN, tp=2, pp=2).resolve(), METRICS, "s1", 7, "azure-conv", SLO, 3, "vllm")
     text = write_export(tuned, "sglang", tmp_path)[0].read_text()
     assert (
         "# WARNING: study s1 was tuned for vllm (its baseline and the modes it searched), but this launch is "
@@ -728,7 +728,7 @@ def test_an_export_for_another_engine_than_the_study_was_tuned_for_says_so(tmp_p
 
 def test_the_warnings_an_export_hands_back_are_the_ones_its_script_opens_with(tmp_path):
     """`pipedeck export` prints them, `tune --export` too, and the console shows them: one list, made once."""
-    tuned = BestConfig(ServingConfig(**DSV3, pp=2).resolve(), METRICS, "s1", 7, "azure-conv", SLO, 3, "vllm-ascend")
+    tuned = BestConfig(ServingConfig.of(**DSV3, pp=2).resolve(), METRICS, "s1", 7, "azure-conv", SLO, 3, "vllm-ascend")
     warned: list[str] = []
     script = write_export(tuned, "sglang", tmp_path, warn=warned.append)[0].read_text()
     assert len(warned) == 2 and warned[0].startswith("WARNING: predicted for ascend-910c")
@@ -854,7 +854,7 @@ def test_the_default_release_is_the_newest_that_is_not_a_candidate():
 
 
 def test_the_record_names_release_weights_and_the_studys_engine(tmp_path):
-    tuned = BestConfig(ServingConfig(**DSV3, pp=2).resolve(), METRICS, "s1", 7, "long-128k", SLO, 3, "vllm-ascend")
+    tuned = BestConfig(ServingConfig.of(**DSV3, pp=2).resolve(), METRICS, "s1", 7, "long-128k", SLO, 3, "vllm-ascend")
     record = json.loads(write_export(tuned, "vllm-ascend", tmp_path, "0.25.1rc1")[-1].read_text())
     assert record["engine_version"] == "0.25.1rc1" and record["study_engine"] == "vllm-ascend"
     assert record["checkpoint"] == {

@@ -63,7 +63,7 @@ CASES = {
 
 
 def exported(tmp_path: Path, engine: str, release: str, config: dict) -> dict[str, Path]:
-    best = BestConfig(ServingConfig(**config).resolve(), {"goodput_rps": 1.0}, "s1", 1)
+    best = BestConfig(ServingConfig.of(**config).resolve(), {"goodput_rps": 1.0}, "s1", 1)
     return {p.name: p for p in write_export(best, engine, tmp_path, release)}
 
 
@@ -155,14 +155,15 @@ def test_vllm_parses_and_accepts_every_export(tmp_path, vllm_serve, monkeypatch,
                 max_num_seqs=args.max_num_seqs,
                 enable_chunked_prefill=args.enable_chunked_prefill,
             )
-            resolved = ServingConfig(**config).resolve()
+            resolved = ServingConfig.of(**config).resolve()
             if "VLLM_PP_LAYER_PARTITION" in env:
                 monkeypatch.setenv("VLLM_PP_LAYER_PARTITION", env["VLLM_PP_LAYER_PARTITION"])
             else:
                 monkeypatch.delenv("VLLM_PP_LAYER_PARTITION", raising=False)
             if resolved.mode_spec.layout == "linear":
                 spans = [
-                    get_pp_indices(resolved.model_profile.num_layers, rank, resolved.pp) for rank in range(resolved.pp)
+                    get_pp_indices(resolved.model_profile.num_layers, rank, resolved.parallelism.pp)
+                    for rank in range(resolved.parallelism.pp)
                 ]
                 assert [end - start for start, end in spans] == resolved.layers_per_rank()
             if engine == "vllm-ascend":
@@ -170,8 +171,8 @@ def test_vllm_parses_and_accepts_every_export(tmp_path, vllm_serve, monkeypatch,
                 if resolved.mode == "dcpp":  # where vLLM-Ascend 0.23 reads it: the top level
                     assert args.additional_config["profiling_chunk_config"]["enabled"] is True
             print(
-                f"vLLM {VLLM}: {engine} {release} {resolved.mode} tp{resolved.tp} pp{resolved.pp} "
-                f"chunk {resolved.chunk}: parsed, YAML equal, SchedulerConfig accepted"
+                f"vLLM {VLLM}: {engine} {release} {resolved.mode} tp{resolved.parallelism.tp} pp{resolved.parallelism.pp} "
+                f"chunk {resolved.scheduling.chunk}: parsed, YAML equal, SchedulerConfig accepted"
             )
 
 
@@ -224,21 +225,22 @@ def test_sglang_parses_and_accepts_every_export(tmp_path, sglang_args, monkeypat
             from_yaml = sglang_args(["--config", str(files["sglang-config.yaml"])])
             fields = msgspec.structs.asdict
             assert fields(from_yaml) == fields(args), f"sglang {release} {config}: the YAML says something else"
-            resolved = ServingConfig(**config).resolve()
+            resolved = ServingConfig.of(**config).resolve()
             if "SGLANG_PP_LAYER_PARTITION" in env:
                 monkeypatch.setenv("SGLANG_PP_LAYER_PARTITION", env["SGLANG_PP_LAYER_PARTITION"])
             else:
                 monkeypatch.delenv("SGLANG_PP_LAYER_PARTITION", raising=False)
             spans = [
-                get_pp_indices(resolved.model_profile.num_layers, rank, resolved.pp) for rank in range(resolved.pp)
+                get_pp_indices(resolved.model_profile.num_layers, rank, resolved.parallelism.pp)
+                for rank in range(resolved.parallelism.pp)
             ]
             assert [end - start for start, end in spans] == resolved.layers_per_rank()
             # the model-independent part of SGLang's resolution (the rest needs the model's config and a GPU)
             dummy = sglang_args([*argv[3:5], "--model-path", "dummy", *argv[5:]])
             dummy.resolve_once()
             print(
-                f"SGLang {SGLANG}: sglang {release} {resolved.mode} tp{resolved.tp} pp{resolved.pp} "
-                f"chunk {resolved.chunk}: parsed, YAML equal, model-independent resolution passed"
+                f"SGLang {SGLANG}: sglang {release} {resolved.mode} tp{resolved.parallelism.tp} pp{resolved.parallelism.pp} "
+                f"chunk {resolved.scheduling.chunk}: parsed, YAML equal, model-independent resolution passed"
             )
 
 

@@ -71,11 +71,12 @@ def test_space_samples_valid_conditional_configs():
         if d["pp"] == 1:
             assert d["mode"] == "cpp"
         try:
-            ServingConfig(**d).resolve()
+            ServingConfig.of(**d).resolve()
         except ConfigError as err:  # an uneven split can overload a stage: the objective prunes it
             assert "GB of weights per device" in str(err)
     assert any(
-        d["layer_split"] != ServingConfig(tp=d["tp"], pp=d["pp"], mode=d["mode"]).resolve().layer_split for d in drafts
+        d["layer_split"] != ServingConfig.of(tp=d["tp"], pp=d["pp"], mode=d["mode"]).resolve().parallelism.layer_split
+        for d in drafts
     )  # uneven splits around vLLM's are explored
 
 
@@ -131,9 +132,9 @@ def test_the_parallelism_and_layer_split_keep_their_search_distributions():
 
 
 def test_knob_settings_list_what_the_config_activates():
-    dcpp = ServingConfig(mode="dcpp", smooth_factor=0.75).to_dict()
+    dcpp = ServingConfig.of(mode="dcpp", smooth_factor=0.75).to_dict()
     assert knob_settings(dcpp) == ["smooth-factor=0.75", "min-chunk=4096", "delay-scheduling=off"]
-    alp = ServingConfig(mode="fastpp-alp", delay_scheduling=True, rls_forgetting=0.9975, delay_mode="e2e_first")
+    alp = ServingConfig.of(mode="fastpp-alp", delay_scheduling=True, rls_forgetting=0.9975, delay_mode="e2e_first")
     assert knob_settings(alp.to_dict()) == [
         "alp-window-s=10",
         "slo-tpot-coeff=1.05",
@@ -175,7 +176,7 @@ def test_default_params_are_the_engine_default():
     ],
 )
 def test_each_engine_defaults_as_it_does_on_that_hardware(hardware, engine, budget):
-    defaults = engine_defaults(engine, ServingConfig(hardware=hardware).hardware_profile)
+    defaults = engine_defaults(engine, ServingConfig.of(hardware=hardware).hardware_profile)
     assert (defaults.chunk, defaults.max_running) == budget and defaults.source
 
 
@@ -578,4 +579,4 @@ def test_a_live_rate_that_served_nothing_fails_in_one_line_counting_the_failures
         backend_options={"endpoint": f"http://127.0.0.1:{port}", "model": "m", "metrics_interval_s": None},
     )
     with pytest.raises(ServerError, match=r"^server: 0 of 3 requests served: 3 connection refused \(at 50 req/s\)$"):
-        Evaluator(spec).run(ServingConfig(model="qwen2.5-14b", hardware="a100-40g-pcie"), 50.0)
+        Evaluator(spec).run(ServingConfig.of(model="qwen2.5-14b", hardware="a100-40g-pcie"), 50.0)

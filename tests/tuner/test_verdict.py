@@ -13,7 +13,7 @@ from pipedeck.tuner.objectives import TTFT
 from pipedeck.tuner.verdict import Finished, changes, decide, free_knobs, in_force
 
 LIMITS = {"ttft": 2.0, "tpot": 0.2}
-BASE = ServingConfig(chunk=2048, max_running=256).to_dict()
+BASE = ServingConfig.of(chunk=2048, max_running=256).to_dict()
 
 
 def trial(number: int, value: float, ttft: float = 1.0, tpot: float = 0.1, **config: object) -> Finished:
@@ -103,7 +103,7 @@ def test_the_report_and_tune_give_the_same_verdict_on_the_same_figures():
     mixed = ci([2.5, 2.6, 4.4, 2.0, 3.9])
     text = win_text(mixed, DEFAULT_CI, GOODPUT)
     assert text.startswith("not a clear win: ")
-    config = ServingConfig(chunk=2048, max_running=256).resolve().to_dict()
+    config = ServingConfig.of(chunk=2048, max_running=256).resolve().to_dict()
     best = TrialRow("s", 3, "COMPLETE", {}, config, {"goodput_ci": mixed}, mixed["values"][0], None, None, None)
     default = TrialRow(
         "s", 0, "COMPLETE", {}, config, {"goodput_ci": DEFAULT_CI}, DEFAULT_CI["values"][0], None, None, None

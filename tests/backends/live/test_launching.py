@@ -40,11 +40,11 @@ def launching(model: Path, tmp_path: Path) -> LaunchingBackend:
 
 def test_the_launching_backend_restarts_the_server_only_when_the_config_changes(model, tmp_path):
     backend, scenario = launching(model, tmp_path), load_scenario(TINY)
-    backend.run(scenario, ServingConfig(**CPU), rate=50, num_requests=4)
+    backend.run(scenario, ServingConfig.of(**CPU), rate=50, num_requests=4)
     first = backend.server.process
-    backend.run(scenario, ServingConfig(**CPU), rate=100, num_requests=4)  # another rate, the same server
+    backend.run(scenario, ServingConfig.of(**CPU), rate=100, num_requests=4)  # another rate, the same server
     assert backend.server.process is first and backend.starts == 1
-    result = backend.run(scenario, ServingConfig(**{**CPU, "chunk": 1024}), rate=50, num_requests=4)
+    result = backend.run(scenario, ServingConfig.of(**{**CPU, "chunk": 1024}), rate=50, num_requests=4)
     assert backend.starts == 2 and first.poll() is not None
     assert len(result.records) == 4 and result.backend == "live" and result.config["chunk"] == 1024
     logs = sorted((tmp_path / "logs").glob("*.log"))
@@ -58,20 +58,20 @@ def test_the_launching_backend_restarts_the_server_only_when_the_config_changes(
 
 def test_a_server_that_died_fails_the_run_with_one_line_and_the_next_run_gets_a_fresh_one(model, tmp_path):
     backend, scenario = launching(model, tmp_path), load_scenario(TINY)
-    backend.run(scenario, ServingConfig(**CPU), rate=50, num_requests=4)
+    backend.run(scenario, ServingConfig.of(**CPU), rate=50, num_requests=4)
     os.kill(backend.server.process.pid, signal.SIGKILL)
     backend.server.process.wait(5)
     with pytest.raises(LaunchError, match=r"^engine: llama-server exited with status -9 while serving; log: \S+\.log"):
-        backend.run(scenario, ServingConfig(**CPU), rate=50, num_requests=4)
+        backend.run(scenario, ServingConfig.of(**CPU), rate=50, num_requests=4)
     assert backend.server is None
-    assert len(backend.run(scenario, ServingConfig(**CPU), rate=50, num_requests=4).records) == 4
+    assert len(backend.run(scenario, ServingConfig.of(**CPU), rate=50, num_requests=4).records) == 4
     assert backend.starts == 2
     backend.close()
 
 
 def test_a_dropped_backend_stops_its_server(model, tmp_path):
     backend = launching(model, tmp_path)
-    backend.run(load_scenario(TINY), ServingConfig(**CPU), rate=50, num_requests=2)
+    backend.run(load_scenario(TINY), ServingConfig.of(**CPU), rate=50, num_requests=2)
     process = backend.server.process
     del backend
     gc.collect()
@@ -80,7 +80,9 @@ def test_a_dropped_backend_stops_its_server(model, tmp_path):
 
 def test_a_config_the_engine_cannot_run_is_a_launch_error(model, tmp_path):
     with pytest.raises(LaunchError, match=r"^tp: llama-server runs one process"):
-        launching(model, tmp_path).run(load_scenario(TINY), ServingConfig(**{**CPU, "tp": 2}), rate=50, num_requests=2)
+        launching(model, tmp_path).run(
+            load_scenario(TINY), ServingConfig.of(**{**CPU, "tp": 2}), rate=50, num_requests=2
+        )
 
 
 @pytest.mark.parametrize(

@@ -34,7 +34,7 @@ def alive(pid: int) -> bool:
 
 
 def test_llama_server_gets_the_flags_its_config_maps_to():
-    argv, env = server_command(ServingConfig(**CPU).resolve(), "llama-server", "tiny.gguf", "127.0.0.1", 8123)
+    argv, env = server_command(ServingConfig.of(**CPU).resolve(), "llama-server", "tiny.gguf", "127.0.0.1", 8123)
     assert argv == [
         "llama-server",
         "--model",
@@ -56,7 +56,7 @@ def test_llama_server_gets_the_flags_its_config_maps_to():
     ]
     assert env == {}
     with pytest.raises(ExportError, match=r"^tp: llama-server runs one process"):
-        server_command(ServingConfig(**{**CPU, "pp": 2}).resolve(), "llama-server", "tiny.gguf", "127.0.0.1", 1)
+        server_command(ServingConfig.of(**{**CPU, "pp": 2}).resolve(), "llama-server", "tiny.gguf", "127.0.0.1", 1)
 
 
 @pytest.mark.parametrize(
@@ -70,7 +70,7 @@ def test_llama_server_gets_the_flags_its_config_maps_to():
     ],
 )
 def test_llama_server_loads_a_local_file_with_model_and_a_hub_id_with_hf(weights, words):
-    argv, _ = server_command(ServingConfig(**CPU).resolve(), "llama-server", weights, "127.0.0.1", 8123)
+    argv, _ = server_command(ServingConfig.of(**CPU).resolve(), "llama-server", weights, "127.0.0.1", 8123)
     assert argv[1:3] == words
 
 
@@ -78,12 +78,12 @@ def test_a_local_folder_named_like_a_hub_id_is_a_path(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     (tmp_path / "org").mkdir()
     (tmp_path / "org" / "name").write_bytes(b"GGUF")
-    argv, _ = server_command(ServingConfig(**CPU).resolve(), "llama-server", "org/name", "127.0.0.1", 8123)
+    argv, _ = server_command(ServingConfig.of(**CPU).resolve(), "llama-server", "org/name", "127.0.0.1", 8123)
     assert argv[1:3] == ["--model", "org/name"]
 
 
 def test_vllm_gets_the_same_flags_and_environment_as_its_export():
-    config = ServingConfig(model="qwen2.5-14b", hardware="a100-40g-pcie", tp=2, pp=2, layer_split=(25, 23)).resolve()
+    config = ServingConfig.of(model="qwen2.5-14b", hardware="a100-40g-pcie", tp=2, pp=2, layer_split=(25, 23)).resolve()
     argv, env = server_command(config, "vllm", "Qwen/Qwen2.5-14B-Instruct", "127.0.0.1", 8000)
     assert argv[:3] == ["vllm", "serve", "Qwen/Qwen2.5-14B-Instruct"]
     assert argv[argv.index("--pipeline-parallel-size") + 1] == "2" and argv[-4:] == [
@@ -98,7 +98,7 @@ def test_vllm_gets_the_same_flags_and_environment_as_its_export():
 def test_a_live_server_loads_the_operator_s_model_without_the_profile_s_checkpoint_flags():
     """DeepSeek-V3.1 on Ascend exports vllm-ascend's W8A8 checkpoint (--quantization ascend, from ModelScope); a
     launched server serves the model path it is given, which may be BF16 and local."""
-    config = ServingConfig(model="deepseek-v3.1", hardware="ascend-910c", tp=8, pp=2).resolve()
+    config = ServingConfig.of(model="deepseek-v3.1", hardware="ascend-910c", tp=8, pp=2).resolve()
     argv, env = server_command(config, "vllm-ascend", "/data/deepseek-v3.1-bf16", "127.0.0.1", 8000)
     assert "/data/deepseek-v3.1-bf16" in argv and "--quantization" not in argv
     assert "VLLM_USE_MODELSCOPE" not in env
@@ -107,7 +107,9 @@ def test_a_live_server_loads_the_operator_s_model_without_the_profile_s_checkpoi
 def test_a_server_starts_answers_health_and_stops_by_its_pid(tmp_path, monkeypatch):
     monkeypatch.setenv("FAKE_ENGINE_DELAY", "0.3")
     log = tmp_path / "server.log"
-    with ServerLaunch("llama-server", "tiny.gguf", log, program=FAKE).start(ServingConfig(**CPU).resolve()) as server:
+    with ServerLaunch("llama-server", "tiny.gguf", log, program=FAKE).start(
+        ServingConfig.of(**CPU).resolve()
+    ) as server:
         assert httpx.get(f"{server.url}/health").status_code == 200
         pid = server.process.pid
     assert not alive(pid) and "--parallel 4" in log.read_text()
@@ -117,7 +119,7 @@ def test_serving_stops_its_server_when_sigterm_interrupts_the_block_and_restores
     """The one lifecycle: whoever holds a server in `serving` (serve, calibrate, the Live view) gets it stopped."""
     before = signal.getsignal(signal.SIGTERM)
     launch = ServerLaunch("llama-server", "tiny.gguf", tmp_path / "server.log", program=FAKE)
-    with pytest.raises(Terminated), serving(launch, ServingConfig(**CPU).resolve()) as server:
+    with pytest.raises(Terminated), serving(launch, ServingConfig.of(**CPU).resolve()) as server:
         assert (tmp_path / "server.log.pid").exists()
         os.kill(os.getpid(), signal.SIGTERM)
         pytest.fail("SIGTERM did not interrupt the block")  # the handler raises as soon as os.kill returns
@@ -161,7 +163,7 @@ def test_a_server_that_never_gets_healthy_is_one_line_and_leaves_nothing_running
     started = popen_log
     with pytest.raises(LaunchError, match=message):
         ServerLaunch("llama-server", "tiny.gguf", tmp_path / "log", program=FAKE, health_timeout_s=1.0).start(
-            ServingConfig(**CPU).resolve()
+            ServingConfig.of(**CPU).resolve()
         )
     assert started and not alive(started[0].pid)
 
@@ -209,7 +211,7 @@ def test_a_program_that_cannot_start_leaves_no_log(tmp_path):
     program.chmod(0o755)
     log = tmp_path / "log"
     with pytest.raises(LaunchError, match=r"^log: cannot start llama-server"):
-        ServerLaunch("llama-server", "tiny.gguf", log, program=(str(program),)).start(ServingConfig(**CPU).resolve())
+        ServerLaunch("llama-server", "tiny.gguf", log, program=(str(program),)).start(ServingConfig.of(**CPU).resolve())
     assert not log.exists()
 
 

@@ -15,7 +15,7 @@ K = 1024
 
 def chunk_sequence(prompt: int, base: int, min_chunk: int = 4096, smooth: float = 1.0) -> list[int]:
     """The chunks DCPP cuts one prompt into, using the simulator's own latency profile."""
-    config = ServingConfig(mode="dcpp", chunk=base, min_chunk=min_chunk, smooth_factor=smooth).resolve()
+    config = ServingConfig.of(mode="dcpp", chunk=base, min_chunk=min_chunk, smooth_factor=smooth).resolve()
     policy = build_engine(config).sched.policy
     assert isinstance(policy, DynamicChunk)
     chunks, done = [], 0
@@ -53,7 +53,7 @@ def test_step_counts_on_128k_with_16k_chunks():
     """calibration.md A: CPP finishes a 128K prompt in 8 steps, DCPP in 17."""
     scenario = load_scenario("long-128k")
     steps = {
-        mode: SimBackend().run(scenario, ServingConfig(mode=mode, chunk=16 * K), timeline=False).steps
+        mode: SimBackend().run(scenario, ServingConfig.of(mode=mode, chunk=16 * K), timeline=False).steps
         for mode in ("cpp", "dcpp")
     }
     assert steps["cpp"] == 8

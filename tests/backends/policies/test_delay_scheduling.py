@@ -18,7 +18,7 @@ def decode_heavy_run(delay: bool):
     Returns the engine, each decode micro-batch's size, the workload and the
     log of the tokens the engine emitted (tests/emissions.py).
     """
-    config = ServingConfig(
+    config = ServingConfig.of(
         model="qwen2.5-32b", hardware="a100-40g-pcie", tp=1, pp=4, chunk=2048, delay_scheduling=delay
     ).resolve()
     engine = build_engine(config)
@@ -91,5 +91,5 @@ def test_off_while_prompts_wait():
 )
 def test_new_knobs_are_validated_with_one_line(changes, message):
     with pytest.raises(ConfigError) as err:
-        ServingConfig(**changes).resolve()
+        ServingConfig.of(**changes).resolve()
     assert str(err.value) == message

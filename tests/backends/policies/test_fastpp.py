@@ -51,8 +51,8 @@ GROW = dict(ttfts=(1.0,), token_gaps=(0.1,))
 
 
 def greedy(**changes: object) -> GreedyChunkController:
-    config = ServingConfig(pp=1, chunk=1024, controller_base_chunk=512).replace(**changes)
-    return GreedyChunkController(pp=config.pp, chunk=config.chunk, settings=config.part(FastPPSettings))
+    config = ServingConfig.of(pp=1, chunk=1024, controller_base_chunk=512).replace(**changes)
+    return GreedyChunkController(pp=config.parallelism.pp, chunk=config.scheduling.chunk, settings=config.fastpp)
 
 
 def decide(controller: GreedyChunkController, **fields: object) -> int:
@@ -193,7 +193,7 @@ A0, A1, FLOOR = 0.004, 4e-5, 0.008
 
 
 def alp(profiled: list[int] | None = None, **changes: object) -> PredictiveChunkController:
-    config = ServingConfig(pp=2, chunk=2048, slo_tpot_s=0.1, slo_tpot_coeff=1.0).replace(**changes)
+    config = ServingConfig.of(pp=2, chunk=2048, slo_tpot_s=0.1, slo_tpot_coeff=1.0).replace(**changes)
 
     def decode_stage_time(n: int) -> float:
         if profiled is not None:
@@ -201,12 +201,10 @@ def alp(profiled: list[int] | None = None, **changes: object) -> PredictiveChunk
         return max(A0 + A1 * n, FLOOR)
 
     return PredictiveChunkController(
-        PolicyEnv(
-            config=config,
-            chunk_latency=lambda n: 0.0,
-            entry_stage_time=lambda n, p: 0.0,
-            decode_stage_time=decode_stage_time,
-        )
+        pp=config.parallelism.pp,
+        scheduling=config.scheduling,
+        settings=config.fastpp,
+        decode_stage_time=decode_stage_time,
     )
 
 
@@ -347,7 +345,7 @@ def test_alp_takes_the_smallest_chunk_when_none_keeps_tpot():
 @pytest.mark.parametrize("mode", ["fastpp-greedy", "fastpp-alp"])
 def test_fastpp_modes_are_registered_like_sglang_pp(mode):
     spec = MODES[mode]
-    fields = {f.name for f in dataclasses.fields(ServingConfig)}
+    fields = {f.name for f in dataclasses.fields(FastPPSettings)}  # the knobs of FastPP's own part
     assert (spec.layout, spec.sync_transfers, spec.extra_in_flight, spec.entry_first) == ("linear", False, 0, False)
     own = {k.field for k in declared_knobs() if k.modes and k.applies_to(mode)}
     assert "FastPP" in spec.summary and own and own <= fields
@@ -370,7 +368,7 @@ def controllers(monkeypatch):
 
 @pytest.mark.parametrize("mode", ["fastpp-greedy", "fastpp-alp"])
 def test_fastpp_end_to_end_on_azure_conv(mode, controllers):
-    config = ServingConfig(model="qwen2.5-32b", hardware="a100-40g-pcie", tp=1, pp=4, mode=mode, chunk=2048)
+    config = ServingConfig.of(model="qwen2.5-32b", hardware="a100-40g-pcie", tp=1, pp=4, mode=mode, chunk=2048)
     result = SimBackend().run(load_scenario("azure-conv"), config, rate=8, num_requests=200, timeline=False)
     assert len(result.records) == 200 and all(r.finish_s >= r.first_token_s > 0 for r in result.records)
     history = controllers[mode].history

@@ -80,7 +80,7 @@ def test_the_law_is_fitted_on_distinct_prefixes_of_lone_full_chunks():
 
 def test_short_prompts_packed_into_full_chunks_run():
     """Single-chunk prompts measured at prefix 0 only once made the fit singular (numpy's SVD failed)."""
-    config = ServingConfig(
+    config = ServingConfig.of(
         model="qwen2.5-14b",
         hardware="a100-40g-pcie",
         tp=1,

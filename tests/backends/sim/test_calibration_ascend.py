@@ -23,7 +23,7 @@ PAPER_512K = {
 
 
 def ttft_run(mode: str, scenario: str, chunk: int):
-    config = ServingConfig(model="deepseek-v3.1", hardware="ascend-910c", tp=8, pp=2, mode=mode, chunk=chunk)
+    config = ServingConfig.of(model="deepseek-v3.1", hardware="ascend-910c", tp=8, pp=2, mode=mode, chunk=chunk)
     return SimBackend().run(load_scenario(scenario), config, timeline=False)
 
 

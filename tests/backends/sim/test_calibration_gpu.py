@@ -46,7 +46,7 @@ def goodputs():
     ]
 
     def per_seed(**config) -> list[float]:
-        resolved = ServingConfig(**SETTING, **config).resolve()
+        resolved = ServingConfig.of(**SETTING, **config).resolve()
         return [evaluator.measure(resolved).value for evaluator in evaluators]
 
     static = {chunk: per_seed(tp=1, pp=4, chunk=chunk) for chunk in STATIC_CHUNKS}

@@ -30,7 +30,7 @@ def digests() -> dict[str, str]:
     return {
         name: run_digest(
             SimBackend().run(
-                load_scenario(scenario), ServingConfig(**fields).resolve(), rate=rate, num_requests=requests
+                load_scenario(scenario), ServingConfig.of(**fields).resolve(), rate=rate, num_requests=requests
             )
         )
         for name, (scenario, rate, requests, fields) in cases.items()

@@ -27,7 +27,7 @@ def simulate(
 ):
     return SimBackend().run(
         load_scenario(scenario),
-        ServingConfig(**config),
+        ServingConfig.of(**config),
         seed=seed,
         rate=rate,
         num_requests=num_requests,

@@ -4,7 +4,7 @@ import dataclasses
 
 import pytest
 
-from pipedeck.backends import ResolvedConfig, ServingConfig
+from pipedeck.backends import ServingConfig
 from pipedeck.backends.sim import SimBackend
 from pipedeck.backends.sim.backend import build_engine
 from pipedeck.backends.sim.scheduler import SimRequest
@@ -17,7 +17,7 @@ CHUNK = 512
 
 def batches(**knobs):
     """Every micro-batch (prefill tokens, all tokens) of a short azure-conv run on qwen2.5-14b, PP2."""
-    config = ServingConfig(model="qwen2.5-14b", hardware="a100-40g-pcie", tp=2, pp=2, chunk=CHUNK, **knobs).resolve()
+    config = ServingConfig.of(model="qwen2.5-14b", hardware="a100-40g-pcie", tp=2, pp=2, chunk=CHUNK, **knobs).resolve()
     engine = build_engine(config)
     seen: list[tuple[int, int]] = []
     trace(engine).on_formed.append(lambda batch: seen.append((batch.prefill_tokens, batch.tokens)))
@@ -49,13 +49,13 @@ def test_unmixed_steps_are_all_prefill_or_all_decode(decode_in_budget):
 @pytest.mark.parametrize("arrivals", ["closed", "open"])
 def test_a_request_overhead_delays_each_first_token_by_itself_and_nothing_else(arrivals):
     """One request at a time: every TTFT grows by exactly the overhead, and the token gaps stay as they were."""
-    config = ServingConfig(model="qwen2.5-14b", hardware="a100-40g-pcie", tp=1, pp=1, chunk=CHUNK).resolve()
+    config = ServingConfig.of(model="qwen2.5-14b", hardware="a100-40g-pcie", tp=1, pp=1, chunk=CHUNK).resolve()
     process, rate = (ClosedLoop(1), None) if arrivals == "closed" else (Poisson(), 0.5)  # far apart: no overlap
     scenario = Scenario("one-by-one", "-", "-", "-", Fixed(300), Fixed(20), process, 12, rate=rate)
 
     def run(overhead_ms: float):
         hw = dataclasses.replace(config.hardware_profile, request_overhead_ms=overhead_ms)
-        return SimBackend().run(scenario, ResolvedConfig.of(config, config.model_profile, hw), timeline=False)
+        return SimBackend().run(scenario, dataclasses.replace(config, hardware_profile=hw), timeline=False)
 
     base, slow = run(0.0), run(5.0)
     assert [t - 5e-3 for t in slow.ttfts()] == pytest.approx(list(base.ttfts()), abs=1e-12)

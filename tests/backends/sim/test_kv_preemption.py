@@ -21,7 +21,7 @@ KV = 40_000  # tokens: about 30 azure-conv requests' prompts, so decodes fill it
 
 def traced_run(output_reserve: float, mode: str = "cpp", requests: int = 120):
     """A KV-tight run; returns the engine, per-request prefill tokens and (id, tokens emitted) per preemption."""
-    config = ServingConfig(
+    config = ServingConfig.of(
         model="qwen2.5-14b",
         hardware="a100-40g-pcie",
         tp=2,
@@ -100,7 +100,7 @@ def test_a_smaller_reserve_admits_more_at_once(reserve_all):
 
 @pytest.mark.parametrize("max_running, admitted", [(256, 2), (1, 1)])
 def test_admissible_tokens_are_the_prompts_admission_takes_next(max_running, admitted):
-    config = ServingConfig(
+    config = ServingConfig.of(
         model="qwen2.5-14b",
         hardware="a100-40g-pcie",
         pp=2,
@@ -127,7 +127,7 @@ def test_admissible_tokens_are_the_prompts_admission_takes_next(max_running, adm
 
 
 def test_preemptions_are_reported_and_stored(tmp_path):
-    config = ServingConfig(
+    config = ServingConfig.of(
         model="qwen2.5-14b", hardware="a100-40g-pcie", tp=2, pp=2, chunk=1024, kv_capacity=KV, output_reserve=0.0
     )
     result = SimBackend().run(load_scenario("azure-conv"), config, rate=20.0, num_requests=120, timeline=False)
@@ -139,5 +139,5 @@ def test_preemptions_are_reported_and_stored(tmp_path):
 
 def test_output_reserve_is_validated():
     with pytest.raises(ConfigError) as err:
-        ServingConfig(output_reserve=1.5).resolve()
+        ServingConfig.of(output_reserve=1.5).resolve()
     assert str(err.value) == "output_reserve: must be in [0, 1], got 1.5"

@@ -110,7 +110,7 @@ def test_every_fold_back_mode_serves_every_catalog_scenario(scenario):
     for mode in FOLDBACK:
         result = SimBackend().run(
             catalog()[scenario],
-            ServingConfig(mode=mode, chunk=16384),
+            ServingConfig.of(mode=mode, chunk=16384),
             seed=0,
             num_requests=len(workload.requests),
             timeline=False,
@@ -128,6 +128,6 @@ def test_deep_fold_backs_never_deadlock_on_traffic(mode, tp, pp):
     Two ranks blocked sending to each other exchange both ways at once, whatever
     their programs say next (a tuner trial of vpp-sync at pp 4 once stalled here).
     """
-    config = ServingConfig(tp=tp, pp=pp, mode=mode, chunk=63488, delay_scheduling=True)
+    config = ServingConfig.of(tp=tp, pp=pp, mode=mode, chunk=63488, delay_scheduling=True)
     result = SimBackend().run(catalog()["azure-conv"], config, rate=1.0, num_requests=60, timeline=False)
     assert len(result.records) == 60

@@ -27,7 +27,7 @@ def decode_heavy(
     decode steps apart, decodes outside the chunk budget.
     """
     semantics = {**SGLANG_MIXED_CHUNK, "sticky_decodes": sticky, "mixed_batches": mixed, "decode_in_budget": mixed}
-    config = ServingConfig(
+    config = ServingConfig.of(
         model="qwen2.5-14b",
         hardware="a100-40g-pcie",
         tp=4 // pp,

@@ -77,7 +77,7 @@ def both_paths(scenario: str, rate: float | None, requests: int, fields: dict) -
     """Digests of the grouped and the exact run, and the grouped run's result."""
     if scenario.startswith(str(TRACE)) and not TRACE.is_dir():
         pytest.skip(f"the shared trace is not at {TRACE}")
-    config = ServingConfig(**fields).resolve()
+    config = ServingConfig.of(**fields).resolve()
     runs = [
         SimBackend(exact_decode=exact).run(load_scenario(scenario), config, rate=rate, num_requests=requests)
         for exact in (False, True)

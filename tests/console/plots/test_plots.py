@@ -57,9 +57,9 @@ class Runs:
 def runs(tmp_path_factory: pytest.TempPathFactory) -> Runs:
     sim = SimBackend()
     results = {
-        "cpp": sim.run(load_scenario("long-64k"), ServingConfig(mode="cpp")),
-        "vpp": sim.run(load_scenario("long-64k"), ServingConfig(mode="vpp", layer_split=(16, 15, 15, 15))),
-        "short": sim.run(load_scenario("short-4k"), ServingConfig(**QWEN), num_requests=8),
+        "cpp": sim.run(load_scenario("long-64k"), ServingConfig.of(mode="cpp")),
+        "vpp": sim.run(load_scenario("long-64k"), ServingConfig.of(mode="vpp", layer_split=(16, 15, 15, 15))),
+        "short": sim.run(load_scenario("short-4k"), ServingConfig.of(**QWEN), num_requests=8),
     }
     db = tmp_path_factory.mktemp("plots") / "runs.duckdb"
     with RunStore.open(db) as store:

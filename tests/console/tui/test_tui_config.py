@@ -40,8 +40,8 @@ def test_every_config_field_has_a_control_and_an_invalid_value_shows_under_its_f
             assert message(form, "tp") == "" and "expected a token count" in message(form, "chunk")
             fill(form, {"f-chunk": "16k", "f-layer_split": "20,28"})
             await pilot.pause()
-            assert form.problem is None and app.session.config.chunk == 16384
-            assert app.session.config.layer_split == (20, 28)
+            assert form.problem is None and app.session.config.scheduling.chunk == 16384
+            assert app.session.config.parallelism.layer_split == (20, 28)
             assert message(form, "kv_capacity").startswith("derived: ")
 
     asyncio.run(scenario())
@@ -62,7 +62,7 @@ def test_knobs_bring_their_choices_and_help_to_the_form(tmp_path):
             ]
             fill(form, {"f-delay_mode": "e2e_first"})
             await pilot.pause()
-            assert form.problem is None and app.session.config.delay_mode == "e2e_first"
+            assert form.problem is None and app.session.config.delay.delay_mode == "e2e_first"
             tip = str(form.query_one("#f-output_reserve", Input).tooltip)
             assert tip.startswith("KV admission keeps this share") and tip.endswith("Allowed: in [0, 1].")
             assert form.query_one("#f-model", Select).tooltip is None  # not a scheduler knob

@@ -167,7 +167,7 @@ def test_console_command_refuses_a_bad_store_in_one_line(tmp_path, capsys):
 
 
 def test_the_live_config_picker_offers_the_form_then_stored_runs_by_what_they_ran_and_marks_what_a_run_lacks():
-    form = ServingConfig(model="qwen2.5-14b", hardware="a100-40g-pcie", tp=2, pp=2, chunk=8192)
+    form = ServingConfig.of(model="qwen2.5-14b", hardware="a100-40g-pcie", tp=2, pp=2, chunk=8192)
     attached = RunRow(  # a run against a server started elsewhere: nothing known of its model, shape or mode
         id=7,
         created_at=datetime.now(UTC),
