@@ -29,7 +29,7 @@ from tests.paths import DATA, TESTS
 TINY = load_scenario(str(DATA / "tiny-chat.toml"))
 OLD_TRACES = TESTS / "backends" / "live" / "data" / "vllm-cpu-pp2"
 FAKE = f"{sys.executable} {DATA / 'fake_engine.py'}"
-PP2 = ServingConfig(model="qwen2.5-14b", hardware="a100-40g-pcie", tp=1, pp=2, chunk=512)
+PP2 = ServingConfig.of(model="qwen2.5-14b", hardware="a100-40g-pcie", tp=1, pp=2, chunk=512)
 
 
 def profiled_run(url: str, folder: Path, config: ServingConfig | None = None) -> RunResult:
