@@ -50,8 +50,8 @@ if TYPE_CHECKING:  # what type checkers see; at run time __getattr__ imports eac
     from .live.launcher import interrupted_by_signals as interrupted_by_signals
     from .live.launcher import serving as serving
     from .live.launching import check_launch as check_launch
-    from .live.metrics import Sample as Sample
     from .live_result import LiveSummary as LiveSummary
+    from .live_result import Sample as Sample
     from .live_result import live_from_dict as live_from_dict
     from .live_result import live_to_dict as live_to_dict
     from .memory import weight_bytes_per_device as weight_bytes_per_device
@@ -63,19 +63,21 @@ if TYPE_CHECKING:  # what type checkers see; at run time __getattr__ imports eac
     from .profiles.schema import Checkpoint as Checkpoint
     from .profiles.schema import HardwareProfile as HardwareProfile
     from .profiles.writer import profile_toml as profile_toml
+    from .records import RequestRecord as RequestRecord
     from .registry import backend_entry as backend_entry
     from .registry import backend_tag as backend_tag
     from .registry import backends as backends
+    from .registry import backends_reading as backends_reading
     from .registry import capabilities_of as capabilities_of
+    from .registry import check_knobs_read as check_knobs_read
     from .registry import make_backend as make_backend
     from .registry import open_backend as open_backend
     from .result import TRANSFER_KINDS as TRANSFER_KINDS
     from .result import RankTime as RankTime
-    from .result import RequestRecord as RequestRecord
     from .result import RunResult as RunResult
     from .result import RunSummary as RunSummary
     from .result import Span as Span
-    from .result import percentile as percentile
+    from .stats import percentile as percentile
     from .timeline import write_chrome_trace as write_chrome_trace
     from .tokens import format_tokens as format_tokens
     from .tokens import parse_tokens as parse_tokens
@@ -121,8 +123,8 @@ _WHERE = {
     "interrupted_by_signals": "live.launcher",
     "serving": "live.launcher",
     "check_launch": "live.launching",
-    "Sample": "live.metrics",
     "LiveSummary": "live_result",
+    "Sample": "live_result",
     "live_from_dict": "live_result",
     "live_to_dict": "live_result",
     "weight_bytes_per_device": "memory",
@@ -134,19 +136,21 @@ _WHERE = {
     "HardwareProfile": "profiles.schema",
     "PLATFORMS": "profiles.schema",
     "profile_toml": "profiles.writer",
+    "RequestRecord": "records",
     "backend_entry": "registry",
     "backend_tag": "registry",
     "backends": "registry",
+    "backends_reading": "registry",
     "capabilities_of": "registry",
+    "check_knobs_read": "registry",
     "make_backend": "registry",
     "open_backend": "registry",
     "RankTime": "result",
-    "RequestRecord": "result",
     "RunResult": "result",
     "RunSummary": "result",
     "Span": "result",
     "TRANSFER_KINDS": "result",
-    "percentile": "result",
+    "percentile": "stats",
     "write_chrome_trace": "timeline",
     "format_tokens": "tokens",
     "parse_tokens": "tokens",

@@ -7,12 +7,13 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, NamedTuple, Protocol
 
 from ..errors import Cancelled
-from .result import RequestRecord, RunResult, Span
+from .knobs import Knob
+from .records import RequestRecord
+from .result import RunResult, Span
 
 if TYPE_CHECKING:
     from ..scenarios import Scenario
     from .config import ResolvedConfig, ServingConfig
-    from .footprint import Footprint
 
 
 class Snapshot(NamedTuple):
@@ -56,6 +57,12 @@ class Capabilities:
     paced: bool  # runs in real time (live clusters) rather than as fast as it can
     endpoint: bool = False  # drives a server: made with `endpoint=URL`, or `launch=ENGINE, model_path=W` to start one
     simulated: bool = False  # a model of a cluster: any run can be repeated here at will, with the same figures
+    launch_knobs_only: bool = False  # a real engine: it reads only the knobs an engine is launched with
+
+    def reads(self, knob: Knob) -> bool:
+        """Whether a run here applies `knob`: a model of the engine's scheduler reads every knob, a real engine
+        only those a serving engine is launched with (`Knob.set_at_launch`)."""
+        return not self.launch_knobs_only or knob.set_at_launch
 
 
 class Backend(Protocol):
@@ -82,13 +89,33 @@ class Backend(Protocol):
     ) -> RunResult: ...
 
 
+class Footprint(NamedTuple):
+    """A backend's estimate of the bytes a run needs at its peak, and what it is made of (for the error line)."""
+
+    bytes: int
+    basis: str  # e.g. "to simulate (625 B a request, measured by benchmarks/sim_memory.py)"
+
+
+class FootprintEstimate(Protocol):
+    """A backend's memory estimate of a run (`BackendDeclaration.footprint`; backends/footprint.py checks it)."""
+
+    def __call__(
+        self,
+        scenario: Scenario,
+        config: ResolvedConfig | None,
+        num_requests: int,
+        seed: int,
+        rate: float | None,
+        timeline: bool,
+    ) -> Footprint: ...
+
+
 @dataclass(frozen=True)
 class BackendDeclaration:
     """What a backend's package announces through the `pipedeck.backends` entry-point group.
 
     `make` takes the backend's keyword options (an endpoint, say) and refuses
-    others in one line; `footprint` takes (scenario, config or None, requests,
-    seed, rate, timeline) and estimates the run's memory (None: it holds
+    others in one line; `footprint` estimates a run's memory (None: it holds
     nothing per request). `shown`: listings and study names tag runs with the
     backend's name (False for the default backend, whose runs go untagged).
     """
@@ -97,5 +124,5 @@ class BackendDeclaration:
     title: str  # one line, e.g. "embedded simulator"
     capabilities: Capabilities
     make: Callable[..., Backend]
-    footprint: Callable[..., Footprint] | None = None
+    footprint: FootprintEstimate | None = None
     shown: bool = True

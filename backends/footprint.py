@@ -13,10 +13,11 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING
 
 from ..errors import InputError
 from ..scenarios import Scenario
+from .registry import backend_entry
 
 if TYPE_CHECKING:
     from .config import ResolvedConfig
@@ -27,13 +28,6 @@ MEMINFO = Path("/proc/meminfo")
 
 class FootprintError(InputError):
     """A run needs more memory than the machine has available."""
-
-
-class Footprint(NamedTuple):
-    """A backend's estimate of the bytes a run needs at its peak, and what it is made of (for the error line)."""
-
-    bytes: int
-    basis: str  # e.g. "to simulate (625 B a request, measured by benchmarks/sim_memory.py)"
 
 
 def available_bytes() -> int | None:
@@ -62,8 +56,6 @@ def check_footprint(
 ) -> int:
     """The number of requests the run asks for; a one-line FootprintError if `backend` would need more memory
     than is available (the workload's arguments are checked first, and nothing is drawn beyond a sample)."""
-    from .registry import backend_entry
-
     n = scenario.check_arguments(seed, rate, num_requests)
     estimate = backend_entry(backend).footprint
     available = available_bytes()

@@ -3,9 +3,11 @@
 The `Knob` record in the field's metadata says everything the rest of
 pipedeck derives from it: validation (`ServingConfig.resolve()`), the CLI
 option (console/options.py), the tuner's search dimension (tuner/space.py),
-the Config form (console/tui) and each engine's spelling of it
-(backends/launch.py). `declared_knobs()` lists every knob by walking the
-registered parts (backends/parts.py); `register_part` adds a part.
+the Config form (console/tui), each engine's spelling of it
+(backends/launch.py) and so which backends read it: a simulator every knob,
+a live server only those an engine is launched with (`Capabilities.reads`).
+`declared_knobs()` lists every knob by walking the registered parts
+(backends/parts.py); `register_part` adds a part.
 """
 
 from __future__ import annotations
@@ -41,15 +43,24 @@ class Search:
 
 @dataclass(frozen=True, kw_only=True)
 class EngineFlag:
-    """How one serving engine takes a knob: its option names (none: not settable there) and its own default.
+    """How one serving engine takes a knob: its option names, or the setting its launch writes the knob into
+    (neither: the engine runs its own default), and that default.
 
     A bool knob's flags are switches passed when it is on; any other knob's
     flags each take the value. `with_flags` are switches passed beside it.
+    `set_by` names what carries the knob when it is not an option of its
+    own (written by the mode's or the engine's launch in backends/launch.py).
     """
 
     flags: tuple[str, ...] = ()
     with_flags: tuple[str, ...] = ()
+    set_by: str = ""  # e.g. "--additional-config profiling_chunk_config.min_chunk", "env SGLANG_..."
     default: object = None  # the engine's own value when not told (None: not recorded)
+
+    @property
+    def launched(self) -> bool:
+        """Whether the engine is launched with the knob's value (an option or `set_by`), not its own default."""
+        return bool(self.flags or self.set_by)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -75,6 +86,12 @@ class Knob:
     def applies_to(self, mode: str) -> bool:
         """Whether `mode` reads this knob."""
         return not self.modes or mode in self.modes
+
+    @property
+    def set_at_launch(self) -> bool:
+        """Whether a serving engine is launched with it (`engines`); if none is, only a model of the engine's
+        scheduler reads it (a backend says which knobs it reads: `Capabilities.reads`)."""
+        return any(way.launched for way in self.engines.values())
 
     def allowed(self) -> str:
         if self.kind == "choice":

@@ -747,12 +747,13 @@ def _fastpp_upstream(launch: Launch) -> tuple[str, ...]:
 
 
 def _fastpp_tuned(config: ResolvedConfig, knobs: list[Knob]) -> tuple[str, ...]:
-    """Notes for tuned values that differ from FastPP's defaults (it takes them from its own config)."""
+    """Notes for tuned values that differ from FastPP's defaults (it takes them from its own config, not the
+    launch)."""
     values = config.values()
     changed = [
         f"{k.field}={values[k.field]!r}"
         for k in knobs
-        if "fastpp" in k.engines and values[k.field] != k.engines["fastpp"].default
+        if (way := k.engines.get("fastpp")) is not None and not way.launched and values[k.field] != way.default
     ]
     return (
         (f"Tuned FastPP settings that differ from its defaults (set them in the fork's config): {', '.join(changed)}",)

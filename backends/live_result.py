@@ -11,11 +11,12 @@ from __future__ import annotations
 import math
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import NamedTuple, TypedDict
+from typing import Any, NamedTuple, TypedDict
 
 import numpy as np
 
-from .result import RequestRecord, stats
+from .records import RequestRecord
+from .stats import stats
 
 # pipedeck's names for a server's metrics (live.md, "Metric names"); live/metrics.py maps each engine's series to them
 NAMES = (
@@ -43,7 +44,8 @@ COUNTERS = (
 )
 
 
-class Histogram(NamedTuple):
+@dataclass(frozen=True)
+class Histogram:
     """A Prometheus histogram: cumulative counts per upper bound (the last is inf), sum and count."""
 
     buckets: tuple[tuple[float, float], ...]
@@ -56,6 +58,12 @@ class Sample(NamedTuple):
 
     time_s: float
     values: dict[str, float | Histogram]
+
+    def counters(self) -> dict[str, float]:
+        """The counters (`COUNTERS`) this scrape has."""
+        return {
+            name: value for name, value in self.values.items() if name in COUNTERS and not isinstance(value, Histogram)
+        }
 
 
 @dataclass
@@ -74,15 +82,14 @@ class MetricsTimeline:
 
     def final_counters(self) -> dict[str, float]:
         """The counters at the last scrape that had each."""
-        return {name: value for sample in self.samples for name, value in sample.values.items() if name in COUNTERS}
+        return {name: value for sample in self.samples for name, value in sample.counters().items()}
 
     def counter_deltas(self) -> dict[str, float]:
         """How much each counter grew from its first scrape to its last (what this run added)."""
         first: dict[str, float] = {}
         for sample in self.samples:
-            for name in COUNTERS:
-                if name in sample.values:
-                    first.setdefault(name, sample.values[name])
+            for name, value in sample.counters().items():
+                first.setdefault(name, value)
         return {name: last - first[name] for name, last in self.final_counters().items()}
 
 
@@ -177,9 +184,13 @@ class LiveRun:
     def failed(self) -> list[LiveRequest]:
         return [r for r in self.requests if r.error is not None]
 
+    def errors(self) -> list[str]:
+        """The error line of each failed request, in id order."""
+        return [r.error for r in self.requests if r.error is not None]
+
     def failures(self) -> Counter[str]:
         """The requests not served, counted by kind: each error's kind, and those left unsent."""
-        kinds = Counter(error_kind(r.error) for r in self.failed())
+        kinds = Counter(map(error_kind, self.errors()))
         if self.unsent:
             kinds[UNSENT] = self.unsent
         return kinds
@@ -193,7 +204,7 @@ class LiveRun:
 
     def summary(self) -> LiveSummary:
         """The live-only part of a run's summary, JSON-ready."""
-        failed = self.failed()
+        errors = self.errors()
         served = [r for r in self.requests if r.error is None]
         hit_rate, hit_rate_from = self.prefix_cache_hit_rate()
         lags = np.array([r.send_s - r.scheduled_s for r in self.requests])
@@ -201,10 +212,10 @@ class LiveRun:
         server = self.server
         return {
             "sent": len(self.requests),
-            "failed": len(failed),
+            "failed": len(errors),
             "unsent": self.unsent,
-            "errors": dict(Counter(error_kind(r.error) for r in failed).most_common()),  # by kind, most first
-            "first_error": failed[0].error if failed else None,
+            "errors": dict(Counter(map(error_kind, errors)).most_common()),  # by kind, most first
+            "first_error": errors[0] if errors else None,
             "short_outputs": sum(r.output_tokens < r.max_tokens for r in served),
             "tokens_from": dict(Counter(r.tokens_from for r in served)),
             "prefix_cache_hit_rate": hit_rate,
@@ -226,10 +237,12 @@ class LiveRun:
         else from its counters' growth over the run ("server"); (None, None)
         when neither says.
         """
-        reported = [r for r in self.requests if r.error is None and r.cached_tokens is not None]
-        prompts = sum(r.prompt_tokens for r in reported)
+        reported = [
+            (r.prompt_tokens, r.cached_tokens) for r in self.requests if r.error is None and r.cached_tokens is not None
+        ]
+        prompts = sum(prompt for prompt, _ in reported)
         if prompts:
-            return sum(r.cached_tokens for r in reported) / prompts, "usage"
+            return sum(cached for _, cached in reported) / prompts, "usage"
         counters = self.server.counter_deltas() if self.server else {}
         if counters.get("prefix_cache_queries_total") and "prefix_cache_hits_total" in counters:
             return counters["prefix_cache_hits_total"] / counters["prefix_cache_queries_total"], "server"
@@ -259,7 +272,7 @@ def live_to_dict(run: LiveRun) -> dict[str, object]:
     }
 
 
-def live_from_dict(data: dict) -> LiveRun:
+def live_from_dict(data: dict[str, Any]) -> LiveRun:
     """Inverse of `live_to_dict`."""
     server = data["server"]
     timeline = (
@@ -297,4 +310,6 @@ def _value_from_json(value: object) -> float | Histogram:
     if isinstance(value, dict):
         buckets = tuple((math.inf if le == "+Inf" else le, n) for le, n in value["buckets"])
         return Histogram(buckets, value["sum"], value["count"])
-    return value  # type: ignore[return-value]
+    if isinstance(value, int | float):
+        return value
+    raise ValueError(f"live: a metric is a number or a histogram, got {value!r}")

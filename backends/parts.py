@@ -133,6 +133,10 @@ class DcppSettings:
         modes=("dcpp",),
         help="DCPP: pull dynamic chunks towards the base chunk, in (0, 1].",
         search=Search(low=0.1, high=1.0),
+        engines={
+            "vllm-ascend": EngineFlag(set_by="--additional-config profiling_chunk_config.smooth_factor", default=1.0),
+            "sglang": EngineFlag(set_by="env SGLANG_DYNAMIC_CHUNKING_SMOOTH_FACTOR", default=0.75),
+        },
     )
     min_chunk: int = knob(
         4096,
@@ -142,6 +146,9 @@ class DcppSettings:
         modes=("dcpp",),
         help="DCPP: smallest dynamic chunk (tokens).",
         search=Search(low=1024, high=16384, step=1024),
+        engines={
+            "vllm-ascend": EngineFlag(set_by="--additional-config profiling_chunk_config.min_chunk", default=4096)
+        },
     )
 
 
@@ -310,6 +317,7 @@ class DelaySettings:
         kind="bool",
         help="Delay scheduling: rebalance decode micro-batches (on/off).",
         search=Search(choices=(False, True)),
+        engines={"fastpp": EngineFlag(set_by="--enable-batch-rebalancing", default=False)},
     )
     waiting_tok_threshold: int = knob(
         1024,

@@ -17,12 +17,13 @@ from __future__ import annotations
 
 import contextlib
 import functools
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from importlib.metadata import entry_points
 
 from ..errors import RuntimeFailure
 from .base import Backend, BackendDeclaration, Capabilities
 from .errors import ConfigError
+from .knobs import Knob, knob_default, knob_named, setting_text
 
 GROUP = "pipedeck.backends"
 
@@ -72,6 +73,25 @@ def backend_tag(name: str) -> str:
     """How listings tag a run on backend `name`: its name, or '' for a backend that declares itself untagged."""
     found = backends().get(name)
     return "" if found is not None and not found.shown else name
+
+
+def backends_reading(knob: Knob) -> list[str]:
+    """The installed backends whose runs apply `knob`, in the registry's order."""
+    return [name for name, found in backends().items() if found.capabilities.reads(knob)]
+
+
+def check_knobs_read(backend: str, values: Mapping[str, object]) -> None:
+    """Refuse, in one line naming the field and the backends that read it, a knob of `values` (config fields by
+    name) set away from its default on `backend`, which does not read it: the run would not be what it says."""
+    capabilities = backend_entry(backend).capabilities
+    for name, value in values.items():
+        knob = knob_named(name)
+        if knob is None or capabilities.reads(knob) or value == knob_default(name):
+            continue
+        raise ConfigError(
+            f"{name}: set to {setting_text(value)}, but the {backend} backend does not read it (no serving engine "
+            f"is launched with it); backends that read it: {', '.join(backends_reading(knob))}"
+        )
 
 
 def make_backend(name: str, **options: object) -> Backend:

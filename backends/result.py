@@ -2,37 +2,16 @@
 
 from __future__ import annotations
 
-import math
-from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, NamedTuple, NotRequired, TypedDict
+
+from .records import RequestRecord
+from .stats import stats
 
 if TYPE_CHECKING:
     import numpy as np
 
-    from .live_result import LiveRun, LiveSummary
-
-
-class RequestRecord(NamedTuple):
-    """One served request; times in seconds from the start of the run."""
-
-    id: int
-    arrival_s: float
-    prompt_tokens: int
-    output_tokens: int
-    first_token_s: float
-    finish_s: float
-
-    @property
-    def ttft_s(self) -> float:
-        return self.first_token_s - self.arrival_s
-
-    @property
-    def tpot_s(self) -> float | None:
-        """Mean time per output token after the first; None for a one-token output, which decodes nothing."""
-        if self.output_tokens <= 1:
-            return None
-        return (self.finish_s - self.first_token_s) / (self.output_tokens - 1)
+    from .live_result import LiveRun, LiveSummary  # it loads numpy, which a summary does not need
 
 
 TRANSFER_KINDS = frozenset({"send", "recv", "exchange", "wait"})
@@ -67,33 +46,6 @@ class RankTime(NamedTuple):
     exposed_comm: float
     bubble: float  # waiting while the pipeline is busy elsewhere (0 on a single rank: no pipeline)
     idle: float  # waiting for work: nothing in flight (traffic gaps); on a single rank also the host's step overhead
-
-
-def stats(values: Iterable[float | None]) -> dict[str, float] | None:
-    """Mean and percentiles of `values` (None and NaN left out); None when there are none (nothing measured is not 0).
-
-    Percentiles interpolate linearly between the closest ranks, as numpy's default.
-    """
-    measured = sorted(float(v) for v in values if v is not None and not math.isnan(v))
-    if not measured:
-        return None
-    mean = sum(measured) / len(measured)  # not fmean: it refuses -inf + inf, where this (like numpy) gives NaN
-    return {"mean": mean, **{f"p{q}": percentile(measured, q) for q in (50, 90, 99)}}
-
-
-def percentile(ordered: Sequence[float], pct: float) -> float:
-    """The pct-th percentile (0 < pct < 100) of sorted values, between the two closest ranks.
-
-    pipedeck's one percentile: the summaries, the trials' metrics and the SLO
-    verdict all read it. For whole pct it is statistics.quantiles(n=100,
-    method="inclusive")'s arithmetic, so the same float (that module and the
-    fractions and decimal it loads would cost every command a few milliseconds).
-    """
-    if len(ordered) == 1:
-        return ordered[0]
-    rank, fraction = divmod(pct * (len(ordered) - 1), 100)
-    rank = int(rank)
-    return (ordered[rank] * (100 - fraction) + ordered[rank + 1] * fraction) / 100
 
 
 class RunSummary(TypedDict):

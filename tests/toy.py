@@ -7,7 +7,7 @@ import itertools
 from pipedeck.backends import TRANSFER_KINDS, ServingConfig
 from pipedeck.backends.sim.backend import build_engine
 from pipedeck.backends.sim.costs import StageCosts
-from pipedeck.backends.sim.scheduler import SimRequest
+from pipedeck.backends.sim.request import SimRequest
 
 CHUNK = 1024
 

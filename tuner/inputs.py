@@ -22,6 +22,7 @@ from ..backends import (
     backend_entry,
     backend_tag,
     check_footprint,
+    check_knobs_read,
     load_hardware,
     weight_bytes_per_device,
 )
@@ -127,6 +128,7 @@ def build_spec(inputs: TuneInputs, db: str | Path) -> TuneSpec:
     if inputs.timeout is not None and not inputs.timeout > 0:
         raise TuneInputError("timeout", f"must be a positive number of seconds, got {inputs.timeout}")
     fixed: dict[str, Any] = parse_fixes(list(inputs.fixes))
+    check_knobs_read(inputs.backend, fixed)  # a pin its backend does not read would not be what the trials ran
     devices = inputs.devices or _devices_from_fixes(fixed) or default_devices(inputs.model, inputs.hardware)
     if devices < 1:
         raise TuneInputError("devices", f"must be a positive integer, got {devices}")

@@ -31,6 +31,7 @@ from ..backends import (
     HardwareProfile,
     Knob,
     ServingConfig,
+    backend_entry,
     declared_knobs,
     default_layer_split,
     engine_defaults,
@@ -52,7 +53,8 @@ def _align_up(tokens: int, tile: int) -> int:
 
 @dataclass(frozen=True)
 class SpaceContext:
-    """The cluster being tuned, the engine whose defaults are the baseline, and the workload's longest prompt."""
+    """The cluster being tuned, the engine whose defaults are the baseline, the workload's longest prompt and the
+    backend trials run on."""
 
     model: str
     hardware: str
@@ -60,6 +62,11 @@ class SpaceContext:
     engine: str = "vllm"  # the baseline trial is this engine's default config on this hardware
     longest_prompt: int = 0  # the chunk range reaches past it, so a whole prompt fits one step
     modes: tuple[str, ...] | None = None  # the modes to search (None: every registered mode)
+    backend: str = "sim"  # a knob it does not read is never searched: every trial would run the same
+
+    def searches(self, dim: Dimension) -> bool:
+        """Whether `dim` is searched for this backend: a structural dimension always, a knob where it is read."""
+        return dim.knob is None or backend_entry(self.backend).capabilities.reads(dim.knob)
 
     @cached_property
     def hardware_profile(self) -> HardwareProfile:
@@ -131,6 +138,7 @@ class Dimension:
     default: Callable[[Draft, SpaceContext], dict[str, object]]  # engine default, as trial params
     active: Callable[[Draft], bool] = lambda draft: True
     searched: bool = True  # False: only ever pinned with --fix, so never a knob the search could move
+    knob: Knob | None = None  # the declared knob it samples (None: a structural dimension)
 
     @property
     def param(self) -> str:
@@ -213,7 +221,7 @@ def suggest_config(trial: optuna.trial.BaseTrial, ctx: SpaceContext, fixed: dict
     """
     draft: Draft = {"model": ctx.model, "hardware": ctx.hardware, **fixed}
     for dim in dimensions():
-        if dim.active(draft) and not all(f in draft for f in dim.fields):
+        if dim.active(draft) and ctx.searches(dim) and not all(f in draft for f in dim.fields):
             draft.update(dim.suggest(trial, draft, ctx))
     return draft
 
@@ -253,7 +261,7 @@ def default_params(ctx: SpaceContext, fixed: dict[str, object]) -> dict[str, obj
     draft: Draft = {"model": ctx.model, "hardware": ctx.hardware, **fixed}
     trial = optuna.trial.FixedTrial(params)
     for dim in dimensions():
-        if dim.active(draft) and not all(f in draft for f in dim.fields):
+        if dim.active(draft) and ctx.searches(dim) and not all(f in draft for f in dim.fields):
             params.update(dim.default(draft, ctx))
             draft.update(dim.suggest(trial, draft, ctx))
     return params
@@ -386,6 +394,7 @@ def knob_dimension(knob: Knob) -> Dimension:
         lambda trial, draft, ctx: {knob.field: sample(trial)},
         lambda draft, ctx: {flag: default},
         active=active,
+        knob=knob,
     )
 
 

@@ -68,7 +68,7 @@ class TuneSpec:
 
 
 def space_context(spec: TuneSpec) -> SpaceContext:
-    """The search space of `spec`: its cluster, its baseline engine and its workload's longest prompt."""
+    """The search space of `spec`: its cluster, its baseline engine, its workload's longest prompt and its backend."""
     workload = load_scenario(spec.scenario).workload(seed=spec.seed, num_requests=spec.requests)
     return SpaceContext(
         spec.model,
@@ -77,6 +77,7 @@ def space_context(spec: TuneSpec) -> SpaceContext:
         engine=spec.engine,
         longest_prompt=max(r.prompt_tokens for r in workload.requests),
         modes=spec.modes,
+        backend=spec.backend,
     )
 
 

@@ -219,7 +219,7 @@ def _event(data: bytes, stream: _Stream, now: float) -> str | None:
     return None
 
 
-def _error_message(payload: dict) -> str:
+def _error_message(payload: dict[str, object]) -> str:
     """The message of an OpenAI-style error object: `{"error": {"message": ...}}`, `{"error": "..."}` or flat."""
     detail = payload.get("error", payload)
     return str(detail.get("message", detail)) if isinstance(detail, dict) else str(detail)

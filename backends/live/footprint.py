@@ -11,8 +11,9 @@ of a sample of the workload.
 from __future__ import annotations
 
 from ...scenarios import Scenario
+from ..base import Footprint
 from ..config import ResolvedConfig
-from ..footprint import SAMPLE, Footprint
+from ..footprint import SAMPLE
 
 REQUEST_BYTES = 550  # workload entry, LiveRequest and record; measured by benchmarks/live_memory.py (548-971 B)
 PROMPT_TOKEN_BYTES = 5  # a prompt id in the request body: three digits, a comma and a space

@@ -22,12 +22,25 @@ import signal
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import TypedDict, cast
 
 import psutil
 
 SUFFIX = ".pid"  # appended to the log's name: pipedeck-serve.log.pid
-KEYS = ("engine", "server_pid", "server_started", "pipedeck_pid", "pipedeck_started", "command", "log")
 GRACE_S = 10.0
+
+
+class PidRecord(TypedDict):
+    """What a pid file holds (JSON): the server and the pipedeck that launched it, each with its start time."""
+
+    engine: str
+    server_pid: int
+    server_started: float
+    pipedeck_pid: int
+    pipedeck_started: float
+    command: list[str]
+    log: str
+
 
 log = logging.getLogger("pipedeck.launch")
 
@@ -39,7 +52,7 @@ def pid_path(log_path: Path) -> Path:
 
 def write_pid_file(log_path: Path, engine: str, pid: int, command: list[str]) -> Path:
     """Record the server `pid` this process launched, beside its log; returns the file's path."""
-    record = {
+    record: PidRecord = {
         "engine": engine,
         "server_pid": pid,
         "server_started": _started(pid),
@@ -92,21 +105,26 @@ def stop_leftovers(folder: Path) -> None:
         path.unlink(missing_ok=True)
 
 
-def _read(path: Path) -> dict | None:
+def _read(path: Path) -> PidRecord | None:
     """A pid file's record, or None when the file is not one pipedeck wrote."""
     try:
         record = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, ValueError):
         return None
-    return record if isinstance(record, dict) and all(key in record for key in KEYS) else None
+    if not isinstance(record, dict) or not all(key in record for key in PidRecord.__annotations__):
+        return None
+    return cast(PidRecord, record)  # every key is there; `_same` refuses pids and times that are not numbers
 
 
 def _started(pid: int) -> float:
     return psutil.Process(pid).create_time()
 
 
-def _same(pid: object, started: object) -> psutil.Process | None:
-    """The running process `pid` if it is the one started at `started` (not a zombie, not a reused PID)."""
+def _same(pid: int, started: float) -> psutil.Process | None:
+    """The running process `pid` if it is the one started at `started` (not a zombie, not a reused PID).
+
+    Both come from a pid file, which a person may have edited: text that is not a number is no process.
+    """
     try:
         process = psutil.Process(int(pid))
         if abs(process.create_time() - float(started)) < 0.01 and process.status() != psutil.STATUS_ZOMBIE:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import defaultdict
+from collections.abc import Iterable
 from typing import NamedTuple
 
 import httpx
@@ -91,7 +92,7 @@ class Scrape(NamedTuple):
         return tuple(name for name in NAMES if name not in self.values)
 
 
-def detect_engine(names: set[str] | dict[str, object]) -> str | None:
+def detect_engine(names: Iterable[str]) -> str | None:
     """The engine whose prefix (`vllm:`, `sglang:`, `llamacpp:`) most of the series carry; None if none does."""
     counts = {engine: sum(name.startswith(engine + ":") for name in names) for engine in ENGINES}
     best = max(ENGINES, key=counts.__getitem__)
@@ -128,6 +129,8 @@ def _read(
     kind: str, name: str | tuple[str, ...], samples: dict[str, list[tuple[dict[str, str], float]]]
 ) -> float | Histogram | None:
     if kind == "histogram":
+        if not isinstance(name, str):
+            raise TypeError(f"{name}: a histogram is read from one series, not a sum of several")
         return _histogram(name, samples)
     names = (name,) if isinstance(name, str) else name
     if not all(n in samples for n in names):

@@ -25,6 +25,7 @@ import json
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from .mock_profiler import MockProfiler
 
@@ -60,7 +61,7 @@ def _chunk(data: bytes) -> bytes:
     return b"%x\r\n%s\r\n" % (len(data), data)
 
 
-def _event(payload: dict | str) -> bytes:
+def _event(payload: dict[str, object] | str) -> bytes:
     text = payload if isinstance(payload, str) else json.dumps(payload)
     return _chunk(f"data: {text}\n\n".encode())
 
@@ -88,7 +89,7 @@ class MockServer:
         self.predicted_tokens = 0
         self.prompts_seen: set[str | tuple[int, ...]] = set()  # a prompt seen before is served from the cache
         self._server: asyncio.Server | None = None
-        self._handlers: set[asyncio.Task] = set()
+        self._handlers: set[asyncio.Task[None]] = set()
 
     async def __aenter__(self) -> str:
         self._server = await asyncio.start_server(self._serve, "127.0.0.1", self.port)
@@ -155,7 +156,9 @@ class MockServer:
         )
         return "".join(f"# TYPE llamacpp:{name} {kind}\nllamacpp:{name} {value}\n" for name, kind, value in rows)
 
-    async def _complete(self, request: dict, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> bool:
+    async def _complete(
+        self, request: dict[str, Any], reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> bool:
         b = self.behaviour
         self.completions += 1
         fault = b.fault if (self.completions - 1) % b.fault_every == 0 else None

@@ -57,7 +57,9 @@ def token_prompt(
     seed: int, request_id: int, length: int, ids: tuple[int, int], fresh_at: float | None = None
 ) -> list[int]:
     """`length` token ids in [ids[0], ids[1]), the same for the same seed and request (and `fresh_at` rate)."""
-    return prompt_stream(seed, request_id, fresh_at).integers(ids[0], ids[1], length).tolist()
+    drawn = prompt_stream(seed, request_id, fresh_at).integers(ids[0], ids[1], length)
+    prompt: list[int] = drawn.tolist()  # numpy types tolist() as Any
+    return prompt
 
 
 def text_prompt(seed: int, request_id: int, length: int, fresh_at: float | None = None) -> str:

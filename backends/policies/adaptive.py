@@ -74,7 +74,7 @@ class AdaptiveChunk(FixedChunk):
         if self.adapting or report.decode_tokens or not lone_full_chunk:
             return  # only lone full-size chunks measure the law
         prefix = round(report.chunk_prefix / report.prefill_tokens)
-        if len(self.measured) < self.fit_chunks:
+        if self.law is None:  # fewer than `fit_chunks` measured yet
             if any(seen == prefix for seen, _ in self.measured):
                 return  # an earlier prompt's chunk finishing late: the same point of the law, no new one
             self.measured.append((prefix, report.stage_s))

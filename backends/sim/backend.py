@@ -13,7 +13,8 @@ from ..policies.modes import MODES, PolicyEnv
 from ..result import RunResult
 from .costs import BatchShape, CostModel, capped_pairs
 from .engine import Engine
-from .scheduler import SimRequest, StepScheduler
+from .request import SimRequest
+from .scheduler import StepScheduler
 
 
 def lone_chunk(tokens: int, prefix: int, topk: int) -> BatchShape:

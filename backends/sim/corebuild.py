@@ -18,7 +18,7 @@ import sys
 import zlib
 from pathlib import Path
 
-CORE = ("costs", "groups", "scheduler", "engine")  # backends/sim modules, in import order
+CORE = ("costs", "request", "groups", "scheduler", "engine")  # backends/sim modules, in import order
 
 
 def source_digest(folder: Path) -> str:

@@ -35,9 +35,11 @@ from ..base import RunCancelled, RunObserver, Snapshot
 from ..errors import ConfigError
 from ..policies.chunking import StepReport
 from ..policies.layouts import program_order
-from ..result import RankTime, RequestRecord, Span
+from ..records import RequestRecord
+from ..result import RankTime, Span
 from .costs import StageCosts
-from .scheduler import Batch, SimRequest, StepScheduler
+from .request import SimRequest
+from .scheduler import Batch, StepScheduler
 
 # event kinds
 DONE: Final = 0

@@ -16,8 +16,9 @@ from __future__ import annotations
 import itertools
 
 from ...scenarios import Scenario
+from ..base import Footprint
 from ..config import ResolvedConfig
-from ..footprint import SAMPLE, Footprint
+from ..footprint import SAMPLE
 
 REQUEST_BYTES = 625  # per request, timeline off; measured by benchmarks/sim_memory.py (524-625 B)
 SPAN_BYTES = 422  # per timeline span, kept and stored; measured by benchmarks/sim_memory.py (396-422 B)

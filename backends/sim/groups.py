@@ -18,10 +18,7 @@ groups rebases the smaller ones' clocks onto the largest one's.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from .scheduler import SimRequest
+from .request import SimRequest
 
 
 class DecodeGroup:

@@ -13,7 +13,15 @@ from textual.events import Resize
 from textual.widget import Widget
 from textual.widgets import Button, Input, Label, Select, Static
 
-from ...backends import MODES, ConfigError, ResolvedConfig, ServingConfig
+from ...backends import (
+    MODES,
+    ConfigError,
+    ResolvedConfig,
+    ServingConfig,
+    backend_entry,
+    check_knobs_read,
+    declared_knobs,
+)
 from ...store import StoreError
 from ...tuner import open_store
 from .fields import FormField, error_field, form_fields, normalised, parse, shown_for, to_text
@@ -85,11 +93,22 @@ class ConfigScreen(View):
             yield Select([], prompt="load config or run", compact=True, id="load")
 
     def on_mount(self) -> None:
-        self.query_one("#form").border_title = "serving config (fields of other modes hidden)"
-        self._validate()
+        self._for_backend()
 
     def on_screen_resume(self) -> None:
+        self._for_backend()
         self.list_store()
+
+    def _for_backend(self) -> None:
+        """Offer the knobs the Live view's backend reads (the session's), and say so above the form."""
+        backend = self.session.backend
+        reads = backend_entry(backend).capabilities.reads
+        self.query_one("#form").border_title = (
+            "serving config (fields of other modes hidden)"
+            if all(reads(knob) for knob in declared_knobs())
+            else f"serving config for the {backend} backend (fields of other modes, and knobs it does not read, hidden)"
+        )
+        self._validate()
 
     def on_resize(self, event: Resize) -> None:
         self.query_one("#fields").styles.grid_size_columns = max(1, (event.size.width - 4) // FIELD_WIDTH)
@@ -206,14 +225,16 @@ class ConfigScreen(View):
         if draft is not None:
             try:
                 resolved = draft.resolve()
+                check_knobs_read(self.session.backend, resolved.values())  # a Live run there would refuse it
             except ConfigError as err:
+                resolved = None
                 errors[error_field(str(err), values) or ""] = str(err)
         mode = str(values.get("mode"))
         for field in self.fields:
             error = errors.get(field.name)
             self._show(
                 field,
-                error is not None or shown_for(field.name, mode),
+                error is not None or shown_for(field.name, mode, self.session.backend),
                 error if error is not None else self._hint(field, resolved),
                 error is not None,
             )

@@ -12,6 +12,7 @@ from ...backends import (
     Knob,
     ResolvedConfig,
     ServingConfig,
+    backend_entry,
     field_hints,
     hardware_names,
     knob_named,
@@ -63,11 +64,11 @@ def form_fields() -> list[FormField]:
     return fields
 
 
-def shown_for(field: str, mode: str) -> bool:
-    """Whether the form shows `field` while `mode` is selected: general fields always, a knob that only some
-    modes read (its declared `modes`) for those modes."""
+def shown_for(field: str, mode: str, backend: str) -> bool:
+    """Whether the form shows `field` while `mode` is selected for a run on `backend`: general fields always, a
+    knob that only some modes read (its declared `modes`) for those modes, if the backend reads it."""
     knob: Knob | None = knob_named(field)
-    return knob is None or knob.applies_to(mode)
+    return knob is None or (knob.applies_to(mode) and backend_entry(backend).capabilities.reads(knob))
 
 
 def to_text(value: object) -> str:

@@ -26,6 +26,7 @@ from ...backends import (
     backend_entry,
     backends,
     check_footprint,
+    check_knobs_read,
     open_backend,
     serving,
 )
@@ -333,6 +334,7 @@ class LiveScreen(View):
         observer = PacedObserver(job.speed, lambda frame: self.post_message(RunProgress(frame)), cancelled)
         try:
             config = load_source(job.source, self.session.config, self.session.db).resolve()
+            check_knobs_read(job.backend, config.values())  # as `pipedeck run` refuses it
             with contextlib.ExitStack() as stack:
                 options = {}
                 if backend_entry(job.backend).capabilities.endpoint:
@@ -438,8 +440,10 @@ class LiveScreen(View):
     @on(Select.Changed, "#backend")
     @on(Select.Changed, "#server")
     def _backend_chosen(self) -> None:
-        """Show the server controls for a backend that drives a server; speed only for one that is not paced."""
-        capabilities = backend_entry(str(self.query_one("#backend", Select).value)).capabilities
+        """Show the server controls for a backend that drives a server; speed only for one that is not paced. The
+        Config form offers the knobs this backend reads."""
+        self.session.backend = str(self.query_one("#backend", Select).value)
+        capabilities = backend_entry(self.session.backend).capabilities
         self.query_one("#live-server").display = capabilities.endpoint
         self.query_one("#speed", Select).disabled = capabilities.paced
         attach = self.query_one("#server", Select).value == ATTACH

@@ -30,10 +30,12 @@ VIEWS = {
 
 @dataclass
 class Session:
-    """What the views share: the run store, and the Config form's config (its last valid state)."""
+    """What the views share: the run store, the Config form's config (its last valid state) and the backend the
+    Live view runs it on, which chooses the knobs the form offers."""
 
     db: Path
     config: ServingConfig
+    backend: str = "sim"
 
 
 def shown_path(path: Path) -> str:

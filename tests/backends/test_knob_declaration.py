@@ -1,9 +1,11 @@
 """A knob is declared once: a throwaway knob declared here reaches the config, validation, the CLI, the search
-space, the Config form and the export mapping, and is gone again once its part is removed."""
+space, the Config form and the export mapping, says which backends read it, and is gone again once its part is
+removed."""
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import subprocess
 import sys
 import textwrap
@@ -12,7 +14,7 @@ import optuna
 import pytest
 from textual.widgets import Input, Static
 
-from pipedeck.backends import ConfigError, ServingConfig, declared_knobs, plan_launch
+from pipedeck.backends import ConfigError, ServingConfig, backends_reading, declared_knobs, knob_named, plan_launch
 from pipedeck.backends.knobs import registered_part
 from pipedeck.backends.launch import Flag
 from pipedeck.backends.parts import Scheduling
@@ -23,7 +25,8 @@ from pipedeck.tuner import parse_fixes, suggest_config
 from pipedeck.tuner.space import SpaceContext, dimensions
 from tests.tui_support import QWEN, SIZE, fill
 
-# The one declaration: a part with one knob, read by DCPP only, searched in 2..5, spelled --throwaway-depth by vLLM.
+# The one declaration: a part with one knob, read by DCPP only, searched in 2..5, spelled --throwaway-depth by vLLM
+# (so a live server, launched with that flag, reads it as the simulator does).
 DECLARATION = textwrap.dedent(
     """
     from dataclasses import dataclass
@@ -119,7 +122,8 @@ def test_the_tuner_searches_it_in_its_modes_only(throwaway):
 def test_the_config_form_shows_it_for_its_modes_and_explains_a_bad_value(throwaway, tmp_path):
     field = next(f for f in form_fields() if f.name == "throwaway_depth")
     assert field.kind == "text" and field.value_type is int and "Allowed: in [1, 9]" in field.help
-    assert shown_for("throwaway_depth", "dcpp") and not shown_for("throwaway_depth", "cpp")
+    assert shown_for("throwaway_depth", "dcpp", "sim") and not shown_for("throwaway_depth", "cpp", "sim")
+    assert shown_for("throwaway_depth", "dcpp", "live")  # vLLM is launched with it
 
     async def scenario() -> None:
         app = PipedeckApp(tmp_path / "c.duckdb", QWEN)
@@ -133,6 +137,13 @@ def test_the_config_form_shows_it_for_its_modes_and_explains_a_bad_value(throwaw
             assert str(form.query_one("#m-throwaway_depth", Static).content) == "must be in [1, 9], got '12'"
 
     asyncio.run(scenario())
+
+
+def test_every_backend_reads_it_as_an_engine_is_launched_with_it_and_only_the_simulator_without(throwaway):
+    knob = knob_named("throwaway_depth")
+    assert knob is not None and knob.set_at_launch and backends_reading(knob) == ["sim", "live"]
+    modelled_only = dataclasses.replace(knob, engines={})  # the same knob, but no engine takes it
+    assert not modelled_only.set_at_launch and backends_reading(modelled_only) == ["sim"]
 
 
 def test_an_engine_that_spells_it_gets_its_flag_in_the_launch(throwaway):

@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 from pipedeck.backends import ServingConfig, percentile
-from pipedeck.backends.result import stats
 from pipedeck.backends.sim import SimBackend
+from pipedeck.backends.stats import stats
 from pipedeck.scenarios import load_scenario
 from pipedeck.tuner import Limit, Slo
 

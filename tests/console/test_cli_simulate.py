@@ -132,6 +132,26 @@ def test_run_on_the_simulator_is_simulate(capsys):
     assert simulated["scenario"] == DEFAULT_SCENARIO
 
 
+def test_run_refuses_in_one_line_a_knob_its_backend_does_not_read_before_asking_any_server(capsys):
+    """A live server runs as its engine was launched: a knob only the simulator's scheduler reads would be recorded
+    as if it had run. Nothing listens on port 9, so the refusal comes before any request."""
+    live = ["run", "--backend", "live", "--endpoint", "http://127.0.0.1:9", "--requests", "2", "--no-store"]
+    status, out, err = run(capsys, [*live, "--sticky-decodes"])
+    assert (status, out) == (2, "")
+    assert err == (
+        "pipedeck: error: sticky_decodes: set to on, but the live backend does not read it "
+        "(no serving engine is launched with it); backends that read it: sim\n"
+    )
+    status, _, err = run(capsys, [*live, "--mode", "dcpp", "--smooth-factor", "0.5"])  # vLLM-Ascend is launched with it
+    assert status == 1 and "lists no model" in err  # past the knobs, to the server that is not there
+    assert (
+        run(
+            capsys, ["run", "--backend", "sim", *QWEN, "--tp", "2", "--requests", "4", "--sticky-decodes", "--no-store"]
+        )[0]
+        == 0
+    )
+
+
 # -- --timeline ----------------------------------------------------------------------
 
 

@@ -18,8 +18,8 @@ from tests.paths import ROOT
 
 SOURCES = ("backends", "console", "scenarios", "store", "tuner", "tests", "benchmarks")
 CI = ROOT / ".ci" / "run"  # the commands it runs (ruff, mypy) use the test extra too
-# Packages used by another name than a module they provide: a pytest fixture, a command.
-USED_AS = {"pytest-textual-snapshot": "snap_compare", "import-linter": "lint-imports"}
+# Packages used by another name than a module they provide: a pytest fixture, a command, the module stubs type.
+USED_AS = {"pytest-textual-snapshot": "snap_compare", "import-linter": "lint-imports", "types-psutil": "psutil"}
 KALEIDO_1_NEEDS_PLOTLY = Version("6.1.1")  # kaleido's README, "Migrating from v0 to v1"
 
 

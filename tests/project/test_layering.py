@@ -11,6 +11,7 @@ import tomllib
 import grimp
 import pytest
 from importlinter.configuration import configure
+from importlinter.contracts.acyclic_siblings import AcyclicSiblingsContract
 from importlinter.contracts.forbidden import ForbiddenContract
 from importlinter.contracts.independence import IndependenceContract
 
@@ -76,7 +77,11 @@ def assert_breaks(contract: str, importer: str, imported: str) -> None:
     """The contract of pyproject.toml named `contract` is kept, and broken once `importer` imports `imported`."""
     configure()  # import-linter's own settings (its timer), as lint-imports sets them
     (declared,) = [c for c in SETTINGS["contracts"] if c["name"] == contract]
-    kinds = {"independence": IndependenceContract, "forbidden": ForbiddenContract}
+    kinds = {
+        "independence": IndependenceContract,
+        "forbidden": ForbiddenContract,
+        "acyclic_siblings": AcyclicSiblingsContract,
+    }
     checker = kinds[declared["type"]](
         name=contract,
         session_options=SETTINGS,
@@ -113,6 +118,22 @@ def assert_breaks(contract: str, importer: str, imported: str) -> None:
 )
 def test_an_import_past_a_surface_or_from_the_tui_into_a_command_breaks_its_contract(contract, importer, imported):
     assert_breaks(contract, importer, imported)
+
+
+@pytest.mark.parametrize(
+    ("importer", "imported"),
+    [
+        ("pipedeck.backends.live_result", "pipedeck.backends.result"),  # the records both share are their own
+        ("pipedeck.backends.base", "pipedeck.backends.footprint"),  # Footprint is base's, below the registry
+        (
+            "pipedeck.backends.sim.request",
+            "pipedeck.backends.sim.scheduler",
+        ),  # SimRequest is below scheduler and groups
+    ],
+)
+def test_an_import_that_closes_a_cycle_inside_a_package_breaks_its_contract(importer, imported):
+    """Each cycle backends/ had, through type-checking imports, comes back with one import, and is refused."""
+    assert_breaks("no import cycles inside a package", importer, imported)
 
 
 def test_the_tui_is_kept_off_every_command_module_the_cli_lists():
@@ -165,4 +186,4 @@ def test_the_store_imports_of_the_backends_only_the_records_of_a_run():
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
             if isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[-1] == "backends":
                 taken |= {alias.name for alias in node.names}
-    assert taken and {surface._WHERE[name] for name in taken} <= {"result", "live_result"}, taken
+    assert taken and {surface._WHERE[name] for name in taken} <= {"records", "result", "live_result"}, taken

@@ -538,6 +538,41 @@ def test_a_tune_searches_only_what_its_engine_can_run(tmp_path):
     assert "delay_scheduling" not in fastpp.fixed and "fastpp-greedy" in fastpp.modes
 
 
+def sampled(ctx: SpaceContext, fixed: dict) -> set[str]:
+    """The parameters one trial of `ctx`'s space samples with `fixed` pinned."""
+    trial = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=0)).ask()
+    suggest_config(trial, ctx, fixed)
+    return set(trial.params)
+
+
+def test_a_live_tune_searches_and_pins_only_the_knobs_a_server_is_launched_with(tmp_path):
+    """FastPP's controllers and the delay settings come from the fork's own config, never its launch: trials on a
+    live server could not move them, so a live study leaves them at their defaults and refuses a pin of one."""
+    fastpp = {"mode": "fastpp-greedy", "tp": 2, "delay_scheduling": True}
+    sim, live = (SpaceContext("qwen2.5-14b", "a100-40g-pcie", 4, backend=backend) for backend in ("sim", "live"))
+    assert {"kv-free-threshold", "ttft-low", "load-alpha", "delay-mode"} <= sampled(sim, fastpp)
+    assert sampled(live, fastpp) == {"chunk", "max-running", "layer-split[0] of 2"}
+    assert set(default_params(live, fastpp)) == {"chunk", "max-running", "layer-split[0] of 2"}
+    dcpp = {"mode": "dcpp", "tp": 2, "delay_scheduling": False}
+    assert {"smooth-factor", "min-chunk"} <= sampled(live, dcpp)  # vLLM-Ascend is launched with DCPP's settings
+    inputs = TuneInputs(
+        scenario="azure-conv",
+        model="qwen2.5-14b",
+        hardware="a100-40g-pcie",
+        devices=4,
+        slo=parse_slo("ttft=2s,tpot=200ms"),
+        requests=20,
+        engine="fastpp",
+        backend="live",
+        fixes=("kv-free-threshold=0.2",),
+    )
+    with pytest.raises(ConfigError, match=r"^kv_free_threshold: set to 0.2, but the live backend does not read it"):
+        build_spec(inputs, tmp_path / "x.duckdb")
+    assert (
+        build_spec(dataclasses.replace(inputs, backend="sim"), tmp_path / "x.duckdb").fixed["kv_free_threshold"] == 0.2
+    )
+
+
 def test_a_goodput_search_on_a_live_server_draws_fresh_prompts_for_each_rate_unless_told():
     def options(objective: Objective, **backend_options: object):
         spec = TuneSpec(

@@ -7,7 +7,7 @@ from pipedeck.backends import ConfigError, ServingConfig
 from pipedeck.backends.parts import DelaySettings
 from pipedeck.backends.policies.delay import DelayScheduler
 from pipedeck.backends.sim.backend import build_engine
-from pipedeck.backends.sim.scheduler import SimRequest
+from pipedeck.backends.sim.request import SimRequest
 from pipedeck.scenarios import load_scenario
 from tests.emissions import check_tokens, trace
 

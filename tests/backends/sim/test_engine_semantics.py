@@ -7,7 +7,7 @@ import pytest
 from pipedeck.backends import ServingConfig
 from pipedeck.backends.sim import SimBackend
 from pipedeck.backends.sim.backend import build_engine
-from pipedeck.backends.sim.scheduler import SimRequest
+from pipedeck.backends.sim.request import SimRequest
 from pipedeck.scenarios import ClosedLoop, Poisson, Scenario, load_scenario
 from pipedeck.scenarios.lengths import Fixed
 from tests.emissions import trace

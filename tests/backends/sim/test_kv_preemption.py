@@ -10,7 +10,7 @@ import pytest
 from pipedeck.backends import MODES, ConfigError, ServingConfig
 from pipedeck.backends.sim import SimBackend
 from pipedeck.backends.sim.backend import build_engine
-from pipedeck.backends.sim.scheduler import SimRequest
+from pipedeck.backends.sim.request import SimRequest
 from pipedeck.scenarios import load_scenario
 from pipedeck.store import RunStore
 from tests.backends.sim.test_engine_invariants import max_overlap

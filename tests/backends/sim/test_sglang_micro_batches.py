@@ -9,7 +9,7 @@ import pytest
 from pipedeck.backends import ServingConfig
 from pipedeck.backends.config import SGLANG_MIXED_CHUNK
 from pipedeck.backends.sim.backend import build_engine
-from pipedeck.backends.sim.scheduler import SimRequest
+from pipedeck.backends.sim.request import SimRequest
 from pipedeck.scenarios import load_scenario
 from tests.emissions import check_tokens, trace
 

@@ -128,6 +128,39 @@ def test_loading_a_named_config_fills_the_form_and_empties_the_picker(tmp_path):
     asyncio.run(scenario())
 
 
+def test_for_a_live_run_the_form_offers_only_the_knobs_a_server_is_launched_with(tmp_path):
+    """The Live view's backend chooses the knobs the form offers; one set that the backend does not read is shown
+    with why, and the config is not valid for a run there until it is back at its default."""
+
+    async def scenario() -> None:
+        app = PipedeckApp(tmp_path / "c.duckdb", QWEN)
+        async with app.run_test(size=SIZE) as pilot:
+            form = await open_config(pilot)
+            fill(form, {"f-sticky_decodes": "on"})
+            await pilot.pause()
+            assert form.problem is None and form.query_one("#field-output_reserve").display
+            await pilot.press("1")
+            app.screen.query_one("#backend", Select).value = "live"
+            await pilot.pause()
+            await pilot.press("4")
+            await pilot.pause()
+            assert message(form, "sticky_decodes").startswith("set to on, but the live backend does not read it")
+            assert form.query_one("#field-sticky_decodes").display and form.problem is not None
+            fill(form, {"f-sticky_decodes": "off"})
+            await pilot.pause()
+            assert form.problem is None and "for the live backend" in str(form.query_one("#form").border_title)
+            still_shown = [
+                name for name in ("sticky_decodes", "output_reserve", "decode_in_budget") if _shown(form, name)
+            ]
+            assert still_shown == [] and _shown(form, "chunk") and _shown(form, "mixed_batches")
+
+    asyncio.run(scenario())
+
+
+def _shown(form: ConfigScreen, field: str) -> bool:
+    return bool(form.query_one(f"#field-{field}").display)
+
+
 def _has_config(db) -> bool:
     with RunStore.open(db) as store:
         return any(row.name == "qwen-vpp" for row in store.list_configs())

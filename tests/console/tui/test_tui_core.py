@@ -147,7 +147,9 @@ def test_the_form_has_every_config_field_and_maps_errors_to_them():
     with pytest.raises(ConfigError, match=r"^layer_split: "):
         parse(fields["layer_split"], "31;30")
     assert error_field("tp: must divide 40", fields) == "tp" and error_field("pp stages: 3", fields) is None
-    assert shown_for("smooth_factor", "dcpp") and not shown_for("smooth_factor", "cpp") and shown_for("tp", "cpp")
+    assert shown_for("smooth_factor", "dcpp", "sim") and not shown_for("smooth_factor", "cpp", "sim")
+    assert shown_for("tp", "cpp", "live") and shown_for("smooth_factor", "dcpp", "live")  # vLLM-Ascend takes it
+    assert shown_for("sticky_decodes", "cpp", "sim") and not shown_for("sticky_decodes", "cpp", "live")
 
 
 def test_a_text_mode_browser_counts_as_none(monkeypatch):

@@ -142,6 +142,24 @@ def test_a_profiled_live_run_draws_its_measured_timeline_when_it_ends(tmp_path):
         assert row.bubble_ratio is not None and store.count_spans(row.id) > 0
 
 
+def test_a_live_run_of_a_config_setting_a_knob_no_server_reads_is_refused_before_it_starts(tmp_path):
+    """As `pipedeck run` refuses it: the run would be stored as sticky_decodes=on, which no engine's launch sets."""
+
+    async def scenario() -> None:
+        app = PipedeckApp(tmp_path / "c.duckdb", QWEN.replace(sticky_decodes=True))
+        async with app.run_test(size=SIZE) as pilot:
+            live = app.screen
+            fill(live, {**SHORT, "backend": "live", "target": "http://127.0.0.1:9"})  # nothing listens there
+            await pilot.press("s")
+            await wait_for(pilot, lambda: notifications(app))
+            ((severity, line),) = notifications(app)
+            assert severity == "error"
+            assert line.startswith("sticky_decodes: set to on, but the live backend does not read it")
+            await wait_for(pilot, lambda: live.worker is None)
+
+    asyncio.run(scenario())
+
+
 def test_a_live_run_without_an_endpoint_is_refused_with_one_line(tmp_path):
     async def scenario() -> None:
         app = PipedeckApp(tmp_path / "c.duckdb", QWEN)
