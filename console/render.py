@@ -47,7 +47,7 @@ def print_run(result: RunResult, out: PlainReport | RichReport | None = None) ->
     )
     if result.live is not None:
         _print_live(s["live"], out)
-    if not result.ranks:  # a live server has no per-rank view
+    if not result.ranks:  # a live server has a per-rank view only when its profiler was read
         return
     piped = len(result.ranks) > 1  # a bubble is waiting on other ranks: one rank has none
     terms = [(str(r.rank), r.compute, r.exposed_comm, r.bubble, r.idle) for r in result.ranks]
@@ -57,7 +57,8 @@ def print_run(result: RunResult, out: PlainReport | RichReport | None = None) ->
         [rank, f"{compute:.3f}", f"{comm:.3f}", f"{bubble:.3f}" if piped else "n/a", f"{idle:.3f}"]
         for rank, compute, comm, bubble, idle in terms
     ]
-    out.table("time per rank (s)", ("rank", "compute", "exposed comm", "bubble", "idle"), rows, bold_last=True)
+    title = "time per rank (s), measured by the engine's profiler" if result.live is not None else "time per rank (s)"
+    out.table(title, ("rank", "compute", "exposed comm", "bubble", "idle"), rows, bold_last=True)
     out.line(f"bubble ratio {s['bubble_ratio']:.1%}" if piped else "bubble ratio n/a (one rank: no pipeline)")
 
 

@@ -20,6 +20,7 @@ class RunCommandOptions(RunOptions):
     served_model: str | None
     fresh_prompts: bool
     stall_timeout: float | None
+    profile_dir: str | None
 
 
 @click.command("run")
@@ -40,20 +41,29 @@ class RunCommandOptions(RunOptions):
     default=None,
     help=f"Live: seconds a stream may go without an event before its request fails (default: {STALL_S:g}).",
 )
+@click.option(
+    "--profile-dir",
+    type=click.Path(file_okay=False, exists=True),
+    default=None,
+    help="Live: profile the run with the server's own profiler (vLLM's /start_profile and /stop_profile) and read "
+    "each pipeline rank's trace from this folder, where the server writes them (pipedeck serve --profile-dir, or "
+    "vLLM's --profiler-config torch_profiler_dir): a measured per-rank timeline and time split, stored with the run.",
+)
 @config_options
 @workload_options
 @output_options
 def run(**opts: Unpack[RunCommandOptions]) -> None:
     """Run one scenario under one serving config on a backend (a live server: the config it was started with)."""
     endpoint = backend_entry(opts["backend"]).capabilities.endpoint
-    if opts["fresh_prompts"] and not endpoint:
-        raise click.BadParameter(
-            f"the {opts['backend']} backend has no prefix cache; it is for --backend live", param_hint="--fresh-prompts"
-        )
-    if opts["stall_timeout"] is not None and not endpoint:
-        raise click.BadParameter(
-            f"the {opts['backend']} backend streams nothing; it is for --backend live", param_hint="--stall-timeout"
-        )
+    for given, flag, lacks in (
+        (opts["fresh_prompts"], "--fresh-prompts", "has no prefix cache"),
+        (opts["profile_dir"], "--profile-dir", "has no profiler to start"),
+        (opts["stall_timeout"] is not None, "--stall-timeout", "streams nothing"),
+    ):
+        if given and not endpoint:
+            raise click.BadParameter(
+                f"the {opts['backend']} backend {lacks}; it is for --backend live", param_hint=flag
+            )
     options: dict[str, object] = (
         {"endpoint": opts["endpoint"], "model": opts["served_model"], "fresh_prompts": opts["fresh_prompts"]}
         if endpoint
@@ -61,6 +71,8 @@ def run(**opts: Unpack[RunCommandOptions]) -> None:
     )
     if opts["stall_timeout"] is not None:
         options["stall_s"] = opts["stall_timeout"]
+    if opts["profile_dir"]:
+        options["profile_dir"] = opts["profile_dir"]
     # a server started elsewhere runs its own config: without options, record what it says, not pipedeck's defaults
     config = config_from_options(opts) if not endpoint or config_given(click.get_current_context()) else None
     if config is not None:  # a knob the backend does not read would be recorded as if it had run

@@ -23,6 +23,7 @@ class ServeOptions(LoggedLaunchOptions):
     from_file: Path | None
     host: str
     port: int | None
+    profile_dir: Path | None
 
 
 @click.command()
@@ -42,10 +43,23 @@ class ServeOptions(LoggedLaunchOptions):
 @config_options
 @click.option("--host", default=LOOPBACK, show_default=True, help="Address the server listens on.")
 @click.option("--port", type=click.IntRange(1, 65535), default=None, help="Port (default: a free one).")
+@click.option(
+    "--profile-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Start the engine with its torch profiler writing to this folder (vLLM and vLLM-Ascend: "
+    "--profiler-config), so that pipedeck run --profile-dir measures each run's per-rank timeline.",
+)
 @launch_options()
 def serve(**opts: Unpack[ServeOptions]) -> None:
     """Start an engine with the launch `pipedeck export` writes for a config (none: its own defaults); Ctrl-C stops it."""
     engine = opts["engine"]
+    launch = dataclasses.replace(  # before anything is said: an engine without a profiler is refused here
+        launch_from_options(opts, engine=engine, model_path=opts["model_path"]),
+        host=opts["host"],
+        port=opts["port"],
+        profile_dir=opts["profile_dir"],
+    )
     if opts["from_file"] is not None:
         config = best_from_json(read_config_json(opts["from_file"])).config
     elif config_given(click.get_current_context()):
@@ -58,17 +72,15 @@ def serve(**opts: Unpack[ServeOptions]) -> None:
             f"{passed} and --port",
             err=True,
         )
-    launch = dataclasses.replace(
-        launch_from_options(opts, engine=engine, model_path=opts["model_path"]), host=opts["host"], port=opts["port"]
-    )
     stopped_by_us = False
     # SIGTERM and SIGINT stop the server from here on (a shell starts a background job with SIGINT ignored, and
     # `kill -INT` should still stop it); the line below tells whoever waits for it that a signal now stops it
     with serving(launch, config) as server:
         try:
+            profiled = "" if launch.profile_dir is None else f", profiler writing to {launch.profile_dir}"
             click.echo(
-                f"serving {server.engine} at {server.url} (pid {server.process.pid}, log {server.log_path}); "
-                "Ctrl-C stops it"
+                f"serving {server.engine} at {server.url} (pid {server.process.pid}, log {server.log_path}"
+                f"{profiled}); Ctrl-C stops it"
             )
             server.process.wait()
         except KeyboardInterrupt:

@@ -91,8 +91,13 @@ def execute(
     scenario = load_scenario(opts["scenario"])
     timeline = opts["timeline"]
     if timeline:
-        if not backend_entry(backend_name).capabilities.timeline:
-            raise click.BadParameter(f"the {backend_name} backend draws no per-rank timeline", param_hint="--timeline")
+        # a live server draws one when its profiler is read (profile_dir)
+        if not (backend_entry(backend_name).capabilities.timeline or backend_options.get("profile_dir")):
+            raise click.BadParameter(
+                f"the {backend_name} backend draws no per-rank timeline"
+                + (" without --profile-dir" if backend_entry(backend_name).capabilities.endpoint else ""),
+                param_hint="--timeline",
+            )
         check_writable(timeline, "--timeline")
     store = not opts["no_store"]
     # the workload's arguments and the run's memory, before drawing the workload (alone a fifth of the simulator's)

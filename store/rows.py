@@ -45,7 +45,7 @@ class RunRow:
     tpot_p90_s: float | None  # None: no request decoded past its first token (one-token outputs)
     throughput_tok_s: float
     makespan_s: float
-    bubble_ratio: float | None  # None: not measured (a live run)
+    bubble_ratio: float | None  # None: not measured (a live run not profiled)
     failed: int | None = None  # a live run's requests that failed; None for a simulated run
 
 

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from ...scenarios import Scenario
 from ..base import RunObserver
 from ..config import ResolvedConfig, ServingConfig
 from ..result import RunResult
 from .identity import CAPABILITIES, NAME
 from .loadgen import LoadOptions, check_endpoint, run_scenario
+from .profiling import ProfileSession, Profiling, with_measured_timeline
 
 
 class LiveBackend:
@@ -16,14 +19,15 @@ class LiveBackend:
     The server runs whatever config it was started with (`pipedeck serve`
     starts it from one); the config given to `run` is recorded with the run,
     not applied (None: the model name and engine the server reports). A live
-    server has no per-rank timeline.
+    server has a per-rank timeline only when `profiling` says where its
+    profiler writes (profiling.py): each run is then profiled.
     """
 
     name = NAME
-    capabilities = CAPABILITIES
 
-    def __init__(self, endpoint: str, options: LoadOptions = LoadOptions()):
-        self.endpoint, self.options = endpoint.rstrip("/"), options
+    def __init__(self, endpoint: str, options: LoadOptions = LoadOptions(), profiling: Profiling | None = None):
+        self.endpoint, self.options, self.profiling = endpoint.rstrip("/"), options, profiling
+        self.capabilities = replace(CAPABILITIES, timeline=profiling is not None)
 
     def check(self) -> None:
         """ServerUnreachable (one line) unless the server answers at its endpoint."""
@@ -42,8 +46,10 @@ class LiveBackend:
         observer: RunObserver | None = None,
         timeline: bool = True,
     ) -> RunResult:
-        """Replay `scenario` against the server and return what the clients and /metrics saw."""
-        return run_scenario(
+        """Replay `scenario` against the server and return what the clients and /metrics saw (and, profiling, the
+        per-rank timeline its profiler measured: spans only with `timeline`)."""
+        profile = None if self.profiling is None else ProfileSession(self.profiling)
+        result = run_scenario(
             scenario,
             self.endpoint,
             rate=rate,
@@ -52,4 +58,11 @@ class LiveBackend:
             options=self.options,
             config=None if config is None else config.to_dict(),
             observer=observer,
+            profile=profile,
         )
+        if profile is None:
+            return result
+        assert result.live is not None and result.live.started_at is not None, "run_scenario records both"
+        pipeline_ranks = result.config.get("pp")  # the recorded config's, when there is one
+        traces = profile.traces(pipeline_ranks if isinstance(pipeline_ranks, int) else None)
+        return with_measured_timeline(result, traces, result.live.started_at, spans=timeline)

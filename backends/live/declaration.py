@@ -5,10 +5,13 @@ Its factory imports the load generator (and httpx with it) only when called.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from ..base import Backend, BackendDeclaration
 from ..errors import ConfigError
 from .footprint import estimate
 from .identity import CAPABILITIES, NAME
+from .profiling import PROFILE_WAIT_S, Profiling
 
 
 def make(
@@ -19,9 +22,15 @@ def make(
     program: str | None = None,
     health_timeout_s: float = 600.0,
     log_dir: str = "pipedeck-servers",
+    profile_dir: str | None = None,
+    profile_wait_s: float = PROFILE_WAIT_S,
     **load: object,
 ) -> Backend:
-    """A server at `endpoint`, or one launched per config: `launch=ENGINE, model_path=W` (logs in `log_dir`)."""
+    """A server at `endpoint`, or one launched per config: `launch=ENGINE, model_path=W` (logs in `log_dir`).
+
+    With `profile_dir`, every run is profiled by the server's profiler, which writes its traces there (a server
+    at `endpoint` must have been started so; a launched one is), and waited for up to `profile_wait_s`.
+    """
     from .backend import LiveBackend
     from .launching import LaunchingBackend
     from .loadgen import LoadOptions
@@ -36,12 +45,21 @@ def make(
         options = LoadOptions(**load)  # type: ignore[arg-type]  # each is checked by LoadOptions itself
     except TypeError as err:
         raise ConfigError(f"backend: the live backend does not take {err}") from None
+    profiling = None if profile_dir is None else Profiling(Path(profile_dir), profile_wait_s)
     if launch:
         return LaunchingBackend(
-            launch, model_path, log_dir, program=program, health_timeout_s=health_timeout_s, options=options
+            launch,
+            model_path,
+            log_dir,
+            program=program,
+            health_timeout_s=health_timeout_s,
+            options=options,
+            profiling=profiling,
         )
     assert endpoint is not None
-    return LiveBackend(endpoint, options)
+    if profiling is not None and not profiling.folder.is_dir():
+        raise ConfigError(f"profile_dir: no folder {profile_dir}; give the one the server's profiler writes to")
+    return LiveBackend(endpoint, options, profiling)
 
 
 LIVE = BackendDeclaration(name=NAME, title="a real server", capabilities=CAPABILITIES, make=make, footprint=estimate)

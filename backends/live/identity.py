@@ -12,6 +12,8 @@ NAME = "live"
 # A live server runs the config it was started with, whatever its mode (launched per config with
 # `launch=ENGINE`, it restarts to change config); it keeps wall time itself, and of the knobs it reads only
 # those an engine is launched with (the engine schedules as it was built to, whatever pipedeck's model says).
+# It has a per-rank timeline only when its profiler is read (`profile_dir`): such a backend says so in its own
+# capabilities.
 CAPABILITIES = Capabilities(
     modes=tuple(MODES), timeline=False, reconfigurable=False, paced=True, endpoint=True, launch_knobs_only=True
 )

@@ -93,8 +93,11 @@ def server_command(
     host: str,
     port: int,
     program: tuple[str, ...] | None = None,
+    *,
+    profile_dir: Path | None = None,
 ) -> tuple[list[str], dict[str, str]]:
-    """The argv and the environment additions that start `engine` serving `model_path` for `config`.
+    """The argv and the environment additions that start `engine` serving `model_path` for `config`, its profiler
+    writing to `profile_dir` when given.
 
     The profile's checkpoint says nothing about `model_path`: its quantization and hub are left to the model.
     Without a config the engine runs with its own defaults: only the options it always gets (`always`). The
@@ -108,6 +111,8 @@ def server_command(
         version, platform = (found.version, found.platform) if found else (None, None)
         plan = plan_launch(config, engine, version, weights=False, platform=platform)
         build, launch = plan.build, plan.launch
+    if profile_dir is not None:
+        launch += spec.profiled(profile_dir.absolute())
     argv = [*program_words(spec, build, program, found), *spec.model_words(model_path, build)]
     for flag in launch.flags:
         argv += flag.argv()
@@ -135,7 +140,8 @@ def never() -> bool:
 @dataclass(frozen=True)
 class ServerLaunch:
     """What to start: an engine loading `model_path` (by `program`, None: the engine's own), logging to `log_path`,
-    healthy within `health_timeout_s`, listening at `host`:`port` (None: a free port)."""
+    healthy within `health_timeout_s`, listening at `host`:`port` (None: a free port), its profiler writing to
+    `profile_dir` (None: no profiler)."""
 
     engine: str
     model_path: str
@@ -144,6 +150,11 @@ class ServerLaunch:
     health_timeout_s: float = 600.0
     host: str = LOOPBACK
     port: int | None = None
+    profile_dir: Path | None = None
+
+    def __post_init__(self) -> None:
+        if self.profile_dir is not None:
+            get_engine(self.engine).profiled(self.profile_dir)  # a one-line ConfigError for an engine without one
 
     def start(self, config: ResolvedConfig | None, *, cancelled: Callable[[], bool] = never) -> Server:
         """Start the engine (config None: with its own defaults) and wait until GET /health answers 200; LaunchError
@@ -155,9 +166,16 @@ class ServerLaunch:
         log, engine = self.log_path, self.engine
         stop_leftovers(log.absolute().parent)  # first: a leftover server may hold the port asked for
         port = self.port or free_port(self.host)
-        argv, env = server_command(config, engine, self.model_path, self.host, port, self.program)
+        argv, env = server_command(
+            config, engine, self.model_path, self.host, port, self.program, profile_dir=self.profile_dir
+        )
         if shutil.which(argv[0]) is None:  # before the log is opened: an earlier log is not emptied for nothing
             raise LaunchError(f"engine: {argv[0]!r} not found; install {engine} or give its program")
+        if self.profile_dir is not None:
+            try:
+                self.profile_dir.mkdir(parents=True, exist_ok=True)
+            except OSError as err:
+                raise LaunchError(f"profile_dir: cannot create {self.profile_dir}: {err.strerror or err}") from None
         created = not log.exists()
         try:
             with log.open("wb") as out:

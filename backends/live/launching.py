@@ -19,6 +19,7 @@ import shlex
 import shutil
 import time
 import weakref
+from dataclasses import replace
 from pathlib import Path
 
 from ...scenarios import Scenario
@@ -31,6 +32,7 @@ from .backend import LiveBackend
 from .identity import CAPABILITIES, NAME
 from .launcher import LaunchError, Server, ServerLaunch, last_log_line, never
 from .loadgen import LoadOptions, ServerUnreachable
+from .profiling import Profiling
 
 _STARTS = itertools.count(1)  # numbers this process's server logs apart, whichever backend started them
 
@@ -77,7 +79,6 @@ class LaunchingBackend:
     """Runs each scenario on a server it launched with that run's config (the `live` backend with `launch=`)."""
 
     name = NAME
-    capabilities = CAPABILITIES
 
     def __init__(
         self,
@@ -88,12 +89,16 @@ class LaunchingBackend:
         program: str | None = None,
         health_timeout_s: float = 600.0,
         options: LoadOptions = LoadOptions(),
+        profiling: Profiling | None = None,
     ):
         self.program = check_launch(engine, model_path, program)
+        if profiling is not None:
+            ENGINES[engine].profiled(profiling.folder)  # a one-line ConfigError, before any server starts
         if not (isinstance(health_timeout_s, int | float) and health_timeout_s > 0):
             raise ConfigError(f"health_timeout_s: a positive number of seconds, got {health_timeout_s!r}")
         self.engine, self.model_path, self.log_dir = engine, str(model_path), Path(log_dir)  # given: checked above
-        self.health_timeout_s, self.options = float(health_timeout_s), options
+        self.health_timeout_s, self.options, self.profiling = float(health_timeout_s), options, profiling
+        self.capabilities = replace(CAPABILITIES, timeline=profiling is not None)
         self.starts = 0  # servers this backend started
         self._running = _Running()
         weakref.finalize(self, self._running.stop)  # when dropped, and at interpreter exit
@@ -116,8 +121,8 @@ class LaunchingBackend:
         """Replay `scenario` against a server running `config`; LaunchError if that server fails."""
         server = self._server_for(config.resolve(), observer)
         try:
-            result = LiveBackend(server.url, self.options).run(
-                scenario, config, rate=rate, seed=seed, num_requests=num_requests, observer=observer
+            result = LiveBackend(server.url, self.options, self.profiling).run(
+                scenario, config, rate=rate, seed=seed, num_requests=num_requests, observer=observer, timeline=timeline
             )
         except ServerUnreachable:
             self._check_alive(server)
@@ -150,7 +155,12 @@ class LaunchingBackend:
         self.starts += 1
         log = self.log_dir / f"{self.engine}-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}-{next(_STARTS)}.log"
         launch = ServerLaunch(
-            self.engine, self.model_path, log, program=self.program, health_timeout_s=self.health_timeout_s
+            self.engine,
+            self.model_path,
+            log,
+            program=self.program,
+            health_timeout_s=self.health_timeout_s,
+            profile_dir=None if self.profiling is None else self.profiling.folder,
         )
         try:
             self.log_dir.mkdir(parents=True, exist_ok=True)

@@ -10,12 +10,14 @@ its last one ends. Everything is bounded: the workload's count, and
 ones are not sent). Records take the send time as arrival, so TTFT and TPOT
 are those of `vllm bench serve`; a live server has no per-rank timeline, so
 `ranks` and `spans` are empty and steps, chunks and the bubble breakdown are
-None.
+None, unless the run is profiled (profiling.py: the server's profiler runs
+while the workload does, and the live backend reads its traces).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -31,6 +33,7 @@ from ..result import RunResult
 from .client import ClientPool, completion_body, stream_completion
 from .identity import STALL_S
 from .metrics import poll
+from .profiling import ProfileError, ProfileSession
 from .prompts import text_prompt, token_prompt, token_range
 from .version import engine_version
 
@@ -75,16 +78,18 @@ def run_scenario(
     options: LoadOptions = LoadOptions(),
     config: dict[str, object] | None = None,
     observer: RunObserver | None = None,
+    profile: ProfileSession | None = None,
 ) -> RunResult:
     """Replay `scenario`'s workload for `seed` against the server at `base_url` and return the run.
 
-    `config` is recorded with the run; None: what the server says of itself (`LiveRun.described`).
+    `config` is recorded with the run; None: what the server says of itself (`LiveRun.described`). With a
+    `profile`, the server's profiler runs while the workload does (its traces are read afterwards).
     """
     check_footprint(
         "live", scenario, None, num_requests=num_requests, seed=seed, rate=rate
     )  # before any request is drawn
     workload = scenario.workload(seed=seed, rate=rate, num_requests=num_requests)
-    live = asyncio.run(replay(workload, base_url, options, seed, observer, rate=rate))
+    live = asyncio.run(replay(workload, base_url, options, seed, observer, rate=rate, profile=profile))
     return run_result(live, scenario.name, live.described() if config is None else config, seed, rate)
 
 
@@ -116,10 +121,12 @@ async def replay(
     seed: int = 0,
     observer: RunObserver | None = None,
     rate: float | None = None,
+    profile: ProfileSession | None = None,
 ) -> LiveRun:
     """Send every request of `workload` on schedule, measure each, and scrape `/metrics` meanwhile.
 
     `rate` (None: the scenario's own) keys the prompts when `options.fresh_prompts` asks for each rate's own.
+    A `profile` starts the server's profiler just before the clock starts and stops it however the run ends.
     """
     pool = ClientPool(base_url, options.stall_s)
     try:
@@ -129,19 +136,17 @@ async def replay(
             fresh_at = (rate or 0.0) if options.fresh_prompts else None
             bodies = [_body(r, model, ids, seed, fresh_at) for r in workload.requests]  # before the clock starts
             server = MetricsTimeline() if options.metrics_interval_s is not None else None
-            run = _Run(pool, options, observer, server)
-            stop = asyncio.Event()
-            poller = None
-            if server is not None and options.metrics_interval_s is not None:  # a server timeline: the interval is set
-                poller = asyncio.create_task(poll(control, options.metrics_interval_s, stop, run.t0, server))
-            cpu = time.process_time()
+            if profile is not None:
+                await profile.start(control)
             try:
-                await run.drive(workload, bodies)
-            finally:
-                stop.set()
-                if poller:
-                    await poller
-            cpu = time.process_time() - cpu
+                run, cpu = await _measure(pool, control, options, observer, server, workload, bodies)
+            except BaseException:
+                if profile is not None:  # not left profiling; the run's own error is the one to raise
+                    with contextlib.suppress(ProfileError):
+                        await profile.stop(control)
+                raise
+            if profile is not None:
+                await profile.stop(control)
     finally:
         await pool.aclose()
     requests = sorted(run.done, key=lambda r: r.id)
@@ -152,7 +157,33 @@ async def replay(
         server=server,
         engine_version=version,
         served_model=model,
+        started_at=run.started_at,
     )
+
+
+async def _measure(
+    pool: ClientPool,
+    control: httpx.AsyncClient,
+    options: LoadOptions,
+    observer: RunObserver | None,
+    server: MetricsTimeline | None,
+    workload: Workload,
+    bodies: list[bytes],
+) -> tuple[_Run, float]:
+    """Start the clock, send the workload and scrape `/metrics` meanwhile; the run and the CPU seconds it took."""
+    run = _Run(pool, options, observer, server)
+    stop = asyncio.Event()
+    poller = None
+    if server is not None and options.metrics_interval_s is not None:  # a server timeline: the interval is set
+        poller = asyncio.create_task(poll(control, options.metrics_interval_s, stop, run.t0, server))
+    cpu = time.process_time()
+    try:
+        await run.drive(workload, bodies)
+    finally:
+        stop.set()
+        if poller:
+            await poller
+    return run, time.process_time() - cpu
 
 
 def _body(request: Request, model: str, ids: tuple[int, int] | None, seed: int, fresh_at: float | None) -> bytes:
@@ -216,6 +247,7 @@ class _Run:
         self.pool, self.options, self.observer, self.server = pool, options, observer, server
         self.loop = asyncio.get_running_loop()
         self.t0 = self.loop.time()
+        self.started_at = time.time()  # the same instant on the wall clock, which profiler traces use
         self.deadline = self.t0 + options.max_duration_s
         self.done: list[LiveRequest] = []
         self.tasks: set[asyncio.Task[None]] = set()

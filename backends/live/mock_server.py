@@ -8,11 +8,13 @@ that is not JSON, or end the body cleanly without `[DONE]`. Also answers
 `/v1/models` (with llama-server's `n_vocab`), `/props` (its `build_info`),
 `/metrics` (llama-server's series) and `/health`. A prompt it has seen before
 counts as served from its prefix cache (usage's `prompt_tokens_details`,
-`llamacpp:prompt_tokens_cached_total`). Plain asyncio streams, nothing to
-install. As a program it serves on 127.0.0.1 and prints its URL:
+`llamacpp:prompt_tokens_cached_total`). Given a profile folder, it answers
+`/start_profile` and `/stop_profile` as vLLM does and writes stand-in worker
+traces there (mock_profiler.py). Plain asyncio streams, nothing to install.
+As a program it serves on 127.0.0.1 and prints its URL:
 
     python -m pipedeck.backends.live.mock_server [--port N] [--first-token-s S] [--token-s S]
-                                                 [--fault F --fault-every K]
+                                                 [--fault F --fault-every K] [--profile-dir DIR]
 """
 
 from __future__ import annotations
@@ -20,8 +22,12 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
+
+from .mock_profiler import MockProfiler
 
 FAULTS = ("http500", "die", "stall", "malformed", "truncate")
 MOCK_BUILD = "b0-mock"
@@ -72,9 +78,10 @@ DONE = _event("[DONE]") + _chunk(b"")
 class MockServer:
     """The server; `async with MockServer(behaviour) as url:` serves on 127.0.0.1 until the block ends."""
 
-    def __init__(self, behaviour: Behaviour = Behaviour(), port: int = 0) -> None:
+    def __init__(self, behaviour: Behaviour = Behaviour(), port: int = 0, profiler: MockProfiler | None = None) -> None:
         self.behaviour = behaviour
         self.port = port
+        self.profiler = profiler  # None: no /start_profile, as a server started without a profiler
         self.completions = 0  # completion requests received
         self.processing = 0
         self.prompt_tokens = 0  # not served from the cache, as llama-server counts them
@@ -118,7 +125,13 @@ class MockServer:
         body = await reader.readexactly(int(headers.get("content-length", 0)))
         if method == "POST" and path == "/v1/completions":
             return await self._complete(json.loads(body), reader, writer)
-        if path == "/v1/models":
+        if method == "POST" and path in ("/start_profile", "/stop_profile") and self.profiler is not None:
+            if path == "/start_profile":
+                self.profiler.start()
+            else:
+                self.profiler.stop()
+            writer.write(_response("200 OK", "application/json", b"{}"))
+        elif path == "/v1/models":
             models = {"object": "list", "data": [{"id": "mock", "meta": {"n_vocab": self.behaviour.n_vocab}}]}
             writer.write(_response("200 OK", "application/json", json.dumps(models).encode()))
         elif path == "/props":  # where llama-server reports its build
@@ -160,6 +173,7 @@ class MockServer:
         n_cached = n_prompt if key in self.prompts_seen else 0  # the whole prompt, or nothing: a prefix cache's ends
         self.prompts_seen.add(key)
         n_out = int(request["max_tokens"])
+        arrived, token_times = time.time(), []
         self.processing += 1
         self.prompt_tokens += n_prompt - n_cached
         self.cached_tokens += n_cached
@@ -185,6 +199,7 @@ class MockServer:
                 writer.write(
                     _event({"id": "cmpl-mock", "object": "text_completion", "model": "mock", "choices": [choice]})
                 )
+                token_times.append(time.time())
                 if b.token_s and sent < n_out:
                     await writer.drain()
                     await asyncio.sleep(b.token_s)
@@ -202,6 +217,8 @@ class MockServer:
                 )
             writer.write(DONE)
             await writer.drain()
+            if self.profiler is not None:
+                self.profiler.served(arrived, n_prompt, token_times)
             return True
         finally:
             self.processing -= 1
@@ -222,8 +239,9 @@ class MockServer:
         return False
 
 
-async def _serve_forever(behaviour: Behaviour, port: int) -> None:
-    async with MockServer(behaviour, port) as url:
+async def _serve_forever(behaviour: Behaviour, port: int, profile_dir: str | None) -> None:
+    profiler = None if profile_dir is None else MockProfiler(Path(profile_dir))
+    async with MockServer(behaviour, port, profiler) as url:
         print(url, flush=True)
         await asyncio.Event().wait()
 
@@ -236,11 +254,12 @@ def main() -> None:
     parser.add_argument("--token-s", type=float, default=0.0, help="delay between tokens")
     parser.add_argument("--fault", choices=FAULTS, default=None, help="misbehave on some completions")
     parser.add_argument("--fault-every", type=int, default=1, help="the fault hits requests 1, 1 + K, 1 + 2K, ...")
+    parser.add_argument("--profile-dir", default=None, help="answer /start_profile and write worker traces here")
     args = parser.parse_args()
     behaviour = Behaviour(
         first_token_s=args.first_token_s, token_s=args.token_s, fault=args.fault, fault_every=args.fault_every
     )
-    asyncio.run(_serve_forever(behaviour, args.port))
+    asyncio.run(_serve_forever(behaviour, args.port, args.profile_dir))
 
 
 if __name__ == "__main__":

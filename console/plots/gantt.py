@@ -3,7 +3,8 @@
 Bars go from span start to span end on one row per rank, coloured by the
 micro-batch's lead request (decode-only batches grey, blocking transfers
 dark), labelled `s<stage> c<chunk>` where the bar is wide enough; gaps are
-bubbles. Every run is drawn over one time window, so that equal lengths
+bubbles. A timeline measured by an engine's profiler names no request: its
+prefill and mixed steps share one colour and are labelled `p` and `m`. Every run is drawn over one time window, so that equal lengths
 mean equal times: the longest makespan, or, when the runs together have
 more than `max_spans` spans (the page would grow too large), the window
 from 0 in which they have `max_spans`.
@@ -25,6 +26,7 @@ from .common import TOP_PX, PlotRun, styled
 MAX_SPANS = 3000
 REQUEST_COLOURS = qualitative.Pastel[:10]  # the palette's last colour is grey, kept for decode-only batches
 DECODE_COLOUR, TRANSFER_COLOUR = "#b4b4b4", "#2e2e2e"
+MEASURED_COLOUR = "#8fb3d9"  # a measured prefill or mixed step: the profiler names no request to colour it by
 KINDS = ("prefill", "mixed", "decode", *sorted(TRANSFER_KINDS))  # trace order within a rank
 ROW_PX, GAP_PX, BOTTOM_PX = 46, 80, 70  # per rank row; between runs (ticks and title); under the last
 LABEL_SHARE = 1e-3  # bars narrower than this share of the drawn window get no text (too narrow at any sane zoom)
@@ -42,7 +44,8 @@ def common_window(runs: Sequence[Sequence[Span]], makespans: Sequence[float], bu
 
 
 def _label(span: Span) -> str:
-    return f"s{span.stage} " + ("d" if span.chunk < 0 else f"c{span.chunk}")
+    """s<stage> c<chunk>, or the kind's initial where no chunk is named (d: decode-only; p, m: measured steps)."""
+    return f"s{span.stage} " + (f"c{span.chunk}" if span.chunk >= 0 else span.kind[0])
 
 
 def _typed(values: np.ndarray) -> dict[str, str]:
@@ -57,31 +60,40 @@ def _request_colours() -> dict[str, object]:
     return dict(colorscale=scale, cmin=-0.5, cmax=n - 0.5)
 
 
-def _what(kind: str, decode_only: bool) -> str:
-    """The hover's first line for bars of this kind."""
-    if decode_only:
-        return "decode-only batch" if kind == "decode" else f"{kind} of a decode-only batch"
+def _what(kind: str, *, unnamed: bool, measured: bool) -> str:
+    """The hover's first line for bars of this kind (`unnamed`: they name no request)."""
+    if kind == "decode" and unnamed:
+        return "decode-only batch"
+    if unnamed and measured:
+        return f"{kind} (measured by the engine's profiler, which names no request)"
+    if unnamed:
+        return f"{kind} of a decode-only batch"
     return f"mixed: prefill {_LEAD} + decodes" if kind == "mixed" else f"{kind}: {_LEAD}"
 
 
-def kind_trace(name: str, rank: int, kind: str, spans: Sequence[Span], min_label_s: float = 0.0) -> go.Bar:
-    """One rank's spans of one kind (all decode-only or none) as horizontal bars on row `rank`."""
+def kind_trace(
+    name: str, rank: int, kind: str, spans: Sequence[Span], min_label_s: float = 0.0, *, measured: bool = False
+) -> go.Bar:
+    """One rank's spans of one kind (all naming a request or none) as horizontal bars on row `rank`; `measured`:
+    from an engine's profiler."""
     starts = np.array([s.start for s in spans], dtype=np.float64)
     widths = np.array([s.end for s in spans], dtype=np.float64) - starts
-    transfer, decode_only = kind in TRANSFER_KINDS, spans[0].request < 0
+    transfer, unnamed = kind in TRANSFER_KINDS, spans[0].request < 0
     if transfer:
         marker: dict[str, object] = dict(color=TRANSFER_COLOUR)
-    elif decode_only:
+    elif kind == "decode" and unnamed:
         marker = dict(color=DECODE_COLOUR)
+    elif unnamed:
+        marker = dict(color=MEASURED_COLOUR)
     else:
         marker = dict(
             color=np.array([s.request % len(REQUEST_COLOURS) for s in spans], dtype=np.int8), **_request_colours()
         )
     marker["line"] = dict(width=0.6 if len(spans) <= 300 else 0, color="white")
     # JSON integers: as base64 typed arrays, the -1 of decode-only batches would cost far more bytes
-    customdata = [[s.stage, s.batch] if decode_only else [s.stage, s.batch, s.request, s.chunk] for s in spans]
+    customdata = [[s.stage, s.batch] if unnamed else [s.stage, s.batch, s.request, s.chunk] for s in spans]
     return go.Bar(
-        name=f"{name} rank {rank} {kind}" + (" (decode-only)" if decode_only and kind != "decode" else ""),
+        name=f"{name} rank {rank} {kind}" + (" (decode-only)" if unnamed and transfer and not measured else ""),
         orientation="h",
         y=np.full(len(spans), rank, dtype=np.int8),
         base=_typed(starts),
@@ -90,7 +102,7 @@ def kind_trace(name: str, rank: int, kind: str, spans: Sequence[Span], min_label
         marker=marker,
         showlegend=False,
         customdata=customdata,
-        hovertemplate=f"<b>{name} rank {rank}</b><br>{_what(kind, decode_only)}{_WHEN}",
+        hovertemplate=f"<b>{name} rank {rank}</b><br>{_what(kind, unnamed=unnamed, measured=measured)}{_WHEN}",
         text=None if transfer else [_label(s) if w >= min_label_s else "" for s, w in zip(spans, widths)],
         textposition="inside",
         textangle=0,
@@ -102,15 +114,17 @@ def kind_trace(name: str, rank: int, kind: str, spans: Sequence[Span], min_label
 def _title(run: PlotRun, drawn: list[Span], total: int, window: float) -> str:
     if not total:
         return f"{run.name}: stored without a timeline"
+    name = f"{run.name} (measured)" if run.result.measured_timeline else run.name
     if len(drawn) == total:
-        return f"{run.name}: all {total} spans, {run.result.makespan_s:.4g} s"
-    return f"{run.name}: first {len(drawn)} of {total} spans (0–{window:.4g} s of {run.result.makespan_s:.4g} s)"
+        return f"{name}: all {total} spans, {run.result.makespan_s:.4g} s"
+    return f"{name}: first {len(drawn)} of {total} spans (0–{window:.4g} s of {run.result.makespan_s:.4g} s)"
 
 
-def _legend_keys(fig: go.Figure) -> None:
-    """Legend entries explaining the colours."""
+def _legend_keys(fig: go.Figure, *, measured: bool) -> None:
+    """Legend entries explaining the colours (`measured`: also a measured timeline's)."""
     keys = (
         ("prefill / mixed batch: one colour per lead request", REQUEST_COLOURS[0]),
+        *((("measured prefill / mixed step: no request named", MEASURED_COLOUR),) if measured else ()),
         ("decode-only batch", DECODE_COLOUR),
         ("communication (send / recv / exchange / wait)", TRANSFER_COLOUR),
     )
@@ -148,7 +162,11 @@ def timelines(runs: Sequence[PlotRun], max_spans: int = MAX_SPANS) -> go.Figure:
         for span in spans:
             groups.setdefault((span.rank, _kind_order(span.kind), span.request < 0, span.kind), []).append(span)
         for (rank, _, _, kind), mine in sorted(groups.items()):
-            fig.add_trace(kind_trace(run.name, rank, kind, mine, LABEL_SHARE * window), row=row, col=1)
+            fig.add_trace(
+                kind_trace(run.name, rank, kind, mine, LABEL_SHARE * window, measured=run.result.measured_timeline),
+                row=row,
+                col=1,
+            )
         fig.update_yaxes(
             tickvals=ranks,
             ticktext=[f"rank {r}" for r in ranks],
@@ -174,7 +192,7 @@ def timelines(runs: Sequence[PlotRun], max_spans: int = MAX_SPANS) -> go.Figure:
             )
     last = max((row for row, spans in enumerate(drawn, start=1) if spans), default=len(runs))
     fig.update_xaxes(title_text="time since the start of the run (s)", row=last, col=1)
-    _legend_keys(fig)
+    _legend_keys(fig, measured=any(run.result.measured_timeline for run in runs))
     longest = max((run.result.makespan_s for run in runs), default=0.0)
     shown = (
         "whole runs"

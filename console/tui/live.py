@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from pathlib import Path
 
 from rich.console import Group
 from rich.table import Table
@@ -47,8 +48,19 @@ PROGRESS_ROWS = (("running", "running"), ("waiting", "waiting"), ("throughput", 
 ATTACH = "attach"  # the server picker's value for "a server already running at the endpoint"
 SERVE_LOG = "pipedeck-serve.log"  # a server the console launches logs here, beside the run store
 STRIP_KEY = "digit: stage · colour: request · grey: decode · ─ transfer · blank: bubble"  # fits 80 columns
-NO_TIMELINE = "no per-rank timeline: a live server shows progress and latency only"
-JOB_CONTROLS = ("backend", "speed", "scenario", "requests", "scenario-file", "rate", "config", "server", "target")
+NO_TIMELINE = "no per-rank timeline while it runs; with a profile folder, its measured one when it ends"
+JOB_CONTROLS = (
+    "backend",
+    "speed",
+    "scenario",
+    "requests",
+    "scenario-file",
+    "rate",
+    "config",
+    "server",
+    "target",
+    "profile",
+)
 
 
 @dataclass(frozen=True)
@@ -64,6 +76,7 @@ class LiveJob:
     speed: float | None  # None: as fast as it can (or, for a paced backend, in its own time)
     server: str = ATTACH  # for a backend that drives a server: ATTACH, or the engine to launch
     target: str = ""  # the endpoint to attach to, or the weights to launch the engine with
+    profile_dir: str = ""  # where the server's profiler writes (profile the run); "": no profile
     seed: int = 0
 
     @property
@@ -202,6 +215,10 @@ class LiveScreen(View):
             )
             yield Label("endpoint", id="target-label")
             yield Input(placeholder=ENDPOINT_HINT, compact=True, id="target")
+            yield Label("profile")
+            yield Input(
+                placeholder="folder the server's profiler writes to (vLLM); blank: none", compact=True, id="profile"
+            )
         with Horizontal(classes="actions"):
             yield Button("Start", id="start", variant="success", compact=True)
             yield Button("Stop", id="stop", variant="error", compact=True, disabled=True)
@@ -304,6 +321,7 @@ class LiveScreen(View):
             None if speed == "max" or paced else float(speed),
             server,
             target,
+            self.query_one("#profile", Input).value.strip(),
         )
 
     @work(thread=True, group="live-run")
@@ -321,10 +339,14 @@ class LiveScreen(View):
                 options = {}
                 if backend_entry(job.backend).capabilities.endpoint:
                     options["endpoint"] = job.target
+                    if job.profile_dir:
+                        options["profile_dir"] = job.profile_dir
                     if job.server != ATTACH:
                         log = self.session.db.parent / SERVE_LOG
                         self.app.call_from_thread(self._status, f"launching {job.server} (log {shown_path(log)})...")
-                        launch = ServerLaunch(job.server, job.target, log)
+                        launch = ServerLaunch(
+                            job.server, job.target, log, profile_dir=Path(job.profile_dir) if job.profile_dir else None
+                        )
                         options["endpoint"] = stack.enter_context(
                             serving(launch, config, cancelled=cancelled.is_set)
                         ).url

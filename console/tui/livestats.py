@@ -49,7 +49,14 @@ class LiveStats:
         self._prune()
 
     def finish(self, result: RunResult) -> None:
-        """Close the run at its makespan: nothing running or waiting, the KV cache empty (where they are known)."""
+        """Close the run at its makespan: nothing running or waiting, the KV cache empty (where they are known), and
+        the last of its timeline drawn when it came only with the result (measured by a live server's profiler)."""
+        if result.spans and not any(self.spans):
+            self.spans = [deque() for _ in result.ranks]
+            ranks = {r.rank: i for i, r in enumerate(result.ranks)}
+            for span in result.spans:
+                if span.end >= result.makespan_s - KEEP_SPANS_S:
+                    self.spans[ranks[span.rank]].append(span)
         seen = self.last or Snapshot(0.0, 0, 0, 0, 0.0)
         self._tick(
             Snapshot(

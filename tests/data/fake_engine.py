@@ -4,15 +4,17 @@ It takes any engine flags, prints them (the launcher's log shows them) and
 behaves as FAKE_ENGINE says: `healthy` (default) answers 200 after
 FAKE_ENGINE_DELAY seconds, `never` answers 503 forever, `crash` exits 3 at once,
 `serve` streams completions as pipedeck's mock server does (a whole fake
-engine for the live backend), and `crash-once` exits 3 the first time
-(creating the file FAKE_ENGINE_ONCE) and serves every later time. With
-FAKE_ENGINE_CHILD set it first starts a process of its own, in its process
-group, that ignores SIGTERM and outlives it (as vLLM's engine core can), and
-prints `child: PID`.
+engine for the live backend; with vLLM's --profiler-config, its stand-in
+profiler writes to the torch_profiler_dir given), and `crash-once` exits 3
+the first time (creating the file FAKE_ENGINE_ONCE) and serves every later time.
+With FAKE_ENGINE_CHILD set it first starts a process of its own, in its
+process group, that ignores SIGTERM and outlives it (as vLLM's engine core
+can), and prints `child: PID`.
 """
 
 import asyncio
 import http.server
+import json
 import os
 import subprocess
 import sys
@@ -34,10 +36,16 @@ if behaviour == "crash":
     sys.exit(3)
 host, port = args[args.index("--host") + 1], int(args[args.index("--port") + 1])
 if behaviour == "serve":
+    from pipedeck.backends.live.mock_profiler import MockProfiler
     from pipedeck.backends.live.mock_server import MockServer
 
+    profiler = None
+    if "--profiler-config" in args:
+        folder = json.loads(args[args.index("--profiler-config") + 1])["torch_profiler_dir"]
+        profiler = MockProfiler(Path(folder))
+
     async def serve() -> None:
-        async with MockServer(port=port):
+        async with MockServer(port=port, profiler=profiler):
             await asyncio.Event().wait()
 
     asyncio.run(serve())

@@ -28,6 +28,7 @@ REQUEST_COLOURS = (
     "#8cd17d",
 )
 DECODE_COLOUR = "#7f7f7f"
+MEASURED_COLOUR = "#8fb3d9"  # a measured prefill or mixed step: the engine's profiler names no request
 BLACK = Color(0, 0, 0)
 TALL_RANKS = 4  # up to this many ranks get two lines each on a terminal of TALL_SCREEN lines or more
 TALL_SCREEN = 30
@@ -80,10 +81,14 @@ def _union_length(intervals: list[tuple[float, float]]) -> float:
 
 
 def span_style(span: Span) -> tuple[str, str]:
-    """A span's glyph and style: its stage digit on its request's colour (odd chunks darker); transfers a rule."""
+    """A span's glyph and style: its stage digit on its request's colour (odd chunks darker; decode-only grey, a
+    measured step that names no request its own colour); transfers a rule."""
     if span.kind in TRANSFER_KINDS:
         return "─", DECODE_COLOUR
-    colour = DECODE_COLOUR if span.request < 0 else REQUEST_COLOURS[span.request % len(REQUEST_COLOURS)]
+    if span.request >= 0:
+        colour = REQUEST_COLOURS[span.request % len(REQUEST_COLOURS)]
+    else:
+        colour = DECODE_COLOUR if span.kind == "decode" else MEASURED_COLOUR
     if span.chunk % 2:
         colour = Color.parse(colour).blend(BLACK, 0.3).hex
     return STAGE_GLYPHS[span.stage % len(STAGE_GLYPHS)], f"bold #000000 on {colour}"

@@ -17,14 +17,14 @@ import optuna
 import pytest
 from plotly.colors import unlabel_rgb
 
-from pipedeck.backends import RunResult, Sample, ServingConfig, Span
+from pipedeck.backends import RankTime, RunResult, Sample, ServingConfig, Span
 from pipedeck.backends.live.metrics import MetricsTimeline
 from pipedeck.backends.sim import SimBackend
 from pipedeck.console import comparison as comparison_module
 from pipedeck.console.cli import cli
 from pipedeck.console.errors import run_cli
 from pipedeck.console.plots import PlotRun, legend_names
-from pipedeck.console.plots.gantt import common_window
+from pipedeck.console.plots.gantt import DECODE_COLOUR, MEASURED_COLOUR, common_window, timelines
 from pipedeck.console.plots.server import scraped, server_gauges
 from pipedeck.console.plots.study import optuna_importances
 from pipedeck.console.plots.table import CELL_PX, CHAR_PX, LINE_PX, PAD_PX, PLANNED_PX
@@ -308,6 +308,30 @@ def test_gantt_labels_stage_and_chunk_and_colours_transfers_dark(capsys, runs, t
     assert "request %{customdata[2]} chunk %{customdata[3]}" in prefill["hovertemplate"]
     assert "virtual stage %{customdata[0]} · batch %{customdata[1]}" in prefill["hovertemplate"]
     assert values(prefill["customdata"])[3].tolist() == [3, 0, 0, 0]  # stage, batch, request, chunk
+
+
+def test_a_measured_timeline_is_drawn_as_measured_not_as_decode_only_batches():
+    """A live run's spans from the engine's profiler name no request: not grey decode-only batches."""
+    spans = [
+        Span(0, 0, 0, -1, -1, 0.0, 0.1, "prefill"),
+        Span(0, 0, 0, -1, -1, 0.1, 0.11, "send"),
+        Span(1, 1, 0, -1, -1, 0.1, 0.12, "recv"),
+        Span(1, 1, 0, -1, -1, 0.12, 0.2, "prefill"),
+        Span(0, 0, 1, -1, -1, 0.2, 0.25, "decode"),
+    ]
+    ranks = [RankTime(rank, 0.2, 0.01, 0.0, 0.09) for rank in (0, 1)]
+    measured = dataclasses.replace(live([served(0)]), spans=spans, ranks=ranks)
+    assert measured.measured_timeline
+    figure = timelines([PlotRun("run 9 live", measured)]).to_plotly_json()
+    traces = {t["name"]: t for t in figure["data"] if t.get("name", "").startswith("run 9")}
+    prefill = traces["run 9 live rank 0 prefill"]
+    assert prefill["marker"]["color"] == MEASURED_COLOUR and list(prefill["text"]) == ["s0 p"]
+    assert "prefill (measured by the engine's profiler, which names no request)" in prefill["hovertemplate"]
+    assert "send (measured" in traces["run 9 live rank 0 send"]["hovertemplate"]  # no "decode-only" made up
+    assert traces["run 9 live rank 0 decode"]["marker"]["color"] == DECODE_COLOUR
+    assert "run 9 live (measured): all 5 spans, 0.3 s" in [a["text"] for a in figure["layout"]["annotations"]]
+    keys = [t["name"] for t in figure["data"] if t.get("type") == "scatter"]
+    assert "measured prefill / mixed step: no request named" in keys
 
 
 def drawn_starts(timeline: dict, run_name: str) -> np.ndarray:

@@ -11,8 +11,9 @@ from dataclasses import replace
 from datetime import UTC, datetime
 
 import pytest
+from textual.color import Color
 
-from pipedeck.backends import ConfigError, RequestRecord, ServingConfig, Snapshot, Span
+from pipedeck.backends import ConfigError, RankTime, RequestRecord, RunResult, ServingConfig, Snapshot, Span
 from pipedeck.console.cli import cli
 from pipedeck.console.errors import run_cli
 from pipedeck.console.tui.compare import gui_browser
@@ -20,7 +21,15 @@ from pipedeck.console.tui.fields import error_field, form_fields, parse, shown_f
 from pipedeck.console.tui.livestats import LiveStats
 from pipedeck.console.tui.pacing import Frame, PacedObserver
 from pipedeck.console.tui.sources import FORM, source_options
-from pipedeck.console.tui.widgets.timeline import bubble_ratios, span_cells
+from pipedeck.console.tui.widgets.timeline import (
+    BLACK,
+    DECODE_COLOUR,
+    MEASURED_COLOUR,
+    REQUEST_COLOURS,
+    bubble_ratios,
+    span_cells,
+    span_style,
+)
 from pipedeck.store import RunRow
 from tests.paths import ROOT
 
@@ -105,6 +114,26 @@ def test_the_strip_draws_the_span_covering_most_of_each_cell_and_bubbles_blank()
     assert span_cells([a, b], 0.0, 2.0, 4) == [a, a, None, b]  # 1.0-1.5 idle; 1.5-2.0 mostly b
     other = [Span(1, 1, 0, 7, 0, 0.0, 2.0, "prefill")]
     assert bubble_ratios([[a, b], other], 0.0, 2.0) == pytest.approx([0.3, 0.0])
+
+
+def test_a_measured_step_that_names_no_request_has_its_own_colour_and_decode_stays_grey():
+    measured, decode = Span(0, 0, 3, -1, -1, 0.0, 1.0, "prefill"), Span(0, 0, 4, -1, -1, 1.0, 2.0, "decode")
+    assert span_style(measured) == ("0", f"bold #000000 on {Color.parse(MEASURED_COLOUR).blend(BLACK, 0.3).hex}")
+    assert span_style(decode)[1] == f"bold #000000 on {Color.parse(DECODE_COLOUR).blend(BLACK, 0.3).hex}"
+    assert span_style(Span(0, 0, 0, 7, 0, 0.0, 1.0, "prefill"))[1] == f"bold #000000 on {REQUEST_COLOURS[7]}"
+
+
+def test_a_timeline_that_comes_with_the_result_is_drawn_when_the_run_finishes():
+    """A live server's profiler is read after the run: its spans come only with the result."""
+    spans = [Span(rank, rank, 0, -1, -1, 1.0 + rank, 2.0 + rank, "prefill") for rank in (0, 1)]
+    spans.append(Span(0, 0, 1, -1, -1, 100.0, 101.0, "decode"))  # and one 99 s later: the strip keeps 60 s
+    result = RunResult(
+        {}, "s", "live", 0, None, [], [RankTime(r, 1.0, 0.0, 0.0, 100.0) for r in (0, 1)], 102.0, 2, 1, 3, spans
+    )
+    stats = LiveStats(0, 1)
+    stats.finish(result)
+    assert stats.window(60.0) == (42.0, 102.0, [[spans[2]], []])
+    assert stats.window(110.0)[2] == [[spans[2]], []]  # older than the widest window the strip shows: not kept
 
 
 def test_the_form_has_every_config_field_and_maps_errors_to_them():

@@ -10,6 +10,7 @@ import pytest
 from textual.widgets import Static
 
 from pipedeck.backends import footprint
+from pipedeck.backends.live.mock_profiler import MockProfiler
 from pipedeck.backends.live.mock_server import Behaviour, MockServer
 from pipedeck.console.tui import PipedeckApp
 from pipedeck.console.tui.live import NO_TIMELINE, LiveScreen
@@ -114,6 +115,31 @@ def test_a_run_attached_to_a_server_shows_its_gauges_and_is_stored_as_live(tmp_p
     with RunStore.open(db, read_only=True) as store:
         (row,) = store.list_runs()
         assert row.backend == "live" and row.requests == 8 and store.count_spans(row.id) == 0
+
+
+def test_a_profiled_live_run_draws_its_measured_timeline_when_it_ends(tmp_path):
+    db, folder = tmp_path / "c.duckdb", tmp_path / "profile"
+    folder.mkdir()
+
+    async def scenario() -> None:
+        async with MockServer(Behaviour(token_s=0.002), profiler=MockProfiler(folder)) as url:
+            app = PipedeckApp(db, QWEN)
+            async with app.run_test(size=SIZE) as pilot:
+                live = app.screen
+                fill(live, {"backend": "live"})
+                await pilot.pause()
+                fill(live, {**SHORT, "target": url, "profile": str(folder)})
+                await pilot.press("s")
+                await wait_for(pilot, lambda: live.worker is None and live.stats is not None)
+                start, end, spans = live.query_one(PipelineStrip)._view
+                assert end == live.stats.now > start and len(spans) == 2 and all(spans)  # both ranks, measured
+                assert {s.kind for s in spans[1]} >= {"recv", "decode"}
+                assert "bubble" in str(live.query_one("#live-status", Static).content)
+
+    asyncio.run(scenario())
+    with RunStore.open(db, read_only=True) as store:
+        (row,) = store.list_runs()
+        assert row.bubble_ratio is not None and store.count_spans(row.id) > 0
 
 
 def test_a_live_run_of_a_config_setting_a_knob_no_server_reads_is_refused_before_it_starts(tmp_path):
