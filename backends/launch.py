@@ -180,6 +180,9 @@ class ServingEngine:
     always: tuple[Flag, ...] = ()  # options every launch passes, with a config or with the engine's own defaults
     builds: tuple[Build, ...] = ()  # its builds for the other platforms it serves on
     profiler: Callable[[Path], Launch] | None = None  # what makes it write the profiler traces pipedeck reads there
+    # Its attention masks one KV pool every sequence shares instead of reading each one's own blocks, so a query
+    # pays for all the KV held (llama-server as launched here, --kv-unified): calibrate fits kv_pool_scan_ns.
+    shared_kv_pool: bool = False
 
     def profiled(self, folder: Path) -> Launch:
         """What makes the engine's profiler write its traces to `folder`; ConfigError when it has none pipedeck
@@ -843,6 +846,7 @@ register_engine(
         platforms=("cpu", "cuda"),
         model_file=True,
         hub_flag="-hf",
+        shared_kv_pool=True,
         always=(LLAMA_METRICS,),
     )
 )

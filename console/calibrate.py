@@ -28,6 +28,7 @@ from ..tuner import (
     Provenance,
     calibrated_profile,
     calibration_record,
+    constants_to_fit,
     fit,
     measure,
     plan,
@@ -121,8 +122,12 @@ def calibrate(**opts: Unpack[CalibrateOptions]) -> None:
             provenance = Provenance(_engine(measured), url, datetime.now(UTC).isoformat(timespec="seconds"))
         progress.remove_task(task)
         fitting = progress.add_task("fitting", total=None)
+        shared_pool = bool(opts["engine"]) and ENGINES[str(opts["engine"])].shared_kv_pool
         result = fit(
-            measured, config, on_evaluation=lambda n: progress.update(fitting, description=f"fitting: {n} simulations")
+            measured,
+            config,
+            constants_to_fit(config.hardware_profile, shared_pool=shared_pool),
+            on_evaluation=lambda n: progress.update(fitting, description=f"fitting: {n} simulations"),
         )
     name = opts["name"] or out.stem
     profile = calibrated_profile(result, config, name, provenance)

@@ -6,7 +6,7 @@ from typing import Unpack
 
 import click
 
-from ..backends import STALL_S, RunResult, ServerError, backend_entry, check_knobs_read
+from ..backends import STALL_S, RunResult, ServerError, backend_entry
 from .backend_options import backend_option
 from .options import config_from_options, config_given, config_options, workload_options
 from .simulate import RunOptions, execute, output_options
@@ -75,8 +75,6 @@ def run(**opts: Unpack[RunCommandOptions]) -> None:
         options["profile_dir"] = opts["profile_dir"]
     # a server started elsewhere runs its own config: without options, record what it says, not pipedeck's defaults
     config = config_from_options(opts) if not endpoint or config_given(click.get_current_context()) else None
-    if config is not None:  # a knob the backend does not read would be recorded as if it had run
-        check_knobs_read(opts["backend"], config.values())
     report_unserved(*execute(opts, opts["backend"], config, **options))
 
 

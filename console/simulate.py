@@ -16,6 +16,7 @@ from ..backends import (
     ServingConfig,
     backend_entry,
     check_footprint,
+    check_knobs_read,
     open_backend,
     write_chrome_trace,
 )
@@ -88,6 +89,8 @@ def execute(
 ) -> tuple[RunResult, int | None]:
     """Run `config` (None: a live server's own, recorded as it describes itself), store and print it as `opts`
     say; the run and its id in the store (None: not stored)."""
+    if config is not None:  # a knob the backend does not read would be recorded as if it had run
+        check_knobs_read(backend_name, config.values())
     scenario = load_scenario(opts["scenario"])
     timeline = opts["timeline"]
     if timeline:

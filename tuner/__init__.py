@@ -15,6 +15,7 @@ if TYPE_CHECKING:  # what type checkers see; at run time __getattr__ imports eac
     from .calibrate import QUICK_PASSES as QUICK_PASSES
     from .calibrate import Fit as Fit
     from .calibrate import Measured as Measured
+    from .calibrate import constants_to_fit as constants_to_fit
     from .calibrate import fit as fit
     from .calibrate import measure as measure
     from .calibrate import plan as plan
@@ -89,6 +90,7 @@ _WHERE = {
     "Measured": "calibrate",
     "PASSES": "calibrate",
     "QUICK_PASSES": "calibrate",
+    "constants_to_fit": "calibrate",
     "fit": "calibrate",
     "measure": "calibrate",
     "plan": "calibrate",

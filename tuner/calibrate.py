@@ -84,6 +84,15 @@ FITTED = (
     Constant("attention_efficiency", 1e-6, 1.0, 0.1, "share of peak FLOPs a prefill chunk's attention reaches"),
     Constant("attention_half_tokens", 1e-2, 1e4, 1.0, "query rows at which attention runs at half that"),
 )
+POOL_SCAN = Constant(
+    "kv_pool_scan_ns", 1e-4, 1e3, 1.0, "time per query row and layer per KV token held in a pool all sequences share"
+)
+
+
+def constants_to_fit(start: HardwareProfile, *, shared_pool: bool) -> tuple[Constant, ...]:
+    """FITTED, and POOL_SCAN where the server's attention masks a KV pool every sequence shares: the engine says
+    so (`shared_pool`), or the starting profile already gives the scan a time."""
+    return (*FITTED, POOL_SCAN) if shared_pool or start.kv_pool_scan_ns > 0 else FITTED
 
 
 @dataclass(frozen=True)

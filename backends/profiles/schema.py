@@ -135,6 +135,10 @@ class HardwareProfile:
     # Host time from a request's arrival until the scheduler can run it (the API server reading,
     # parsing and queueing it): it delays that request's first token, not the steps of others.
     request_overhead_ms: float = 0.0
+    # Time per query row, per layer, per KV token held anywhere in the pool, for an engine whose attention
+    # masks one KV pool all sequences share (llama.cpp's unified cache) rather than reading each sequence's
+    # own blocks (paged attention): 0, the paged engines' case, adds nothing.
+    kv_pool_scan_ns: float = 0.0
     # One of PLATFORMS: which engines run on it and which weights it serves (exports); "" when a profile
     # does not say (the simulation needs none of it).
     platform: str = ""

@@ -20,6 +20,10 @@ Per layer and per device (weights and heads sharded over the TP group):
   sequence: at attention_efficiency * r / (r + attention_half_tokens) for r
   rows, a prefill chunk's tokens or a decode's one (0, the default: no
   fall-off, decode then bound by its KV reads as on GPUs and NPUs);
+- an engine whose attention masks one KV pool all sequences share (llama.cpp's
+  unified cache: ggml's CPU flash attention scans the mask of every KV tile in
+  use) pays kv_pool_scan_ns per query row for every KV token held in the pool,
+  whoever holds it (0, paged engines: each sequence reads only its own blocks);
 - MLA prefill re-expands the cached latent prefix to full K/V for every chunk
   (vLLM's chunked-context MLA), a cost paid again for each chunk;
 - per-kernel launch overhead in eager mode (steps with prefill tokens);
@@ -58,6 +62,7 @@ class BatchShape:
         "prefix_tokens",
         "sampled",
         "prefill_chunks",
+        "pool_tokens",
     )
 
     def __init__(
@@ -71,6 +76,7 @@ class BatchShape:
         prefix_tokens: int,
         sampled: int,
         prefill_chunks: int = 1,
+        pool_tokens: int = 0,
     ):
         self.tokens = tokens  # all tokens (prefill chunk tokens + one per decode)
         self.prefill_tokens = prefill_tokens  # tokens of the prefill chunks
@@ -81,6 +87,7 @@ class BatchShape:
         self.prefix_tokens = prefix_tokens  # cached prefix tokens the prefill chunks attend to
         self.sampled = sampled  # requests that emit a token at the end of this step
         self.prefill_chunks = prefill_chunks  # prompt chunks among the prefill tokens (one per prompt in the step)
+        self.pool_tokens = pool_tokens  # KV tokens held in the pool by every request, in this batch or not
 
 
 def capped_pairs(prefix: int, chunk: int, cap: int) -> float:
@@ -155,6 +162,7 @@ class CostModel(StageCosts):
         self._tile = hw.gemm_tile_tokens
         self._mm_eff = hw.matmul_efficiency
         self._attn_half = hw.attention_half_tokens
+        self._pool_scan_s = hw.kv_pool_scan_ns * 1e-9
         attn_rate = flops * hw.attention_efficiency
 
         # Attention projections: parameters per layer (each token costs 2 FLOPs per parameter).
@@ -237,6 +245,8 @@ class CostModel(StageCosts):
             attn = pre * self._prefill_pair_s + dec * self._decode_pair_s
         if self._sparse:
             attn += (b.prefill_pairs + b.decode_pairs) * self._index_pair_s
+        if self._pool_scan_s:
+            attn += n * b.pool_tokens * self._pool_scan_s
         kv_read = (b.prefix_tokens + b.prefill_tokens + dec) * self._kv_token_s
         attn_layer += attn if attn > kv_read else kv_read
         if b.prefill_tokens:  # eager step: kernels launched one by one, collectives orchestrated by the host

@@ -277,7 +277,9 @@ class StepScheduler:
         b.chunk_prefix, b.chunk_sq, b.decode_context = chunk_prefix, chunk_sq, dec_pairs
         b.lead, b.chunk = lead, lead_chunk
         b.kind = "decode" if not prefill else ("prefill" if not decode_tokens else "mixed")
-        shape = BatchShape(b.tokens, prefill, pairs, capped, dec_pairs, dec_capped, prefix_sum, sampled, len(entries))
+        shape = BatchShape(
+            b.tokens, prefill, pairs, capped, dec_pairs, dec_capped, prefix_sum, sampled, len(entries), self.kv_used
+        )
         b.busy, b.comm = self.cost.stage_costs(shape)
         if self.probe is not None:
             self.probe.formed(b)

@@ -15,7 +15,7 @@ from pipedeck.console.cli import cli
 from pipedeck.console.errors import run_cli
 from pipedeck.store import RunStore
 from pipedeck.tuner import QUICK_PASSES, fit, measure, plan
-from pipedeck.tuner.calibrate import FITTED, CalibrationError
+from pipedeck.tuner.calibrate import FITTED, POOL_SCAN, CalibrationError, constants_to_fit
 from tests.mock_program import mock_program
 from tests.paths import DATA, TESTS
 
@@ -55,18 +55,26 @@ def test_the_fit_recovers_the_constants_the_runs_were_measured_with(tiny):
         "matmul_efficiency": 0.02,
         "attention_efficiency": 0.01,
         "attention_half_tokens": 20.0,
+        "kv_pool_scan_ns": 5.0,  # the start (tests/live/cpu-host.toml) gives the scan a time, so it is fitted
     }
-    assert {c.name for c in FITTED} == set(truth)
+    assert {c.name for c in constants_to_fit(config.hardware_profile, shared_pool=False)} == set(truth)
     for name, value in truth.items():  # every constant starts a factor 3 or more away
         assert max(value / getattr(config.hardware_profile, name), getattr(config.hardware_profile, name) / value) >= 3
     server = HiddenServer(dataclasses.replace(config.hardware_profile, **truth))
     measured = measure(server, config, plan(config), passes=1, seed=3)
-    result = fit(measured, config)
+    result = fit(measured, config, constants_to_fit(config.hardware_profile, shared_pool=False))
     for name, value in truth.items():
         assert getattr(result.hardware, name) == pytest.approx(value, rel=0.03), name
         assert result.spread[name] < 1.05 and not result.at_bound
     assert max(result.worst(held_out=True)) < 0.01
     assert result.hardware.peak_tflops == config.hardware_profile.peak_tflops  # the rest is the start's
+
+
+def test_the_pool_scan_is_fitted_only_where_a_shared_pool_is_declared_or_started_from(tiny):
+    paged = dataclasses.replace(config_of(tiny).hardware_profile, kv_pool_scan_ns=0.0)
+    assert constants_to_fit(paged, shared_pool=False) == FITTED  # a paged engine's calibration leaves it at 0
+    assert constants_to_fit(paged, shared_pool=True) == (*FITTED, POOL_SCAN)  # llama-server's launch declares it
+    assert constants_to_fit(dataclasses.replace(paged, kv_pool_scan_ns=1.0), shared_pool=False)[-1] == POOL_SCAN
 
 
 def test_the_plan_scales_with_the_config_and_holds_out_other_lengths_and_loads(tiny):

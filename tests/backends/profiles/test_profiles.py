@@ -422,6 +422,24 @@ def test_attention_with_few_query_rows_per_sequence_runs_less_efficiently() -> N
     assert attention(half, two_chunks) == pytest.approx((512 + 15) / 512 * attention(fast, two_chunks))
 
 
+def test_a_shared_kv_pool_charges_every_query_row_for_all_the_kv_held() -> None:
+    """With kv_pool_scan_ns, a step's attention grows by tokens x pool tokens x the scan time per layer; without
+    it (the packaged profiles, paged engines) the KV other requests hold costs the step nothing."""
+    model = load_model("qwen2.5-14b")
+    paged = load_hardware("a100-40g-pcie")
+    shared = dataclasses.replace(paged, kv_pool_scan_ns=2.0)
+    chunk = 512
+
+    def step(hw: HardwareProfile, pool: int) -> float:
+        shape = BatchShape(chunk, chunk, chunk * (chunk + 1) / 2, chunk * (chunk + 1) / 2, 0.0, 0.0, 0, 1)
+        shape.pool_tokens = pool
+        return CostModel(model, hw, 1, (48,)).stage_costs(shape)[0][0]
+
+    assert paged.kv_pool_scan_ns == 0 and step(paged, 20_000) == step(paged, chunk)
+    extra = step(shared, 20_000) - step(shared, chunk)
+    assert extra == pytest.approx(48 * chunk * (20_000 - chunk) * 2.0e-9)
+
+
 @pytest.mark.parametrize("name", HARDWARE)
 def test_a_written_profile_loads_back_equal_with_its_sources_and_records(name: str, tmp_path: Path) -> None:
     hardware = load_hardware(name)

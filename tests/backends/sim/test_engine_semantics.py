@@ -9,6 +9,7 @@ from pipedeck.backends.sim import SimBackend
 from pipedeck.backends.sim.backend import build_engine
 from pipedeck.backends.sim.request import SimRequest
 from pipedeck.scenarios import ClosedLoop, Poisson, Scenario, load_scenario
+from pipedeck.scenarios.arrivals import AllAtOnce
 from pipedeck.scenarios.lengths import Fixed
 from tests.emissions import trace
 
@@ -60,3 +61,20 @@ def test_a_request_overhead_delays_each_first_token_by_itself_and_nothing_else(a
     base, slow = run(0.0), run(5.0)
     assert [t - 5e-3 for t in slow.ttfts()] == pytest.approx(list(base.ttfts()), abs=1e-12)
     assert list(slow.tpots()) == pytest.approx(list(base.tpots()), abs=1e-12)
+
+
+def test_a_prompt_prefilled_beside_another_pays_for_its_kv_only_in_a_shared_pool():
+    """Two 2600-token prompts at once: the second's prefill, mostly after the first's and while the first one
+    decodes, scans the first one's KV too in a shared pool (kv_pool_scan_ns), so the scan lengthens it by more
+    than it lengthens the first's."""
+    config = ServingConfig.of(model="qwen2.5-14b", hardware="a100-40g-pcie", tp=1, pp=1, chunk=CHUNK).resolve()
+    scenario = Scenario("pair", "-", "-", "-", Fixed(2600), Fixed(64), AllAtOnce(), 2)
+
+    def prefills(scan_ns: float) -> tuple[float, float]:
+        hw = dataclasses.replace(config.hardware_profile, kv_pool_scan_ns=scan_ns)
+        first, second = sorted(SimBackend().run(scenario, dataclasses.replace(config, hardware_profile=hw)).ttfts())
+        return first, second - first
+
+    (paged_first, paged_second), (shared_first, shared_second) = prefills(0.0), prefills(5.0)
+    assert shared_first > paged_first  # its own KV is in the pool too
+    assert shared_second - paged_second > 1.5 * (shared_first - paged_first)
