@@ -15,7 +15,7 @@ import psutil
 import pytest
 
 from pipedeck.backends import ExportError, LaunchError, ServerLaunch, ServingConfig, serving
-from pipedeck.backends.live.launcher import Terminated, server_command, start_failure
+from pipedeck.backends.live.launcher import SERVER_NICENESS, Terminated, server_command, start_failure
 from pipedeck.console.cli import cli
 from pipedeck.console.errors import run_cli
 from tests.paths import DATA, ROOT
@@ -113,6 +113,19 @@ def test_a_server_starts_answers_health_and_stops_by_its_pid(tmp_path, monkeypat
         assert httpx.get(f"{server.url}/health").status_code == 200
         pid = server.process.pid
     assert not alive(pid) and "--parallel 4" in log.read_text()
+
+
+def test_a_started_server_yields_the_cpu_to_the_load_generator(tmp_path):
+    """The engine runs below pipedeck's priority: as a process, and as its session's autogroup where the kernel
+    schedules sessions (Linux with sched_autogroup)."""
+    with ServerLaunch("llama-server", "tiny.gguf", tmp_path / "server.log", program=FAKE).start(
+        ServingConfig.of(**CPU).resolve()
+    ) as server:
+        pid = server.process.pid
+        assert os.getpriority(os.PRIO_PROCESS, pid) == min(19, os.getpriority(os.PRIO_PROCESS, 0) + SERVER_NICENESS)
+        autogroup = Path(f"/proc/{pid}/autogroup")
+        if autogroup.exists():
+            assert autogroup.read_text().split()[-1] == str(SERVER_NICENESS)
 
 
 @pytest.mark.parametrize("leader", ["running", "killed"])
