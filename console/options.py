@@ -89,10 +89,15 @@ def config_given(ctx: click.Context) -> bool:
 
 def config_from_options(opts: Mapping[str, object]) -> ResolvedConfig:
     """The config the parsed options give, resolved (validated); print a warning line for an odd chunk."""
-    config = RawConfig.of({name: opts[name] for name in config_fields() if opts[name] is not None}).parse().resolve()
+    config = given_config(opts).resolve()
     for line in chunk_warnings(config):
         click.echo(f"pipedeck: warning: {line}", err=True)
     return config
+
+
+def given_config(opts: Mapping[str, object]) -> ServingConfig:
+    """The config the parsed options give, as given: what they leave out is derived when it is resolved."""
+    return RawConfig.of({name: opts[name] for name in config_fields() if opts[name] is not None}).parse()
 
 
 def check_writable(path: str, flag: str) -> None:

@@ -6,7 +6,7 @@ from typing import Unpack
 
 import click
 
-from ..backends import RunResult, ServerError, backend_entry
+from ..backends import STALL_S, RunResult, ServerError, backend_entry
 from .backend_options import backend_option
 from .options import config_from_options, config_given, config_options, workload_options
 from .simulate import RunOptions, execute, output_options
@@ -19,6 +19,7 @@ class RunCommandOptions(RunOptions):
     endpoint: str | None
     served_model: str | None
     fresh_prompts: bool
+    stall_timeout: float | None
     profile_dir: str | None
 
 
@@ -33,6 +34,12 @@ class RunCommandOptions(RunOptions):
     is_flag=True,
     help="Live: draw this rate's own prompts, so that none is served from a prefix cache an earlier run "
     "at another rate filled (default: the seed's prompts, the same at every rate).",
+)
+@click.option(
+    "--stall-timeout",
+    type=click.FloatRange(min=0, min_open=True),
+    default=None,
+    help=f"Live: seconds a stream may go without an event before its request fails (default: {STALL_S:g}).",
 )
 @click.option(
     "--profile-dir",
@@ -51,16 +58,19 @@ def run(**opts: Unpack[RunCommandOptions]) -> None:
     for given, flag, lacks in (
         (opts["fresh_prompts"], "--fresh-prompts", "has no prefix cache"),
         (opts["profile_dir"], "--profile-dir", "has no profiler to start"),
+        (opts["stall_timeout"] is not None, "--stall-timeout", "streams nothing"),
     ):
         if given and not endpoint:
             raise click.BadParameter(
                 f"the {opts['backend']} backend {lacks}; it is for --backend live", param_hint=flag
             )
-    options = (
+    options: dict[str, object] = (
         {"endpoint": opts["endpoint"], "model": opts["served_model"], "fresh_prompts": opts["fresh_prompts"]}
         if endpoint
         else {}
     )
+    if opts["stall_timeout"] is not None:
+        options["stall_s"] = opts["stall_timeout"]
     if opts["profile_dir"]:
         options["profile_dir"] = opts["profile_dir"]
     # a server started elsewhere runs its own config: without options, record what it says, not pipedeck's defaults

@@ -50,6 +50,12 @@ def tiny_config(tmp_path_factory) -> Path:
 
 
 @pytest.fixture()
+def four_cores(monkeypatch) -> None:
+    """The process may run on cores 0-3 (what vLLM's CPU build binds its ranks to), whatever this host has."""
+    monkeypatch.setattr("os.sched_getaffinity", lambda pid: {0, 1, 2, 3})
+
+
+@pytest.fixture()
 def popen_log(monkeypatch) -> list[subprocess.Popen]:
     """Every process `subprocess.Popen` starts during the test, to check that none is left running."""
     started: list[subprocess.Popen] = []

@@ -15,10 +15,14 @@ if TYPE_CHECKING:  # what type checkers see; at run time __getattr__ imports eac
     from .calibrate import QUICK_PASSES as QUICK_PASSES
     from .calibrate import Fit as Fit
     from .calibrate import Measured as Measured
+    from .calibrate import Point as Point
+    from .calibrate import Variant as Variant
     from .calibrate import constants_to_fit as constants_to_fit
     from .calibrate import fit as fit
     from .calibrate import measure as measure
     from .calibrate import plan as plan
+    from .calibrate import profile as profile
+    from .calibrate import profiled_points as profiled_points
     from .calibrated import Provenance as Provenance
     from .calibrated import calibrated_profile as calibrated_profile
     from .calibrated import calibration_record as calibration_record
@@ -88,12 +92,16 @@ if TYPE_CHECKING:  # what type checkers see; at run time __getattr__ imports eac
 _WHERE = {
     "Fit": "calibrate",
     "Measured": "calibrate",
+    "Point": "calibrate",
+    "Variant": "calibrate",
     "PASSES": "calibrate",
     "QUICK_PASSES": "calibrate",
     "constants_to_fit": "calibrate",
     "fit": "calibrate",
     "measure": "calibrate",
     "plan": "calibrate",
+    "profile": "calibrate",
+    "profiled_points": "calibrate",
     "Provenance": "calibrated",
     "calibrated_profile": "calibrated",
     "calibration_record": "calibrated",

@@ -49,6 +49,7 @@ from ..scenarios import ClosedLoop, LogNormal, Poisson, Scenario
 MAX_CONCURRENCY = 8  # the closed loop's concurrency: max_running, at most this
 PASSES = 6  # measurements of every run, pass after pass, a few requests each
 QUICK_PASSES = 2
+PROFILED_PASS = 99  # the seeds of the profiled pass: a pass number no timed pass reaches
 LONGEST_OUTPUT = 128  # median output tokens of the plan's longest answers
 SPREAD = 0.3  # lengths are lognormal around their median with this sigma, clipped to half and 1.5 times it
 SHORTEST_PROMPT = 8
@@ -89,10 +90,18 @@ POOL_SCAN = Constant(
 )
 
 
-def constants_to_fit(start: HardwareProfile, *, shared_pool: bool) -> tuple[Constant, ...]:
-    """FITTED, and POOL_SCAN where the server's attention masks a KV pool every sequence shares: the engine says
-    so (`shared_pool`), or the starting profile already gives the scan a time."""
-    return (*FITTED, POOL_SCAN) if shared_pool or start.kv_pool_scan_ns > 0 else FITTED
+PIPELINE = (
+    Constant("p2p_latency_us", 1e-2, 1e6, 10.0, "fixed time of one handoff of activations between pipeline stages"),
+    Constant("p2p_bandwidth_gbs", 1e-4, 1e3, 1.0, "rate of that handoff per byte of activations"),
+)
+
+
+def constants_to_fit(start: HardwareProfile, *, shared_pool: bool, pipeline: bool = False) -> tuple[Constant, ...]:
+    """FITTED; POOL_SCAN where the server's attention masks a KV pool every sequence shares (the engine says so,
+    `shared_pool`, or the starting profile already gives the scan a time); PIPELINE where a fitted config has
+    more than one pipeline stage, whose handoffs the runs then time."""
+    pool = (POOL_SCAN,) if shared_pool or start.kv_pool_scan_ns > 0 else ()
+    return (*FITTED, *pool, *(PIPELINE if pipeline else ()))
 
 
 @dataclass(frozen=True)
@@ -140,8 +149,33 @@ def _around(median: int) -> LogNormal:
     return LogNormal(median, SPREAD, min=max(1, median // 2), max=median * 3 // 2)
 
 
-def plan(config: ResolvedConfig) -> tuple[Point, ...]:
-    """The calibration's runs for `config`, in the order they are measured."""
+class Variant(NamedTuple):
+    """A config the calibration measures: the calibrated one (label ""), or one with a few knobs changed, fitted
+    on too or only scored (`held_out`)."""
+
+    label: str
+    config: ResolvedConfig
+    held_out: bool
+
+
+def plan(config: ResolvedConfig, *, variant: str = "", held_out: bool = False) -> tuple[Point, ...]:
+    """The calibration's runs for `config`, in the order they are measured: of a variant of the calibrated config
+    its runs are named after it (`"<variant> <run>"`), and all of them held out with `held_out`."""
+    points = _plan(config)
+    if not variant and not held_out:
+        return points
+    return tuple(
+        replace(
+            p,
+            name=f"{variant} {p.name}".strip(),
+            reference=f"{variant} {p.reference}".strip() if p.reference else None,
+            held_out=p.held_out or held_out,
+        )
+        for p in points
+    )
+
+
+def _plan(config: ResolvedConfig) -> tuple[Point, ...]:
     share = config.memory.kv_capacity // config.scheduling.max_running
     room = (share - LONGEST_OUTPUT * 3 // 2) * 2 // 3  # the longest prompt and answer drawn still fit
     if room < 8 * SHORTEST_PROMPT:
@@ -188,11 +222,14 @@ def plan(config: ResolvedConfig) -> tuple[Point, ...]:
 
 @dataclass
 class Measured:
-    """A planned run as measured: its rate, and each pass's seed and result."""
+    """A planned run as measured on `config`: its rate, each pass's seed and result, and the pass profiled for its
+    per-rank timeline (pipelines on an engine with a profiler), kept out of the latencies."""
 
     point: Point
+    config: ResolvedConfig
     rate: float | None = None
     passes: list[tuple[int, RunResult]] = field(default_factory=list)
+    profiled: tuple[int, RunResult] | None = None
 
     @property
     def records(self) -> list[RequestRecord]:
@@ -212,6 +249,30 @@ class Measured:
     def latency(self) -> tuple[float, float]:
         """P50 TTFT and P50 TPOT (seconds) of the requests of all passes."""
         return p50s(self.records)
+
+    def spread(self) -> tuple[float, float]:
+        """Run-to-run spread of P50 TTFT and of P50 TPOT: half the range of the passes' own P50s, relative to the
+        P50 over all of them (0 with one pass)."""
+        ttft, tpot = self.latency()
+        each = [p50s(result.records) for _, result in self.passes if result.records]
+        return (
+            (max(t for t, _ in each) - min(t for t, _ in each)) / 2 / ttft if ttft else 0.0,
+            (max(t for _, t in each) - min(t for _, t in each)) / 2 / tpot if tpot else 0.0,
+        )
+
+    def bubble(self) -> float | None:
+        """The measured bubble share of the profiled pass (None without one)."""
+        return None if self.profiled is None else bubble_share(self.profiled[1])
+
+
+def bubble_share(result: RunResult) -> float | None:
+    """The share of the ranks' busy time spent waiting on another rank (the bubble): bubble / (compute + bubble +
+    exposed communication), averaged over ranks; None for a run without a per-rank timeline."""
+    if not result.ranks:
+        return None
+    split = result.breakdown()
+    busy = split["compute"] + split["bubble"] + split["exposed_comm"]
+    return split["bubble"] / busy if busy > 0 else None
 
 
 def p50s(records: Sequence[RequestRecord]) -> tuple[float, float]:
@@ -241,7 +302,7 @@ def measure(
     throughput, which the plan measures before it. A run that serves no
     request is a CalibrationError.
     """
-    measured = {point.name: Measured(point) for point in points}
+    measured = {point.name: Measured(point, config) for point in points}
     for pass_no in range(passes):
         order = list(enumerate(points))
         for index, point in order if pass_no % 2 == 0 else reversed(order):
@@ -259,8 +320,32 @@ def measure(
     return list(measured.values())
 
 
+def profile(
+    backend: Backend,
+    measured: Sequence[Measured],
+    seed: int = 0,
+    on_run: Callable[[Measured, RunResult], None] = lambda *_: None,
+) -> None:
+    """Run each of the `measured` runs once more on `backend`, a live backend that profiles every run, and keep
+    that pass (its per-rank timeline) apart from the timed ones: the profiler slows the steps it records."""
+    for index, runs in enumerate(measured):
+        run = run_seed(seed, PROFILED_PASS, index)
+        result = backend.run(runs.point.scenario(runs.rate), runs.config, rate=runs.rate, seed=run, timeline=False)
+        if not result.ranks:
+            raise ServerError(f"endpoint: the profiled run {runs.point.name} (seed {run}) has no per-rank timeline")
+        runs.profiled = (run, result)
+        on_run(runs, result)
+
+
+def profiled_points(points: Sequence[Point]) -> list[Point]:
+    """The runs a pipeline's calibration profiles: those that keep the most requests in flight at once."""
+    top = max((p.concurrency or 0) for p in points)
+    return [p for p in points if top > 1 and p.concurrency == top]
+
+
 class Row(NamedTuple):
-    """One planned run: measured and simulated P50 TTFT and TPOT (seconds) over the requests of all its passes."""
+    """One planned run: measured and simulated P50 TTFT and TPOT (seconds) over the requests of all its passes,
+    their run-to-run spreads, and the bubble shares of its profiled pass (None: not profiled)."""
 
     point: Point
     rate: float | None
@@ -270,6 +355,16 @@ class Row(NamedTuple):
     sim_ttft: float
     tpot: float
     sim_tpot: float
+    ttft_spread: float
+    tpot_spread: float
+    bubble: float | None
+    sim_bubble: float | None
+
+    @property
+    def bubble_error(self) -> float | None:
+        if self.bubble is None or self.sim_bubble is None or self.bubble <= 0:
+            return None
+        return self.sim_bubble / self.bubble - 1
 
     @property
     def ttft_error(self) -> float:
@@ -297,40 +392,52 @@ class Fit:
         rows = [r for r in self.rows if r.point.held_out == held_out]
         return max(abs(r.ttft_error) for r in rows), max(abs(r.tpot_error) for r in rows)
 
+    def worst_bubble(self, held_out: bool) -> float | None:
+        """The largest |error| of the bubble share over the held-out (or fitted) runs profiled; None if none was."""
+        errors = [abs(e) for r in self.rows if r.point.held_out == held_out and (e := r.bubble_error) is not None]
+        return max(errors) if errors else None
 
-def simulate(
-    measured: Sequence[Measured], config: ResolvedConfig, hardware: HardwareProfile
-) -> list[tuple[float, float]]:
-    """P50 TTFT and TPOT of each run simulated on `hardware`: the same requests, arrivals and passes."""
-    # The fitted constants enter none of resolve()'s checks (memory, KV capacity), so the config stays valid.
-    resolved = replace(config, hardware_profile=hardware)
+
+def simulate(measured: Sequence[Measured], hardware: HardwareProfile) -> list[tuple[float, float, float | None]]:
+    """P50 TTFT and TPOT of each run simulated on `hardware` (its own config otherwise): the same requests, arrivals
+    and passes; and the bubble share of its profiled pass simulated (None where none was profiled)."""
     out = []
     with open_backend("sim") as sim:
         for runs in measured:
+            # The fitted constants enter none of resolve()'s checks (memory, KV capacity), so the config stays valid.
+            resolved = replace(runs.config, hardware_profile=hardware)
             scenario = runs.point.scenario(runs.rate)
-            out.append(
-                p50s(
-                    [
-                        r
-                        for run, _ in runs.passes
-                        for r in sim.run(scenario, resolved, rate=runs.rate, seed=run, timeline=False).records
-                    ]
-                )
+            ttft, tpot = p50s(
+                [
+                    r
+                    for run, _ in runs.passes
+                    for r in sim.run(scenario, resolved, rate=runs.rate, seed=run, timeline=False).records
+                ]
             )
+            bubble = None
+            if runs.profiled is not None:
+                profiled = sim.run(scenario, resolved, rate=runs.rate, seed=runs.profiled[0], timeline=False)
+                bubble = bubble_share(profiled)  # the simulator splits each rank's time without spans
+            out.append((ttft, tpot, bubble))
     return out
 
 
 def fit(
     measured: Sequence[Measured],
-    config: ResolvedConfig,
+    start: HardwareProfile,
     constants: Sequence[Constant] = FITTED,
     max_evaluations: int = MAX_EVALUATIONS,
     on_evaluation: Callable[[int], None] = lambda _: None,
 ) -> Fit:
-    """Fit `constants` of the config's hardware profile to the fitted runs; score every run with the result."""
+    """Fit `constants` of `start` to the fitted runs; score every run with the result.
+
+    The residuals are the log ratios of simulated to measured P50 TTFT and P50
+    TPOT of each fitted run, and of its bubble share where it was profiled: a
+    pipeline's measured timeline tells waiting on another rank from computing,
+    which its latencies alone do not.
+    """
     from scipy.optimize import least_squares
 
-    start = config.hardware_profile
     fitted = [m for m in measured if not m.point.held_out]
     latencies = [m.latency() for m in fitted]
     for m, (ttft, tpot) in zip(fitted, latencies):
@@ -339,7 +446,8 @@ def fit(
                 f"endpoint: run {m.point.name} has a P50 TTFT or TPOT of 0: its tokens reached "
                 "the client all at once, so there is no latency to fit"
             )
-    targets = np.log(latencies).ravel()
+    bubbles = [m.bubble() for m in fitted]
+    targets = np.log([*np.ravel(latencies), *(b for b in bubbles if b)])
     origin = np.array([_start_value(start, c) for c in constants])
     low = np.log([c.low for c in constants] / origin)
     high = np.log([c.high for c in constants] / origin)
@@ -354,9 +462,11 @@ def fit(
         evaluations += 1
         on_evaluation(evaluations)
         try:
-            return np.log(simulate(fitted, config, profile(x))).ravel() - targets
+            simulated = simulate(fitted, profile(x))
         except ConfigError:  # constants the config cannot run with (a request that can never fit, say)
             return np.full(targets.shape, 10.0)
+        shares = [sim or 1e-6 for (_, _, sim), b in zip(simulated, bubbles) if b]
+        return np.log([*(v for ttft, tpot, _ in simulated for v in (ttft, tpot)), *shares]) - targets
 
     # Soft L1: a run the host's load threw far off (a client starved until every token of an answer came at
     # once) pulls the constants no harder than one about ROBUST_SCALE off. max_nfev counts steps, not the
@@ -380,8 +490,9 @@ def fit(
     spread.update(zip((n for n, i in zip(names, inside) if i), _spread(result.jac[:, inside], result.fun)))
     at_bound = {n: "lower" if side < 0 else "upper" for n, side in zip(names, result.active_mask) if side}
     rows = [
-        Row(m.point, m.rate, len(m.records), m.failed, *_pair(m.latency(), sim))
-        for m, sim in zip(measured, simulate(measured, config, hardware))
+        Row(m.point, m.rate, len(m.records), m.failed, ttft, sim_ttft, tpot, sim_tpot, *m.spread(), m.bubble(), sim)
+        for m, (sim_ttft, sim_tpot, sim) in zip(measured, simulate(measured, hardware))
+        for ttft, tpot in [m.latency()]
     ]
     return Fit(start, hardware, spread, at_bound, rows, evaluations, result.message)
 
@@ -390,10 +501,6 @@ def _start_value(profile: HardwareProfile, constant: Constant) -> float:
     """The profile's value when it lies within the bounds, else the constant's fallback."""
     value = float(getattr(profile, constant.name))
     return value if constant.low <= value <= constant.high else constant.fallback
-
-
-def _pair(measured: tuple[float, float], simulated: tuple[float, float]) -> tuple[float, float, float, float]:
-    return measured[0], simulated[0], measured[1], simulated[1]
 
 
 def _spread(jac: np.ndarray, fun: np.ndarray) -> list[float]:

@@ -6,7 +6,7 @@ import math
 from dataclasses import dataclass, fields, replace
 
 from ..backends import HardwareProfile, ResolvedConfig
-from .calibrate import Fit, Measured, Row
+from .calibrate import Fit, Measured, Row, Variant
 
 
 @dataclass(frozen=True)
@@ -53,11 +53,15 @@ def pinning(fit: Fit, constant: str) -> str:
 
 
 def calibration_record(
-    fit: Fit, measured: list[Measured], config: ResolvedConfig, provenance: Provenance, passes: int, seed: int
+    fit: Fit, measured: list[Measured], variants: list[Variant], provenance: Provenance, passes: int, seed: int
 ) -> dict[str, object]:
-    """The [calibration] table: how the constants were fitted, and every run measured against simulated."""
+    """The [calibration] table: how the constants were fitted, on which configs, and every run measured against
+    simulated. `variants[0]` is the calibrated config."""
+    config = variants[0].config
     held_ttft, held_tpot = fit.worst(held_out=True)
+    held_bubble = fit.worst_bubble(held_out=True)
     seeds = {m.point.name: [run for run, _ in m.passes] for m in measured}
+    profiled = {m.point.name: m.profiled[0] for m in measured if m.profiled is not None}
     return {
         "tool": "pipedeck calibrate",
         "engine": provenance.engine,
@@ -65,14 +69,10 @@ def calibration_record(
         "date": provenance.date,
         "start": config.hardware,
         "model": config.model,
-        "config": {
-            "tp": config.parallelism.tp,
-            "pp": config.parallelism.pp,
-            "mode": config.mode,
-            "chunk": config.scheduling.chunk,
-            "max_running": config.scheduling.max_running,
-            "kv_capacity": config.memory.kv_capacity,
-        },
+        "config": _config(config),
+        "variants": [
+            {"changes": v.label, "set": "held-out" if v.held_out else "fit", **_config(v.config)} for v in variants[1:]
+        ],
         "fitted": {name: _constant(fit, name) for name in fit.spread},
         "passes": passes,
         "seed": seed,
@@ -80,7 +80,21 @@ def calibration_record(
         "stopped": fit.message,
         "held_out_worst_ttft_error": round(held_ttft, 4),
         "held_out_worst_tpot_error": round(held_tpot, 4),
-        "runs": [_run(row, seeds[row.point.name]) for row in fit.rows],
+        **({} if held_bubble is None else {"held_out_worst_bubble_error": round(held_bubble, 4)}),
+        "runs": [_run(row, seeds[row.point.name], profiled.get(row.point.name)) for row in fit.rows],
+    }
+
+
+def _config(config: ResolvedConfig) -> dict[str, object]:
+    """What the record says of a config measured."""
+    return {
+        "tp": config.parallelism.tp,
+        "pp": config.parallelism.pp,
+        "layer_split": list(config.parallelism.layer_split),
+        "mode": config.mode,
+        "chunk": config.scheduling.chunk,
+        "max_running": config.scheduling.max_running,
+        "kv_capacity": config.memory.kv_capacity,
     }
 
 
@@ -96,8 +110,9 @@ def _constant(fit: Fit, name: str) -> dict[str, object]:
     }
 
 
-def _run(row: Row, seeds: list[int]) -> dict[str, object]:
-    """One run of the record: its workload, then measured and simulated P50s (ms) and the relative errors."""
+def _run(row: Row, seeds: list[int], profiled_seed: int | None) -> dict[str, object]:
+    """One run of the record: its workload, then measured and simulated P50s (ms), the relative errors and the
+    run-to-run spreads; for a profiled run, its seed and the measured and simulated bubble shares."""
     p = row.point
     load = (
         {"concurrency": p.concurrency}
@@ -119,6 +134,22 @@ def _run(row: Row, seeds: list[int]) -> dict[str, object]:
         "measured_tpot_p50_ms": _figure(row.tpot * 1e3),
         "simulated_tpot_p50_ms": _figure(row.sim_tpot * 1e3),
         "tpot_error": round(row.tpot_error, 4),
+        "ttft_spread": round(row.ttft_spread, 4),
+        "tpot_spread": round(row.tpot_spread, 4),
+        **_bubble(row, profiled_seed),
+    }
+
+
+def _bubble(row: Row, seed: int | None) -> dict[str, object]:
+    """A profiled run's seed, and its bubble shares measured and simulated (nothing for a run not profiled)."""
+    if seed is None or row.bubble is None or row.sim_bubble is None:
+        return {}
+    error = {} if row.bubble_error is None else {"bubble_error": round(row.bubble_error, 4)}
+    return {
+        "profiled_seed": seed,
+        "bubble": round(row.bubble, 4),
+        "simulated_bubble": round(row.sim_bubble, 4),
+        **error,
     }
 
 

@@ -149,13 +149,14 @@ def render_script(
     lines += [_env_line(var) for var in launch.env]
     if launch.env:
         lines.append("")
-    command = [" ".join(shlex.quote(part) for part in ("exec", *engine.program))]
+    command = [" ".join(shlex.quote(part) for part in ("exec", *plan.program))]
+    model_flag = plan.build.model_flag if plan.build else engine.model_flag
     if engine.hub_flag:
         lines += _weights_from_model(engine)
         command.append('"${WEIGHTS[@]}"')
     else:
         model = f'"${{MODEL:-{plan.checkpoint.id}}}"'
-        command.append(f"{shlex.quote(engine.model_flag)} {model}" if engine.model_flag else model)
+        command.append(f"{shlex.quote(model_flag)} {model}" if model_flag else model)
     command += [" ".join(shlex.quote(part) for part in flag.argv()) for flag in launch.flags]
     command.append('"$@"')
     lines.append(" \\\n  ".join(command))
@@ -194,7 +195,7 @@ def render_yaml(config: ResolvedConfig, plan: Plan) -> str:
     head = [
         f"# {engine.name} {plan.release.version} options for {config.model} (pipedeck {_version()}); "
         "same values as serve.sh.",
-        f"# Run: {' '.join([*engine.program, '--config', str(engine.config_file), *off])}",
+        f"# Run: {' '.join([*plan.program, '--config', str(engine.config_file), *off])}",
     ]
     if off:
         head.append(f"# ({', '.join(off)} must stay on the command line: the --config loader drops false values.)")
@@ -319,7 +320,7 @@ def _header(best: BestConfig, config: ResolvedConfig, plan: Plan) -> list[str]:
         ),
     ]
     if engine.config_file:
-        lines.append(f"The same options as YAML: {engine.config_file} ({' '.join(engine.program)} --config).")
+        lines.append(f"The same options as YAML: {engine.config_file} ({' '.join(plan.program)} --config).")
     return lines
 
 

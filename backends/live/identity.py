@@ -1,4 +1,4 @@
-"""The live backend's name and capabilities: what its declaration announces and its backends report.
+"""The live backend's name, capabilities and stall limit: what its declaration announces and its backends report.
 
 Kept apart from backend.py so that the registry reads them without loading the HTTP stack.
 """
@@ -17,3 +17,4 @@ NAME = "live"
 CAPABILITIES = Capabilities(
     modes=tuple(MODES), timeline=False, reconfigurable=False, paced=True, endpoint=True, launch_knobs_only=True
 )
+STALL_S = 600.0  # a stream with no event for this long fails its request (prefill of a long prompt included)

@@ -6,7 +6,8 @@ writes `<log>.pid` beside the server's log: the engine, the server's PID,
 the launching pipedeck's PID, both processes' start times (so a reused PID
 is never mistaken for them) and the command. The next launch that writes
 its log in the same folder stops every server whose pipedeck is gone:
-SIGTERM to its process group, SIGKILL after a grace period, and says so in
+SIGTERM to its process group, SIGKILL to what is left of the group after a
+grace period (an engine's own processes may outlive the first), and says so in
 one line; when it cannot, the line says how (the PID and command). A server
 stopped by its own pipedeck removes its pid file.
 """
@@ -67,15 +68,41 @@ def write_pid_file(log_path: Path, engine: str, pid: int, command: list[str]) ->
 
 
 def stop_group(pid: int, ended: Callable[[float | None], bool], grace_s: float = GRACE_S) -> bool:
-    """SIGTERM the process group `pid` leads, SIGKILL it if `ended(grace_s)` says its leader still runs.
+    """SIGTERM the process group `pid` leads, SIGKILL what is left of it after `grace_s`.
 
-    Returns whether the leader ended.
+    The whole group, not only its leader: an engine's other processes (vLLM's
+    engine core and one worker per rank) may outlive the API server that
+    started them, which may have ended already. `ended(timeout)` waits for the
+    leader (and reaps it, when it is this process's child). Returns whether
+    the leader and the rest of its group ended.
     """
+    deadline = time.monotonic() + grace_s
     _signal_group(pid, signal.SIGTERM)
-    if ended(grace_s):
+    if ended(grace_s) and _group_ended(pid, deadline):
         return True
     _signal_group(pid, signal.SIGKILL)
-    return ended(None)
+    return ended(None) and _group_ended(pid, time.monotonic() + 5.0)
+
+
+def group_members(pgid: int) -> list[psutil.Process]:
+    """The processes of process group `pgid` that still run (zombies aside)."""
+    found = []
+    for process in psutil.process_iter(["status"]):
+        try:
+            if os.getpgid(process.pid) == pgid and process.info["status"] != psutil.STATUS_ZOMBIE:
+                found.append(process)
+        except (ProcessLookupError, psutil.Error):
+            continue
+    return found
+
+
+def _group_ended(pgid: int, deadline: float) -> bool:
+    """Whether every process of group `pgid` has ended by `deadline`."""
+    while group_members(pgid):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.1)
+    return True
 
 
 def stop_leftovers(folder: Path) -> None:

@@ -31,6 +31,7 @@ from ..footprint import check_footprint
 from ..live_result import LiveRequest, LiveRun, MetricsTimeline
 from ..result import RunResult
 from .client import ClientPool, completion_body, stream_completion
+from .identity import STALL_S
 from .metrics import poll
 from .profiling import ProfileError, ProfileSession
 from .prompts import text_prompt, token_prompt, token_range
@@ -51,7 +52,7 @@ class LoadOptions:
     model: str | None = None  # None: the first model /v1/models lists
     prompt: str = "tokens"  # "tokens" (token-id lists) or "text" (for servers that refuse ids)
     token_ids: tuple[int, int] | None = None  # [low, high) of prompt ids; None: prompts.DEFAULT_TOKEN_IDS
-    stall_s: float = 600.0  # a stream with no event for this long fails (prefill of a long prompt included)
+    stall_s: float = STALL_S  # a stream with no event for this long fails
     max_duration_s: float = 3600.0  # the whole run
     metrics_interval_s: float | None = 1.0  # None: do not scrape /metrics
     fresh_prompts: bool = False  # each rate its own prompts: none served from the prefix cache an earlier rate filled

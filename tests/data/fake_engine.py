@@ -7,18 +7,25 @@ FAKE_ENGINE_DELAY seconds, `never` answers 503 forever, `crash` exits 3 at once,
 engine for the live backend; with vLLM's --profiler-config, its stand-in
 profiler writes to the torch_profiler_dir given), and `crash-once` exits 3
 the first time (creating the file FAKE_ENGINE_ONCE) and serves every later time.
+With FAKE_ENGINE_CHILD set it first starts a process of its own, in its
+process group, that ignores SIGTERM and outlives it (as vLLM's engine core
+can), and prints `child: PID`.
 """
 
 import asyncio
 import http.server
 import json
 import os
+import subprocess
 import sys
 import time
 from pathlib import Path
 
 args = sys.argv[1:]
 print("argv:", " ".join(args), flush=True)
+if os.environ.get("FAKE_ENGINE_CHILD"):
+    lingering = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(600)"
+    print("child:", subprocess.Popen([sys.executable, "-c", lingering]).pid, flush=True)
 behaviour = os.environ.get("FAKE_ENGINE", "healthy")
 if behaviour == "crash-once":
     marker = Path(os.environ["FAKE_ENGINE_ONCE"])

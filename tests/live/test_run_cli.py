@@ -202,6 +202,14 @@ def test_a_run_whose_every_stream_is_not_json_fails_in_one_line(capsys, tmp_path
     assert capsys.readouterr().err == "pipedeck: error: 0 of 6 requests served: 6 malformed stream\n"
 
 
+def test_a_run_whose_streams_stall_past_the_stall_timeout_fails_in_one_line(capsys, tmp_path):
+    with failing_mock("stall") as url:
+        assert run_cli(cli, run_live(url, tmp_path / "runs.duckdb", "--stall-timeout", "0.5", "--no-store")) == 1
+    assert capsys.readouterr().err == "pipedeck: error: 0 of 6 requests served: 6 stalled\n"
+    assert run_cli(cli, ["run", "--backend", "sim", "--stall-timeout", "1", "--no-store"]) == 2
+    assert "--stall-timeout" in capsys.readouterr().err  # a simulated run streams nothing
+
+
 def test_a_run_where_some_requests_fail_warns_in_one_line_and_exits_0(capsys, tmp_path):
     with failing_mock("http500", every=3) as url:
         assert run_cli(cli, run_live(url, tmp_path / "runs.duckdb", "--json")) == 0

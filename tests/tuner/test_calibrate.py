@@ -14,8 +14,8 @@ from pipedeck.backends import ResolvedConfig, ServingConfig, load_hardware, make
 from pipedeck.console.cli import cli
 from pipedeck.console.errors import run_cli
 from pipedeck.store import RunStore
-from pipedeck.tuner import QUICK_PASSES, fit, measure, plan
-from pipedeck.tuner.calibrate import FITTED, POOL_SCAN, CalibrationError, constants_to_fit
+from pipedeck.tuner import QUICK_PASSES, fit, measure, plan, profile, profiled_points
+from pipedeck.tuner.calibrate import FITTED, PIPELINE, POOL_SCAN, CalibrationError, constants_to_fit
 from tests.mock_program import mock_program
 from tests.paths import DATA, TESTS
 
@@ -62,12 +62,48 @@ def test_the_fit_recovers_the_constants_the_runs_were_measured_with(tiny):
         assert max(value / getattr(config.hardware_profile, name), getattr(config.hardware_profile, name) / value) >= 3
     server = HiddenServer(dataclasses.replace(config.hardware_profile, **truth))
     measured = measure(server, config, plan(config), passes=1, seed=3)
-    result = fit(measured, config, constants_to_fit(config.hardware_profile, shared_pool=False))
+    result = fit(measured, config.hardware_profile, constants_to_fit(config.hardware_profile, shared_pool=False))
     for name, value in truth.items():
         assert getattr(result.hardware, name) == pytest.approx(value, rel=0.03), name
         assert result.spread[name] < 1.05 and not result.at_bound
     assert max(result.worst(held_out=True)) < 0.01
     assert result.hardware.peak_tflops == config.hardware_profile.peak_tflops  # the rest is the start's
+
+
+def test_a_pipeline_fit_recovers_the_handoff_between_stages_from_latencies_and_bubble_shares(tiny):
+    """One stage and two (fitted; two at another chunk size held out), the two-stage runs profiled: the fit
+    recovers the point-to-point constants with the others, and predicts the held-out config's bubble shares."""
+    base = config_of(tiny)
+    two = config_of(tiny, pp=2)
+    smaller = config_of(tiny, pp=2, chunk=128)
+    truth = {
+        "step_overhead_ms": 0.4,
+        "request_overhead_ms": 6.0,
+        "matmul_efficiency": 0.02,
+        "attention_efficiency": 0.01,
+        "attention_half_tokens": 20.0,
+        "kv_pool_scan_ns": 1.0,
+        "p2p_latency_us": 3000.0,
+        "p2p_bandwidth_gbs": 0.01,
+    }
+    constants = constants_to_fit(base.hardware_profile, shared_pool=False, pipeline=True)
+    assert {c.name for c in constants} == set(truth) and constants[-2:] == PIPELINE
+    server = HiddenServer(dataclasses.replace(base.hardware_profile, **truth))
+    measured = []
+    for label, config, held_out in (("", base, False), ("pp=2", two, False), ("pp=2 chunk=128", smaller, True)):
+        runs = measure(server, config, plan(config, variant=label, held_out=held_out), passes=1, seed=3)
+        if config.parallelism.pp > 1:
+            points = profiled_points([m.point for m in runs])
+            profile(server, [m for m in runs if m.point in points], seed=3)
+        measured += runs
+    assert all((m.bubble() or 0) > 0 for m in measured if m.profiled) and any(m.profiled for m in measured)
+    result = fit(measured, base.hardware_profile, constants)
+    for name in ("p2p_latency_us", "p2p_bandwidth_gbs"):
+        assert getattr(result.hardware, name) == pytest.approx(truth[name], rel=0.05), name
+    assert max(result.worst(held_out=True)) < 0.02
+    held_bubble = result.worst_bubble(held_out=True)
+    assert held_bubble is not None and held_bubble < 0.02
+    assert all(r.point.held_out for r in result.rows if r.point.name.startswith("pp=2 chunk=128 "))
 
 
 def test_the_pool_scan_is_fitted_only_where_a_shared_pool_is_declared_or_started_from(tiny):
@@ -237,3 +273,20 @@ def test_a_launched_server_is_stopped_when_calibrate_fails(tiny, tmp_path, capsy
     assert run_cli(cli, argv) == 1  # the fake engine answers /health and nothing else
     assert "lists no model" in capsys.readouterr().err
     assert started and started[0].poll() is not None and not (tmp_path / "x.toml").exists()
+
+
+def test_a_variant_needs_a_launch_and_names_its_bad_change_in_one_line(tiny, tmp_path, capsys):
+    endpoint = calibrate_argv(tiny, tmp_path / "x.toml", "--endpoint", "http://127.0.0.1:9", "--variant", "pp=2")
+    assert run_cli(cli, endpoint) == 2
+    err = capsys.readouterr().err
+    assert "--variant" in err and "needs --launch" in err and err.count("\n") == 1
+    launched = ("--launch", "llama-server", "--model-path", "t.gguf", "--log", str(tmp_path / "s.log"))
+    for flag, change, words in (
+        ("--hold-out", "bogus=1", "bogus"),
+        ("--variant", "pp=3", "layer"),  # the tiny llama's 2 layers cannot make 3 stages
+        ("--variant", "pp", "key=value"),
+    ):
+        assert run_cli(cli, calibrate_argv(tiny, tmp_path / "x.toml", *launched, flag, change)) == 2
+        err = capsys.readouterr().err
+        assert flag in err and words in err and err.count("\n") == 1, err
+    assert not (tmp_path / "s.log").exists()  # refused before any server started

@@ -197,6 +197,25 @@ def test_vpp_export_warns_about_the_development_branch_and_names_the_variant(tmp
     assert f"VPP variant chosen: {mode} (of vpp-sync, vpp-async, vpp)" in text
 
 
+def test_a_cpu_host_config_exports_vllms_cpu_build_as_its_api_server_module(tmp_path, four_cores):
+    cpu = {**QWEN, "hardware": "cpu-host", "tp": 1, "pp": 2, "layer_split": (30, 18), "kv_capacity": 8192}
+    files = export(tmp_path, "vllm", **cpu, chunk=256)
+    env, argv = parse_script(files["serve.sh"])
+    module = ["python", "-m", "vllm.entrypoints.openai.api_server"]
+    assert argv[:5] == [*module, "--model", "${MODEL:-Qwen/Qwen2.5-14B-Instruct}"]
+    assert options(argv)["--kv-cache-memory-bytes"] == str(8192 * 4096 * 30)  # 4 KiB a token and layer, 30 layers
+    assert env == {
+        "VLLM_PP_LAYER_PARTITION": "30,18",
+        "VLLM_CPU_OMP_THREADS_BIND": "${VLLM_CPU_OMP_THREADS_BIND:-0-1|2-3}",
+    }
+    text = files["serve.sh"].read_text()
+    assert "WARNING" not in text  # a cpu profile on vLLM's CPU build: what was simulated is what runs
+    assert (
+        "# Run: python -m vllm.entrypoints.openai.api_server --config vllm-config.yaml"
+        in files["vllm-config.yaml"].read_text()
+    )
+
+
 # -- SGLang ---------------------------------------------------------------------------
 
 
@@ -703,7 +722,7 @@ def test_a_gpu_export_of_an_ascend_study_says_loudly_that_its_predictions_do_not
     path = export(tmp_path, "vllm", **DSV3, pp=2)["serve.sh"]
     lines = path.read_text().splitlines()
     assert lines[2] == (
-        "# WARNING: predicted for ascend-910c (ascend), but vllm serves on cuda; the simulation "
+        "# WARNING: predicted for ascend-910c (ascend), but vllm serves on cuda or cpu; the simulation "
         "assumed the weights vllm-ascend/DeepSeek-V3.1-W8A8 (W8A8 int8 (ModelSlim)), this launch "
         "loads deepseek-ai/DeepSeek-V3.1: the predictions do not hold for this launch"
     )
@@ -774,12 +793,12 @@ def test_an_unknown_engine_release_is_one_line_naming_the_known_ones(tmp_path):
             "vllm",
             "0.30.0",
             "engine_version: vllm '0.30.0' is not a release pipedeck knows; "
-            "allowed: 0.23.0, 0.33.0, or one newer than 0.33.0",
+            "allowed: 0.23.0, 0.32.0, 0.33.0, or one newer than 0.33.0",
         ),
         (
             "vllm",
             "latest",
-            "engine_version: vllm 'latest' is not a version number; allowed: 0.23.0, 0.33.0, or one newer than 0.33.0",
+            "engine_version: vllm 'latest' is not a version number; allowed: 0.23.0, 0.32.0, 0.33.0, or one newer than 0.33.0",
         ),
         ("fastpp", "0.5.0", "engine_version: fastpp '0.5.0' is not a release pipedeck knows; allowed: 0.4.1-fastpp"),
     ],

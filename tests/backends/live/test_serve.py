@@ -15,7 +15,7 @@ import psutil
 import pytest
 
 from pipedeck.backends import ExportError, LaunchError, ServerLaunch, ServingConfig, serving
-from pipedeck.backends.live.launcher import Terminated, server_command
+from pipedeck.backends.live.launcher import SERVER_NICENESS, Terminated, server_command, start_failure
 from pipedeck.console.cli import cli
 from pipedeck.console.errors import run_cli
 from tests.paths import DATA, ROOT
@@ -115,6 +115,38 @@ def test_a_server_starts_answers_health_and_stops_by_its_pid(tmp_path, monkeypat
     assert not alive(pid) and "--parallel 4" in log.read_text()
 
 
+def test_a_started_server_yields_the_cpu_to_the_load_generator(tmp_path):
+    """The engine runs below pipedeck's priority: as a process, and as its session's autogroup where the kernel
+    schedules sessions (Linux with sched_autogroup)."""
+    with ServerLaunch("llama-server", "tiny.gguf", tmp_path / "server.log", program=FAKE).start(
+        ServingConfig.of(**CPU).resolve()
+    ) as server:
+        pid = server.process.pid
+        assert os.getpriority(os.PRIO_PROCESS, pid) == min(19, os.getpriority(os.PRIO_PROCESS, 0) + SERVER_NICENESS)
+        autogroup = Path(f"/proc/{pid}/autogroup")
+        if autogroup.exists():
+            assert autogroup.read_text().split()[-1] == str(SERVER_NICENESS)
+
+
+@pytest.mark.parametrize("leader", ["running", "killed"])
+def test_stopping_a_server_stops_its_whole_process_group_even_after_its_first_process_died(
+    tmp_path, monkeypatch, leader
+):
+    """vLLM's API server starts an engine core and workers in its process group, which outlive it when it is killed
+    and take their time over SIGTERM: the group goes whole, SIGKILL for what SIGTERM leaves."""
+    monkeypatch.setenv("FAKE_ENGINE_CHILD", "1")
+    log = tmp_path / "server.log"
+    server = ServerLaunch("llama-server", "tiny.gguf", log, program=FAKE).start(ServingConfig.of(**CPU).resolve())
+    child = int(re.search(r"^child: (\d+)$", log.read_text(), re.MULTILINE).group(1))
+    assert os.getpgid(child) == server.process.pid
+    if leader == "killed":
+        server.process.kill()
+        server.process.wait()
+        assert running(child)  # what a killed API server leaves: its engine core
+    server.stop(grace_s=0.5)
+    assert not running(child) and not (tmp_path / "server.log.pid").exists()
+
+
 def test_serving_stops_its_server_when_sigterm_interrupts_the_block_and_restores_the_handlers(tmp_path):
     """The one lifecycle: whoever holds a server in `serving` (serve, calibrate, the Live view) gets it stopped."""
     before = signal.getsignal(signal.SIGTERM)
@@ -166,6 +198,25 @@ def test_a_server_that_never_gets_healthy_is_one_line_and_leaves_nothing_running
             ServingConfig.of(**CPU).resolve()
         )
     assert started and not alive(started[0].pid)
+
+
+def test_a_start_failure_names_the_first_exception_of_the_log_else_its_last_line(tmp_path):
+    """vLLM's engine core logs the root cause first and later lines that only point back at it."""
+    log = tmp_path / "server.log"
+    log.write_text(
+        "(APIServer pid=1) WARNING [system_utils.py:255] failed to increase the ulimit with error EPERM\n"
+        "(Worker pid=7) ERROR 12-07 17:46:09 [multiproc_executor.py:1063] ValueError: Available memory on node 0 "
+        "(20.74/23.54 GiB) is less than requested memory for kv (400.0 GiB).\n"
+        "vllm.v1.engine.exceptions.EngineDeadError: EngineCore encountered an issue.\n"
+        "RuntimeError: Engine core initialization failed. See root cause above.\n"
+        "  warnings.warn('resource_tracker: There appear to be %d ')\n"
+    )
+    assert start_failure(log) == (
+        " (error: ValueError: Available memory on node 0 (20.74/23.54 GiB) is less than requested memory for kv "
+        "(400.0 GiB).)"
+    )
+    log.write_text("usage: api_server.py [-h]\napi_server.py: error: unrecognized arguments: --no-such-option\n")
+    assert start_failure(log) == " (last line: api_server.py: error: unrecognized arguments: --no-such-option)"
 
 
 @pytest.mark.parametrize("earlier_log", [None, "the last serve's output\n"])

@@ -20,7 +20,7 @@ from tests.paths import DATA, ROOT
 
 HF = DATA / "hf"
 MODELS = ["deepseek-v3.1", "glm-5.2", "qwen2.5-14b", "qwen2.5-32b", "qwen3-coder-30b-a3b"]
-HARDWARE = ["a100-40g-pcie", "ascend-910c", "h100-sxm", "h200-sxm"]
+HARDWARE = ["a100-40g-pcie", "ascend-910c", "cpu-host", "h100-sxm", "h200-sxm"]
 # Fields read from config.json; the published sizes and deployment precision are not.
 ARCHITECTURE = tuple(
     f
@@ -214,7 +214,7 @@ def test_unknown_names_give_one_line_errors() -> None:
         "qwen3-coder-30b-a3b (or a path to a .toml file, a config.json or a folder holding one)"
     )
     assert error_of(load_hardware, "tpu-v5") == (
-        "hardware: unknown hardware 'tpu-v5'; known: a100-40g-pcie, ascend-910c, h100-sxm, "
+        "hardware: unknown hardware 'tpu-v5'; known: a100-40g-pcie, ascend-910c, cpu-host, h100-sxm, "
         "h200-sxm (or a path to a .toml file)"
     )
     assert issubclass(ProfileError, ValueError)
@@ -461,6 +461,7 @@ def test_every_packaged_hardware_names_its_platform() -> None:
     assert {name: load_hardware(name).platform for name in HARDWARE} == {
         "a100-40g-pcie": "cuda",
         "ascend-910c": "ascend",
+        "cpu-host": "cpu",
         "h100-sxm": "cuda",
         "h200-sxm": "cuda",
     }
