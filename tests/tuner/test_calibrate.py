@@ -34,6 +34,16 @@ def config_of(model: str, **changes: object) -> ResolvedConfig:
     return ServingConfig.of(**{**values, **changes}).resolve()
 
 
+# The constants a hidden server runs on, each a factor 3 or more from the start's (tests/live/cpu-host.toml).
+TRUTH = {
+    "step_overhead_ms": 0.4,
+    "request_overhead_ms": 6.0,
+    "matmul_efficiency": 0.02,
+    "attention_efficiency": 0.01,
+    "attention_half_tokens": 20.0,
+}
+
+
 class HiddenServer:
     """The simulator on constants the fit is not told: a stand-in for a live server that follows the model exactly."""
 
@@ -49,14 +59,7 @@ class HiddenServer:
 
 def test_the_fit_recovers_the_constants_the_runs_were_measured_with(tiny):
     config = config_of(tiny)
-    truth = {
-        "step_overhead_ms": 0.4,
-        "request_overhead_ms": 6.0,
-        "matmul_efficiency": 0.02,
-        "attention_efficiency": 0.01,
-        "attention_half_tokens": 20.0,
-        "kv_pool_scan_ns": 5.0,  # the start (tests/live/cpu-host.toml) gives the scan a time, so it is fitted
-    }
+    truth = {**TRUTH, "kv_pool_scan_ns": 5.0}  # the start (tests/live/cpu-host.toml) gives the scan a time: fitted
     assert {c.name for c in constants_to_fit(config.hardware_profile, shared_pool=False)} == set(truth)
     for name, value in truth.items():  # every constant starts a factor 3 or more away
         assert max(value / getattr(config.hardware_profile, name), getattr(config.hardware_profile, name) / value) >= 3
@@ -76,16 +79,7 @@ def test_a_pipeline_fit_recovers_the_handoff_between_stages_from_latencies_and_b
     base = config_of(tiny)
     two = config_of(tiny, pp=2)
     smaller = config_of(tiny, pp=2, chunk=128)
-    truth = {
-        "step_overhead_ms": 0.4,
-        "request_overhead_ms": 6.0,
-        "matmul_efficiency": 0.02,
-        "attention_efficiency": 0.01,
-        "attention_half_tokens": 20.0,
-        "kv_pool_scan_ns": 1.0,
-        "p2p_latency_us": 3000.0,
-        "p2p_bandwidth_gbs": 0.01,
-    }
+    truth = {**TRUTH, "kv_pool_scan_ns": 1.0, "p2p_latency_us": 3000.0, "p2p_bandwidth_gbs": 0.01}
     constants = constants_to_fit(base.hardware_profile, shared_pool=False, pipeline=True)
     assert {c.name for c in constants} == set(truth) and constants[-2:] == PIPELINE
     server = HiddenServer(dataclasses.replace(base.hardware_profile, **truth))
