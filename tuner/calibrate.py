@@ -267,7 +267,12 @@ class Measured:
 
 def bubble_share(result: RunResult) -> float | None:
     """The share of the ranks' busy time spent waiting on another rank (the bubble): bubble / (compute + bubble +
-    exposed communication), averaged over ranks; None for a run without a per-rank timeline."""
+    exposed communication), averaged over ranks; None for a run without a per-rank timeline.
+
+    Not the summary's `bubble_ratio` (bubble / makespan), which `show` and `compare` print: a run's idle time,
+    and with it that ratio, follows its arrivals, while this share follows the pipeline alone, which is what a
+    calibration scores.
+    """
     if not result.ranks:
         return None
     split = result.breakdown()
