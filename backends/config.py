@@ -286,13 +286,15 @@ class ServingConfig(_Flat):
         checked = self.replace(**{k.field: k.check(values[k.field]) for k in declared_knobs()})
         per_rank = layers_per_rank(LAYOUTS[spec.layout](pp), split, pp)
         weights = weight_bytes_per_device(model, tp, max(per_rank)) / 1e9
-        if weights > hw.memory_gb * hw.memory_utilization:
+        rank = hw.per_rank(tp * pp)
+        if weights > rank.memory_gb * rank.memory_utilization:
+            where = f"its share of {hw.name}" if rank is not hw else hw.name
             raise ConfigError(
                 f"tp: {model.name} needs {weights:.0f} GB of weights per device at tp={tp} pp={pp}, "
-                f"more than {hw.name}'s {hw.memory_gb * hw.memory_utilization:.0f} GB usable; use more devices"
+                f"more than {where}'s {rank.memory_gb * rank.memory_utilization:.0f} GB usable; use more devices"
             )
         if self.memory.kv_capacity is None:
-            capacity = kv_capacity_tokens(model, hw, tp, per_rank)
+            capacity = kv_capacity_tokens(model, rank, tp, per_rank)
             if capacity < 1:
                 raise ConfigError(
                     f"kv_capacity: no memory left for KV cache after {weights:.0f} GB of weights per device; use more devices"
@@ -355,6 +357,11 @@ class ResolvedConfig(_Flat):
     @property
     def devices(self) -> int:
         return self.parallelism.tp * self.parallelism.pp
+
+    @property
+    def rank_hardware(self) -> HardwareProfile:
+        """What each rank runs on: the hardware profile's device, or its share where the ranks share one."""
+        return self.hardware_profile.per_rank(self.devices)
 
     @property
     def stage_ranks(self) -> tuple[int, ...]:

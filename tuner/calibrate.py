@@ -91,6 +91,8 @@ POOL_SCAN = Constant(
 
 
 PIPELINE = (
+    Constant("stage_overhead_ms", 1e-3, 1e3, 0.1, "host time of each rank per micro-batch outside its layers"),
+    Constant("kernel_launch_us", 1e-3, 1e4, 1.0, "host time per operation a rank launches, in every layer it holds"),
     Constant("p2p_latency_us", 1e-2, 1e6, 10.0, "fixed time of one handoff of activations between pipeline stages"),
     Constant("p2p_bandwidth_gbs", 1e-4, 1e3, 1.0, "rate of that handoff per byte of activations"),
 )

@@ -79,7 +79,8 @@ def default_devices(model: str, hardware: str) -> int:
     devices = 1
     while devices <= 1024:
         per_device = weight_bytes_per_device(m, devices, m.num_layers) / 1e9
-        if per_device <= hw.memory_gb * hw.memory_utilization - hw.activation_reserve_gb - 0.1 * hw.memory_gb:
+        rank = hw.per_rank(devices)
+        if per_device <= rank.memory_gb * rank.memory_utilization - rank.activation_reserve_gb - 0.1 * rank.memory_gb:
             return devices
         devices *= 2
     raise ConfigError(f"devices: {model} does not fit on up to 1024 {hardware} devices")

@@ -49,6 +49,12 @@ def numeric_fields(cls: type[ModelProfile] | type[HardwareProfile]) -> tuple[str
     return tuple(f.name for f in dataclasses.fields(cls) if hints[f.name] in (int, float))
 
 
+def sourced_fields(cls: type[ModelProfile] | type[HardwareProfile]) -> tuple[str, ...]:
+    """Names of the fields a profile must source when it gives them: its numbers and its yes/no mechanisms."""
+    hints = typing.get_type_hints(cls)
+    return tuple(f.name for f in dataclasses.fields(cls) if hints[f.name] in (int, float, bool))
+
+
 # A field a profile may leave out, taking another field's value: (that field, the source recorded for it).
 _FALLBACKS: dict[type, dict[str, tuple[str, str]]] = {
     HardwareProfile: {
@@ -87,7 +93,7 @@ def build_profile(cls: type[P], data: Mapping[str, Any], label: str) -> P:
     for name, spec in fields.items():
         if name not in values and spec.default is dataclasses.MISSING and spec.default_factory is dataclasses.MISSING:
             raise ProfileError(f"{label}: missing field {name!r}")
-    sources = _sources(label, given_sources, values, numeric_fields(cls))
+    sources = _sources(label, given_sources, values, sourced_fields(cls))
     profile = cls(**values, sources=sources)
     _check_ranges(profile, label)
     if isinstance(profile, ModelProfile):
@@ -103,6 +109,10 @@ def _typed(label: str, key: str, kind: Any, value: Any) -> Any:
         if isinstance(value, int) and not isinstance(value, bool):
             return value
         raise ProfileError(f"{label}: field {key!r} must be an integer, got {value!r}")
+    if kind is bool:
+        if isinstance(value, bool):
+            return value
+        raise ProfileError(f"{label}: field {key!r} must be true or false, got {value!r}")
     if kind is float:
         if isinstance(value, (int, float)) and not isinstance(value, bool):
             return float(value)
@@ -138,20 +148,22 @@ def _checkpoints(label: str, raw: Any) -> dict[str, Checkpoint]:
     return found
 
 
-def _sources(label: str, raw: Any, values: Mapping[str, Any], numeric: tuple[str, ...]) -> dict[str, str]:
-    """Check the sources table: known fields, non-empty text, one per numeric field given."""
+def _sources(label: str, raw: Any, values: Mapping[str, Any], sourced: tuple[str, ...]) -> dict[str, str]:
+    """Check the sources table: known fields, non-empty text, one per sourced field given."""
     if not isinstance(raw, Mapping):
         raise ProfileError(f'{label}: [sources] must be a table of field = "where it comes from"')
     for key, text in raw.items():
-        if key not in numeric:
+        if key not in sourced:
             raise ProfileError(
-                f"{label}: [sources] names {key!r}, which is not a numeric field; allowed: {', '.join(numeric)}"
+                f"{label}: [sources] names {key!r}, which is not a field that takes a source; allowed: {', '.join(sourced)}"
             )
         if not isinstance(text, str) or not text.strip():
             raise ProfileError(f"{label}: [sources] entry {key!r} must be a non-empty string")
-    for key in numeric:
+    for key in sourced:
         if key in values and key not in raw:
-            raise ProfileError(f"{label}: field {key!r} has no entry in [sources]; every numeric field needs one")
+            raise ProfileError(
+                f"{label}: field {key!r} has no entry in [sources]; every numeric or true/false field needs one"
+            )
     return dict(raw)
 
 

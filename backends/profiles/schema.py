@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 PLATFORMS = ("cuda", "ascend", "cpu")  # device platforms: NVIDIA GPUs, Ascend NPUs, CPU hosts
 HUBS = ("huggingface", "modelscope")
@@ -135,11 +135,35 @@ class HardwareProfile:
     # Host time from a request's arrival until the scheduler can run it (the API server reading,
     # parsing and queueing it): it delays that request's first token, not the steps of others.
     request_overhead_ms: float = 0.0
+    # Host time each rank spends on every micro-batch it runs, outside its layers' operations (the model
+    # runner preparing the batch's inputs and metadata on that rank): paid once per stage execution, on every
+    # rank, whatever its layers; 0 where it is part of step_overhead_ms (the published fits, one rank per step).
+    stage_overhead_ms: float = 0.0
     # Time per query row, per layer, per KV token held anywhere in the pool, for an engine whose attention
     # masks one KV pool all sequences share (llama.cpp's unified cache) rather than reading each sequence's
     # own blocks (paged attention): 0, the paged engines' case, adds nothing.
     kv_pool_scan_ns: float = 0.0
+    # The ranks of one instance run on this one device and split it evenly: its compute, memory bandwidth and
+    # memory, each rank a 1/(tp x pp) share (vLLM's CPU build binds each rank's threads to its own share of the
+    # host's cores). False, the accelerators' case: every rank has a device of its own.
+    ranks_share_device: bool = False
+    # Decode-only steps replay a captured graph (CUDA graphs, ACL graphs): they launch no kernels from the host
+    # and their collectives pay graph_collective_latency_us. False (an engine on a CPU): every step's operations
+    # are dispatched from the host, so decode steps pay kernel_launch_us per operation as prefill steps do.
+    decode_graphs: bool = True
     # One of PLATFORMS: which engines run on it and which weights it serves (exports); "" when a profile
     # does not say (the simulation needs none of it).
     platform: str = ""
     sources: dict[str, str] = field(default_factory=dict, compare=False)
+
+    def per_rank(self, ranks: int) -> HardwareProfile:
+        """What each of an instance's `ranks` ranks runs on: this device, or its even share of it where the ranks
+        share the device (`ranks_share_device`)."""
+        if not self.ranks_share_device or ranks == 1:
+            return self
+        return replace(
+            self,
+            memory_gb=self.memory_gb / ranks,
+            memory_bandwidth_gbs=self.memory_bandwidth_gbs / ranks,
+            peak_tflops=self.peak_tflops / ranks,
+        )

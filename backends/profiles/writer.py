@@ -14,7 +14,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from .build import numeric_fields
+from .build import sourced_fields
 from .schema import HardwareProfile, ModelProfile
 
 
@@ -26,10 +26,16 @@ def profile_toml(
     Every numeric field needs a source in `profile.sources`; a ValueError names the first without one.
     """
     lines = [f"# {line}".rstrip() for line in comment.splitlines()]
-    fields = [f.name for f in dataclasses.fields(profile) if f.name not in ("sources", "checkpoints")]
-    lines += [f"{name} = {_value(getattr(profile, name))}" for name in fields]
+    fields = [f for f in dataclasses.fields(profile) if f.name not in ("sources", "checkpoints")]
+    # a yes/no mechanism left at its default and unsourced is left out, as the profile read had it
+    written = [
+        f.name
+        for f in fields
+        if not isinstance(f.default, bool) or getattr(profile, f.name) != f.default or f.name in profile.sources
+    ]
+    lines += [f"{name} = {_value(getattr(profile, name))}" for name in written]
     lines += ["", "[sources]"]
-    for name in numeric_fields(type(profile)):
+    for name in (name for name in sourced_fields(type(profile)) if name in written):
         source = profile.sources.get(name)
         if not source:
             raise ValueError(f"{name}: no source to write for {profile.name}")

@@ -90,7 +90,7 @@ def build_engine(
     spec = config.mode_spec
     if cost is None:
         cost = CostModel(
-            config.model_profile, config.hardware_profile, config.parallelism.tp, config.parallelism.layer_split
+            config.model_profile, config.rank_hardware, config.parallelism.tp, config.parallelism.layer_split
         )
     topk = config.model_profile.index_topk
     ranks = config.stage_ranks

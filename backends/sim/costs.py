@@ -4,7 +4,9 @@ Every micro-batch is summarised by a `BatchShape` (token counts and attention
 work); the cost model turns it into, per virtual stage, the busy time of the
 rank that runs it and the part of that time spent in TP collectives.
 
-Per layer and per device (weights and heads sharded over the TP group):
+Per layer and per device (weights and heads sharded over the TP group; where
+the ranks of an instance share one device, a CPU host, a rank's device is its
+share of it: `HardwareProfile.per_rank`):
 - linear layers (attention projections, dense FFN, routed and shared experts):
   FLOPs / (peak * eff(m)), where eff(m) = matmul_efficiency * m / (m + half)
   falls for small matmuls of m tokens, with m rounded up to whole
@@ -28,13 +30,17 @@ Per layer and per device (weights and heads sharded over the TP group):
   (vLLM's chunked-context MLA), a cost paid again for each chunk;
 - per-kernel launch overhead in eager mode (steps with prefill tokens);
   decode-only steps replay a captured graph (CUDA/ACL graphs), as vLLM does,
-  and pay none;
+  and pay none, unless the hardware has no graphs (decode_graphs false: an
+  engine on a CPU dispatches every step's operations from the host);
 - two all-reduces of the activations per layer over the TP group (latency +
   ring traffic / bus bandwidth); the latency is the eager, host-orchestrated
   figure (collective_latency_us) in steps with prefill tokens, and the
   collective's latency inside a replayed graph (graph_collective_latency_us)
   in decode-only steps;
 - the last stage also runs the LM head for the sampled tokens and sampling.
+
+Per stage execution, every rank also pays stage_overhead_ms of host time
+outside its layers (its model runner preparing the batch), whatever it holds.
 """
 
 from __future__ import annotations
@@ -202,6 +208,8 @@ class CostModel(StageCosts):
         self._head_flops = 2 * h * m.vocab_size / tp
         self._head_bytes = h * m.vocab_size * wb / tp
         self._launch_s = hw.kernels_per_layer * hw.kernel_launch_us * 1e-6
+        self._decode_graphs = hw.decode_graphs
+        self._stage_s = hw.stage_overhead_ms * 1e-3
         self._sampling_s = hw.sampling_ms * 1e-3
         if tp > 1:
             ring = 2 * (tp - 1) / tp
@@ -249,7 +257,7 @@ class CostModel(StageCosts):
             attn += n * b.pool_tokens * self._pool_scan_s
         kv_read = (b.prefix_tokens + b.prefill_tokens + dec) * self._kv_token_s
         attn_layer += attn if attn > kv_read else kv_read
-        if b.prefill_tokens:  # eager step: kernels launched one by one, collectives orchestrated by the host
+        if b.prefill_tokens or not self._decode_graphs:  # eager step: kernels launched one by one by the host
             attn_layer += self._launch_s
             coll = self._coll_lat + self._coll_token * n
         else:  # decode-only step: a captured graph is replayed
@@ -269,7 +277,8 @@ class CostModel(StageCosts):
                 moe_layer += self._matmul(self._shared_flops * n, n, self._shared_bytes)
 
         layer = attn_layer + coll
-        busy = [layers * layer + dense * dense_layer + moe * moe_layer for layers, dense, moe, _ in self._rows]
+        stage = self._stage_s
+        busy = [stage + layers * layer + dense * dense_layer + moe * moe_layer for layers, dense, moe, _ in self._rows]
         if b.sampled and self._rows[-1][3]:
             busy[-1] += self._matmul(self._head_flops * b.sampled, b.sampled, self._head_bytes) + self._sampling_s
         comm = [row[0] * coll for row in self._rows]

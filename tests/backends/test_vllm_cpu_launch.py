@@ -7,11 +7,13 @@ import pytest
 
 from pipedeck.backends import ExportError, ServingConfig, load_hardware, plan_launch
 from pipedeck.backends.launch import VLLM_CPU, thread_binding
+from tests.large_cpu_host import LARGE_CPU_HOST
 
-# Qwen2.5-14B (48 layers, 8 KV heads of 128, 16-bit KV: 4096 bytes per token and layer) on two ranks of 30 and 18
+# Qwen2.5-14B (48 layers, 8 KV heads of 128, 16-bit KV: 4096 bytes per token and layer) on two ranks of 30 and 18,
+# on a CPU host that holds its weights
 CPU_PP2 = dict(
     model="qwen2.5-14b",
-    hardware="cpu-host",
+    hardware=LARGE_CPU_HOST,
     tp=1,
     pp=2,
     layer_split=(30, 18),

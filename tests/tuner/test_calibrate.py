@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from pipedeck.backends import ResolvedConfig, ServingConfig, load_hardware, make_backend
+from pipedeck.backends import HardwareProfile, ResolvedConfig, ServingConfig, load_hardware, make_backend
 from pipedeck.console.cli import cli
 from pipedeck.console.errors import run_cli
 from pipedeck.store import RunStore
@@ -75,13 +75,23 @@ def test_the_fit_recovers_the_constants_the_runs_were_measured_with(tiny):
 
 def test_a_pipeline_fit_recovers_the_handoff_between_stages_from_latencies_and_bubble_shares(tiny):
     """One stage and two (fitted; two at another chunk size held out), the two-stage runs profiled: the fit
-    recovers the point-to-point constants with the others, and predicts the held-out config's bubble shares."""
+    predicts the held-out config's latencies and bubble shares. Of the host times it recovers what the runs
+    time: a step at pp 1 (step_overhead + one stage's) and a lone token at pp 2 (step_overhead + two stages' +
+    the handoff), and the handoff's rate per byte; how a step's host time divides between the scheduler and
+    the ranks is only loosely pinned by such runs, and it is not asserted."""
     base = config_of(tiny)
     two = config_of(tiny, pp=2)
     smaller = config_of(tiny, pp=2, chunk=128)
-    truth = {**TRUTH, "kv_pool_scan_ns": 1.0, "p2p_latency_us": 3000.0, "p2p_bandwidth_gbs": 0.01}
+    truth = {
+        **TRUTH,
+        "kv_pool_scan_ns": 1.0,
+        "stage_overhead_ms": 1.5,
+        "kernel_launch_us": 10.0,
+        "p2p_latency_us": 3000.0,
+        "p2p_bandwidth_gbs": 0.01,
+    }
     constants = constants_to_fit(base.hardware_profile, shared_pool=False, pipeline=True)
-    assert {c.name for c in constants} == set(truth) and constants[-2:] == PIPELINE
+    assert {c.name for c in constants} == set(truth) and constants[-len(PIPELINE) :] == PIPELINE
     server = HiddenServer(dataclasses.replace(base.hardware_profile, **truth))
     measured = []
     for label, config, held_out in (("", base, False), ("pp=2", two, False), ("pp=2 chunk=128", smaller, True)):
@@ -92,8 +102,15 @@ def test_a_pipeline_fit_recovers_the_handoff_between_stages_from_latencies_and_b
         measured += runs
     assert all((m.bubble() or 0) > 0 for m in measured if m.profiled) and any(m.profiled for m in measured)
     result = fit(measured, base.hardware_profile, constants)
-    for name in ("p2p_latency_us", "p2p_bandwidth_gbs"):
-        assert getattr(result.hardware, name) == pytest.approx(truth[name], rel=0.05), name
+    hw = result.hardware
+
+    def lone_token(pp: int, p: HardwareProfile) -> float:
+        return p.step_overhead_ms + pp * p.stage_overhead_ms + (pp - 1) * p.p2p_latency_us / 1e3
+
+    true = dataclasses.replace(base.hardware_profile, **truth)
+    assert lone_token(1, hw) == pytest.approx(lone_token(1, true), rel=0.05)
+    assert lone_token(2, hw) == pytest.approx(lone_token(2, true), rel=0.05)
+    assert hw.p2p_bandwidth_gbs == pytest.approx(truth["p2p_bandwidth_gbs"], rel=0.05)
     assert max(result.worst(held_out=True)) < 0.02
     held_bubble = result.worst_bubble(held_out=True)
     assert held_bubble is not None and held_bubble < 0.02

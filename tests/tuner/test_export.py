@@ -21,6 +21,7 @@ from pipedeck.console.errors import run_cli
 from pipedeck.store import RunStore
 from pipedeck.tuner import best_from_json, export_best, write_export
 from pipedeck.tuner.export import BestConfig
+from tests.large_cpu_host import LARGE_CPU_HOST
 
 QWEN = dict(model="qwen2.5-14b", hardware="a100-40g-pcie")  # 48 layers, HF id Qwen/Qwen2.5-14B-Instruct
 DSV3 = dict(model="deepseek-v3.1", hardware="ascend-910c", tp=8)  # 61 layers
@@ -198,7 +199,7 @@ def test_vpp_export_warns_about_the_development_branch_and_names_the_variant(tmp
 
 
 def test_a_cpu_host_config_exports_vllms_cpu_build_as_its_api_server_module(tmp_path, four_cores):
-    cpu = {**QWEN, "hardware": "cpu-host", "tp": 1, "pp": 2, "layer_split": (30, 18), "kv_capacity": 8192}
+    cpu = {**QWEN, "hardware": LARGE_CPU_HOST, "tp": 1, "pp": 2, "layer_split": (30, 18), "kv_capacity": 8192}
     files = export(tmp_path, "vllm", **cpu, chunk=256)
     env, argv = parse_script(files["serve.sh"])
     module = ["python", "-m", "vllm.entrypoints.openai.api_server"]

@@ -14,7 +14,7 @@ import pytest
 
 from pipedeck.backends import HardwareProfile, hardware_names, load_hardware, model_names, profile_toml
 from pipedeck.backends.profiles import ModelProfile, ProfileError, count_params, load_model, model_from_hf_config
-from pipedeck.backends.profiles.build import build_profile, numeric_fields
+from pipedeck.backends.profiles.build import build_profile, numeric_fields, sourced_fields
 from pipedeck.backends.sim.costs import BatchShape, CostModel
 from tests.paths import DATA, ROOT
 
@@ -266,12 +266,12 @@ def test_toml_non_numeric_value_names_the_field(tmp_path: Path) -> None:
 def test_toml_field_without_a_source_is_refused(tmp_path: Path) -> None:
     path = _edited_copy(tmp_path, '\nkv_bytes = "deployment', '\nkv_note = "deployment')
     assert error_of(load_model, path) == (
-        f"model {path}: [sources] names 'kv_note', which is not a numeric field; allowed: "
-        + ", ".join(numeric_fields(ModelProfile))
+        f"model {path}: [sources] names 'kv_note', which is not a field that takes a source; allowed: "
+        + ", ".join(sourced_fields(ModelProfile))
     )
     path = _edited_copy(tmp_path, '\nkv_bytes = "deployment', '\n# kv_bytes = "deployment')
     assert error_of(load_model, path) == (
-        f"model {path}: field 'kv_bytes' has no entry in [sources]; every numeric field needs one"
+        f"model {path}: field 'kv_bytes' has no entry in [sources]; every numeric or true/false field needs one"
     )
 
 
@@ -306,7 +306,7 @@ def test_a_hardware_toml_may_carry_a_calibration_table_as_a_record(tmp_path: Pat
 def test_a_given_graph_collective_latency_needs_a_source(tmp_path: Path) -> None:
     path = _edited_copy(tmp_path, '\ngraph_collective_latency_us = "', '\n# graph_collective_latency_us = "', *GPU)
     assert error_of(load_hardware, path) == (
-        f"hardware {path}: field 'graph_collective_latency_us' has no entry in [sources]; every numeric field needs one"
+        f"hardware {path}: field 'graph_collective_latency_us' has no entry in [sources]; every numeric or true/false field needs one"
     )
 
 
@@ -438,6 +438,58 @@ def test_a_shared_kv_pool_charges_every_query_row_for_all_the_kv_held() -> None:
     assert paged.kv_pool_scan_ns == 0 and step(paged, 20_000) == step(paged, chunk)
     extra = step(shared, 20_000) - step(shared, chunk)
     assert extra == pytest.approx(48 * chunk * (20_000 - chunk) * 2.0e-9)
+
+
+def test_ranks_that_share_a_device_each_run_on_their_share_of_it() -> None:
+    """On a host whose ranks share it (cpu-host: vLLM's CPU build splits the cores) each of n ranks has 1/n of
+    its compute, memory bandwidth and memory; on an accelerator every rank has a device of its own."""
+    host = load_hardware("cpu-host")
+    assert host.ranks_share_device and host.per_rank(1) is host
+    half = host.per_rank(2)
+    assert (half.peak_tflops, half.memory_bandwidth_gbs, half.memory_gb) == pytest.approx(
+        (host.peak_tflops / 2, host.memory_bandwidth_gbs / 2, host.memory_gb / 2)
+    )
+    assert half.step_overhead_ms == host.step_overhead_ms  # host times are each rank's own
+    gpu = load_hardware("a100-40g-pcie")
+    assert not gpu.ranks_share_device and gpu.per_rank(8) is gpu
+
+
+def test_every_stage_execution_pays_the_stage_overhead_whatever_layers_it_holds() -> None:
+    model = load_model("qwen2.5-14b")
+    plain = load_hardware("a100-40g-pcie")
+    paid = dataclasses.replace(plain, stage_overhead_ms=2.0)
+    decode = BatchShape(4, 0, 0.0, 0.0, 4000.0, 4000.0, 0, 4)
+    for split in ((48,), (40, 8)):
+        before, after = (CostModel(model, hw, 1, split).stage_costs(decode)[0] for hw in (plain, paid))
+        assert [b - a for a, b in zip(before, after)] == pytest.approx([2e-3] * len(split))
+
+
+def test_decode_steps_launch_their_kernels_only_where_no_graph_is_replayed() -> None:
+    """A decode-only step replays a captured graph (no launches) unless the hardware has none (decode_graphs
+    false, a CPU engine): then it pays every layer's launches, as a prefill step does on either."""
+    model = load_model("qwen2.5-14b")
+    graphs = dataclasses.replace(load_hardware("a100-40g-pcie"), kernel_launch_us=5.0)
+    eager = dataclasses.replace(graphs, decode_graphs=False)
+    decode = BatchShape(4, 0, 0.0, 0.0, 4000.0, 4000.0, 0, 4)
+    chunk = BatchShape(512, 512, 512 * 513 / 2, 512 * 513 / 2, 0.0, 0.0, 0, 1)
+
+    def cost(hw: HardwareProfile, shape: BatchShape) -> float:
+        return CostModel(model, hw, 1, (48,)).stage_costs(shape)[0][0]
+
+    assert cost(eager, decode) - cost(graphs, decode) == pytest.approx(48 * graphs.kernels_per_layer * 5e-6)
+    assert cost(eager, chunk) == cost(graphs, chunk)
+
+
+def test_a_yes_no_mechanism_must_be_true_or_false_and_sourced(tmp_path: Path) -> None:
+    text = (ROOT / "backends/profiles/hardware/cpu-host.toml").read_text()
+    wrong = tmp_path / "wrong.toml"
+    wrong.write_text(text.replace("ranks_share_device = true", 'ranks_share_device = "yes"', 1))
+    with pytest.raises(ProfileError, match="field 'ranks_share_device' must be true or false, got 'yes'"):
+        load_hardware(wrong)
+    unsourced = tmp_path / "unsourced.toml"
+    unsourced.write_text("\n".join(line for line in text.splitlines() if not line.startswith('decode_graphs = "')))
+    with pytest.raises(ProfileError, match="field 'decode_graphs' has no entry in \\[sources\\]"):
+        load_hardware(unsourced)
 
 
 @pytest.mark.parametrize("name", HARDWARE)

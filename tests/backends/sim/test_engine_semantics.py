@@ -78,3 +78,30 @@ def test_a_prompt_prefilled_beside_another_pays_for_its_kv_only_in_a_shared_pool
     (paged_first, paged_second), (shared_first, shared_second) = prefills(0.0), prefills(5.0)
     assert shared_first > paged_first  # its own KV is in the pool too
     assert shared_second - paged_second > 1.5 * (shared_first - paged_first)
+
+
+def test_pipeline_ranks_sharing_one_host_prefill_a_lone_prompt_no_faster_than_one_rank(tiny_config):
+    """A 2K-token prompt alone (the tiny llama of tests/live), compute only (host times and handoffs set to 0): where the
+    ranks share the host's cores (cpu-host), each of two pipeline ranks runs at half the host's rate, so
+    pipelining the prompt's 8 chunks gains nothing over one rank with every core; where each rank has a device
+    of its own, the same pipeline prefills it in about (8 + 1) / 2 chunk times instead of 8."""
+    scenario = Scenario("lone", "-", "-", "-", Fixed(2048), Fixed(2), AllAtOnce(), 1)
+
+    def ttft(pp: int, shared: bool) -> float:
+        config = ServingConfig.of(
+            model=str(tiny_config), hardware="cpu-host", tp=1, pp=pp, chunk=256, kv_capacity=8192
+        ).resolve()
+        hw = dataclasses.replace(
+            config.hardware_profile,
+            ranks_share_device=shared,
+            step_overhead_ms=0.0,
+            stage_overhead_ms=0.0,
+            request_overhead_ms=0.0,
+            kernel_launch_us=0.0,
+            p2p_latency_us=0.0,
+            p2p_bandwidth_gbs=1e6,
+        )
+        return SimBackend().run(scenario, dataclasses.replace(config, hardware_profile=hw)).ttfts()[0]
+
+    assert ttft(2, shared=True) > ttft(1, shared=True)
+    assert ttft(2, shared=False) < 0.6 * ttft(1, shared=False)
