@@ -2,8 +2,9 @@
 the tiny model on the simulator with the calibrated cpu-host profile, then measures its best config and vLLM's
 default, each on a vLLM launched for it, and prints the simulated goodput beside the measured one.
 
-The workload is short (24 requests) and the SLO tight enough (TTFT 100 ms, TPOT 15 ms at P90) that the
-simulator's best config is not vLLM's default, so two servers are launched and measured.
+The workload is short (24 requests) and the SLO tight (TTFT 100 ms, TPOT 15 ms at P90), so that the goodput
+searches cross the SLO; the two best configs are confirmed, so that at least two servers are launched even
+where the simulator's best is vLLM's default (that config is then measured once).
 """
 
 from __future__ import annotations
@@ -24,22 +25,25 @@ TINY = str(Path(__file__).parents[1] / "data" / "tiny-chat.toml")
 FIXED = ("tp=1", "pp=2", "kv-capacity=8192")
 
 
-def test_confirm_live_measures_the_best_and_vllms_default_at_pp_2_each_on_its_own_server(
+def test_confirm_live_measures_the_two_best_and_vllms_default_at_pp_2_each_on_its_own_server(
     vllm_python, vllm_model, tmp_path, capsys
 ):
     db = tmp_path / "r.duckdb"
     argv = ["tune", "--model", str(vllm_model / "config.json"), "--hardware", "cpu-host", "--scenario", TINY]
     argv += ["--requests", "24", "--slo", "ttft=100ms,tpot=15ms", "--trials", "4", "--db", str(db)]
     argv += [arg for fix in FIXED for arg in ("--fix", fix)]
-    argv += ["--confirm", "live", "--confirm-top", "1", "--launch", "vllm", "--program", str(vllm_python)]
+    argv += ["--confirm", "live", "--confirm-top", "2", "--launch", "vllm", "--program", str(vllm_python)]
     status = run_cli(cli, [*argv, "--model-path", str(vllm_model), "--json"])
     captured = capsys.readouterr()
     assert status == 0, captured.err
     out = json.loads(captured.out)
     rows = out["confirm"]
-    assert [r["role"].split()[0] for r in rows] == ["top", "default"]  # the best is not vLLM's default
+    # the two best first; vLLM's default once: a row of its own, or a top config's row where the simulator ranks
+    # vLLM's default among its two best
+    assert [r["role"].split(",")[0] for r in rows[:2]] == ["top 1", "top 2"] and len(rows) in (2, 3)
+    assert sum("default" in r["role"] for r in rows) == 1
     assert all(r["error"] is None and r["measured"] > 0 and r["simulated"] > 0 for r in rows)
-    assert all(r["config"]["pp"] == 2 for r in rows) and rows[0]["config"] != rows[1]["config"]
+    assert all(r["config"]["pp"] == 2 for r in rows)
     with RunStore.open(db, read_only=True) as store:
         runs = {r.id: r for r in store.list_runs(study=out["study"])}
         measured = [store.get_run(row["run_id"]).result for row in rows]
