@@ -101,7 +101,7 @@ PIPELINE = (
 def constants_to_fit(start: HardwareProfile, *, shared_pool: bool, pipeline: bool = False) -> tuple[Constant, ...]:
     """FITTED; POOL_SCAN where the server's attention masks a KV pool every sequence shares (the engine says so,
     `shared_pool`, or the starting profile already gives the scan a time); PIPELINE where a fitted config has
-    more than one pipeline stage, whose handoffs the runs then time."""
+    more than one pipeline stage, whose runs then time each rank's own host time and the handoffs."""
     pool = (POOL_SCAN,) if shared_pool or start.kv_pool_scan_ns > 0 else ()
     return (*FITTED, *pool, *(PIPELINE if pipeline else ()))
 

@@ -43,16 +43,20 @@ _FRACTIONS = (
 _RECORDS = {ModelProfile: (), HardwareProfile: ("calibration",)}
 
 
+def _fields_of_type(cls: type[ModelProfile] | type[HardwareProfile], kinds: tuple[type, ...]) -> tuple[str, ...]:
+    """Names of the fields of a profile class whose type is one of `kinds`."""
+    hints = typing.get_type_hints(cls)
+    return tuple(f.name for f in dataclasses.fields(cls) if hints[f.name] in kinds)
+
+
 def numeric_fields(cls: type[ModelProfile] | type[HardwareProfile]) -> tuple[str, ...]:
     """Names of the int and float fields of a profile class."""
-    hints = typing.get_type_hints(cls)
-    return tuple(f.name for f in dataclasses.fields(cls) if hints[f.name] in (int, float))
+    return _fields_of_type(cls, (int, float))
 
 
 def sourced_fields(cls: type[ModelProfile] | type[HardwareProfile]) -> tuple[str, ...]:
     """Names of the fields a profile must source when it gives them: its numbers and its yes/no mechanisms."""
-    hints = typing.get_type_hints(cls)
-    return tuple(f.name for f in dataclasses.fields(cls) if hints[f.name] in (int, float, bool))
+    return _fields_of_type(cls, (int, float, bool))
 
 
 # A field a profile may leave out, taking another field's value: (that field, the source recorded for it).

@@ -23,11 +23,11 @@ def profile_toml(
 ) -> str:
     """The TOML text of `profile`, with `records` as extra tables and `comment` as leading # lines.
 
-    Every numeric field needs a source in `profile.sources`; a ValueError names the first without one.
+    Every numeric or true/false field written needs a source in `profile.sources`; a ValueError names the first
+    without one. A true/false field at its default without a source is left out, as a profile read without it.
     """
     lines = [f"# {line}".rstrip() for line in comment.splitlines()]
     fields = [f for f in dataclasses.fields(profile) if f.name not in ("sources", "checkpoints")]
-    # a yes/no mechanism left at its default and unsourced is left out, as the profile read had it
     written = [
         f.name
         for f in fields
